@@ -1,0 +1,23 @@
+# Two commands on a fresh machine:  `make run` (set up, run the main job)  and  `make test`.
+VENV  ?= .venv
+BIN   := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: setup run test bench-sim
+
+$(STAMP): pyproject.toml setup.py constraints.txt
+	python3 -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/infralab sim run experiments/sim/mooncake_conv_pd_rdma.toml --out results/mooncake_conv_pd_rdma
+
+test: $(STAMP)
+	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -p no:cacheprovider
+
+bench-sim: $(STAMP)
+	$(BIN)/python benchmarks/sim_speed.py

@@ -1,0 +1,1 @@
+"""The dense-feedback loop: hypotheses, validators, findings, attribution, search and reproduce."""

@@ -1,0 +1,3 @@
+from infralab.cli import main
+
+raise SystemExit(main())

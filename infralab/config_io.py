@@ -1,0 +1,69 @@
+"""Load TOML files and validate them into frozen dataclasses, with errors that name file and field.
+
+Validation is pydantic's (declare specs as `pydantic.dataclasses.dataclass(frozen=True,
+config=STRICT)`); this module only turns its errors into one `InputError` naming the file,
+the dotted field path and what was expected.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pydantic
+
+from infralab.errors import InputError
+
+T = TypeVar("T")
+
+# Unknown keys are errors: a typo in a config must not silently fall back to a default.
+STRICT = pydantic.ConfigDict(extra="forbid")
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    """Read a TOML file; a missing file or a syntax error becomes an InputError naming it."""
+    path = Path(path)
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise InputError(str(path), "file not found", "an existing TOML file") from None
+    except tomllib.TOMLDecodeError as exc:  # message carries line and column
+        raise InputError(str(path), f"not valid TOML: {exc}", "TOML syntax") from None
+
+
+_UNKNOWN = ("extra_forbidden", "unexpected_keyword_argument")
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        else:
+            parts.append(("." if parts else "") + str(item))
+    return "".join(parts) or "<top level>"
+
+
+def validate(cls: type[T], data: Any, source: str, prefix: str = "") -> T:
+    """Validate `data` into `cls`; on failure raise InputError('source: field', problem, expected).
+
+    `prefix` is prepended to field paths (e.g. "cluster.prefill" when validating a sub-table).
+    """
+    try:
+        return pydantic.TypeAdapter(cls).validate_python(data)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        field = _field_path(tuple(first["loc"]))
+        if prefix:
+            field = f"{prefix}.{field}" if field != "<top level>" else prefix
+        problem = {
+            "missing": "missing required field",
+            "extra_forbidden": "unknown field",
+            "unexpected_keyword_argument": "unknown field",
+        }.get(first["type"], f"bad value {first.get('input')!r}")
+        expected = first["msg"] if first["type"] not in _UNKNOWN + ("missing",) else None
+        if first["type"] in _UNKNOWN:
+            expected = "only the fields this table documents (check the spelling)"
+        raise InputError(f"{source}: {field}", problem, expected) from None

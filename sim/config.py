@@ -1,0 +1,208 @@
+"""The schema of a simulation config (`infralab sim run CONFIG.toml`): one frozen dataclass per
+TOML table. Validation (types, ranges, unknown keys) is pydantic's; `load_config` turns a file into
+a `SimConfig` and every error into one `InputError` naming the file and field.
+
+Units: seconds, bytes, tokens, requests per second.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import Field
+from pydantic.dataclasses import dataclass
+
+from infralab.config_io import STRICT
+
+PositiveInt = Annotated[int, Field(gt=0)]
+NonNegInt = Annotated[int, Field(ge=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+NonNegFloat = Annotated[float, Field(ge=0)]
+Fraction = Annotated[float, Field(gt=0, le=1)]
+
+
+# ---- lengths and arrivals (synthetic workloads) ---------------------------------------------
+
+
+@dataclass(frozen=True, config=STRICT)
+class FixedLength:
+    kind: Literal["fixed"]
+    value: PositiveInt
+
+
+@dataclass(frozen=True, config=STRICT)
+class UniformLength:
+    kind: Literal["uniform"]
+    low: PositiveInt
+    high: PositiveInt  # inclusive
+
+
+@dataclass(frozen=True, config=STRICT)
+class LogNormalLength:
+    """Lengths whose log is normal; `median` in tokens, `sigma` the std-dev of the log."""
+
+    kind: Literal["lognormal"]
+    median: PositiveFloat
+    sigma: NonNegFloat
+    max: PositiveInt | None = None  # clip
+
+
+@dataclass(frozen=True, config=STRICT)
+class EmpiricalLength:
+    """Lengths resampled from a trace column (`input` or `output`)."""
+
+    kind: Literal["empirical"]
+    path: str  # relative paths resolve against the config file's folder
+    format: Literal["mooncake", "azure", "vidur"]
+    column: Literal["input", "output"]
+
+
+LengthSpec = Annotated[
+    Union[FixedLength, UniformLength, LogNormalLength, EmpiricalLength], Field(discriminator="kind")
+]
+
+
+@dataclass(frozen=True, config=STRICT)
+class PoissonArrivals:
+    kind: Literal["poisson"]
+    rate: PositiveFloat  # requests per second
+
+
+@dataclass(frozen=True, config=STRICT)
+class GammaArrivals:
+    """Gamma inter-arrival times: mean 1/rate, coefficient of variation `cv` (cv=1 is Poisson)."""
+
+    kind: Literal["gamma"]
+    rate: PositiveFloat
+    cv: PositiveFloat
+
+
+ArrivalSpec = Annotated[Union[PoissonArrivals, GammaArrivals], Field(discriminator="kind")]
+
+
+# ---- workloads -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, config=STRICT)
+class TraceWorkload:
+    """Requests read from a trace file."""
+
+    kind: Literal["trace"]
+    path: str  # relative paths resolve against the config file's folder
+    format: Literal["mooncake", "azure", "vidur"]
+    rate_scale: PositiveFloat = 1.0  # >1 compresses inter-arrival times (more load)
+    start_s: NonNegFloat = 0.0  # time window, seconds from the trace's first request
+    end_s: PositiveFloat | None = None
+    max_requests: PositiveInt | None = None  # truncation after windowing
+    max_prompt_tokens: PositiveInt | None = None  # clip prompts (e.g. to the model's context)
+
+
+@dataclass(frozen=True, config=STRICT)
+class SyntheticWorkload:
+    kind: Literal["synthetic"]
+    num_requests: PositiveInt
+    arrival: ArrivalSpec
+    prompt: LengthSpec
+    output: LengthSpec
+
+
+WorkloadSpec = Annotated[Union[TraceWorkload, SyntheticWorkload], Field(discriminator="kind")]
+
+
+# ---- hardware, model, costs ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, config=STRICT)
+class HardwareConfig:
+    accelerator: str  # catalog name (e.g. "H100") or a path to a TOML file
+    tp: PositiveInt = 1  # tensor-parallel degree of one instance
+    tp_link: str = "nvlink4"  # link used by TP collectives inside an instance
+
+
+@dataclass(frozen=True, config=STRICT)
+class EfficiencyConfig:
+    """Fractions of peak a well-tuned kernel reaches, per operator class."""
+
+    gemm: Fraction = 0.7
+    attention: Fraction = 0.5
+    memory: Fraction = 0.8  # streaming reads/writes (weights, KV, linear-attention state)
+    collective: Fraction = 0.7
+
+
+@dataclass(frozen=True, config=STRICT)
+class HostOverheadConfig:
+    """CPU-side costs that add to device time on the critical path."""
+
+    per_step_s: NonNegFloat = 0.0  # scheduler + launch per engine iteration
+    per_request_s: NonNegFloat = 0.0  # per sequence in a step's batch (input prep, sampling)
+    per_output_token_s: NonNegFloat = 0.0  # detokenisation / streaming per generated token
+
+
+@dataclass(frozen=True, config=STRICT)
+class CostConfig:
+    dtype: Literal["bf16", "fp16", "fp8", "fp32"] = "bf16"  # weights and activations
+    kv_dtype: Literal["bf16", "fp16", "fp8", "int8", "fp32"] = "bf16"
+    efficiency: EfficiencyConfig = EfficiencyConfig()
+    host: HostOverheadConfig = HostOverheadConfig()
+    calibration: str | None = None  # CSV written by `infralab kernels bench` (docs/calibration.md)
+
+
+# ---- engine and cluster ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, config=STRICT)
+class EngineConfig:
+    max_num_seqs: PositiveInt = 256  # running sequences per instance
+    max_batched_tokens: PositiveInt = 8192  # token budget per step (chunked prefill)
+    block_size: PositiveInt = 16  # tokens per paged KV block
+    gpu_memory_utilization: Fraction = 0.9  # of HBM, before weights are subtracted
+    prefix_cache: bool = True
+    prefix_block_tokens: PositiveInt = 512  # granularity of prompt-prefix identity (Mooncake hash_ids)
+    preemption: Literal["recompute"] = "recompute"
+
+
+@dataclass(frozen=True, config=STRICT)
+class TransferConfig:
+    """KV-cache transfer between prefill and decode pools (disaggregated layouts)."""
+
+    link: str = "rdma-400g"  # catalog name or TOML path
+    mode: Literal["layerwise", "after_prefill"] = "after_prefill"
+    # "per_prefill_nic": one link per prefill instance (its egress NIC), shared by its flows;
+    # "shared": one link for the whole cluster.
+    topology: Literal["per_prefill_nic", "shared"] = "per_prefill_nic"
+    layer_groups: PositiveInt = 4  # layerwise mode: KV sent in this many flows per prefill step
+
+
+@dataclass(frozen=True, config=STRICT)
+class ClusterConfig:
+    layout: Literal["colocated", "disaggregated"] = "colocated"
+    instances: PositiveInt = 1  # colocated
+    prefill_instances: PositiveInt = 1  # disaggregated
+    decode_instances: PositiveInt = 1
+    router: Literal["round_robin", "least_outstanding_tokens", "prefix_aware"] = "round_robin"
+    decode_router: Literal["round_robin", "least_outstanding_tokens"] = "least_outstanding_tokens"
+    transfer: TransferConfig = TransferConfig()
+
+
+@dataclass(frozen=True, config=STRICT)
+class SLOConfig:
+    ttft_s: PositiveFloat = 2.0
+    tpot_s: PositiveFloat = 0.1
+
+
+@dataclass(frozen=True, config=STRICT)
+class RunConfig:
+    name: str = "run"
+    seed: NonNegInt = 0
+
+
+@dataclass(frozen=True, config=STRICT)
+class SimConfig:
+    model: str  # catalog name (e.g. "llama-3-8b") or a path to a TOML file
+    hardware: HardwareConfig
+    workload: WorkloadSpec
+    run: RunConfig = RunConfig()
+    cost: CostConfig = CostConfig()
+    engine: EngineConfig = EngineConfig()
+    cluster: ClusterConfig = ClusterConfig()
+    slo: SLOConfig = SLOConfig()
