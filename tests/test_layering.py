@@ -1,0 +1,57 @@
+"""The layering rules of design.md, checked: sim never pulls in torch or triton, kernels never
+imports sim, and neither imports agent."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _imported_modules(folder: Path) -> dict[str, set[str]]:
+    """Every module name imported anywhere under `folder`, per file (static, so nothing runs)."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(folder.rglob("*.py")):
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.add(node.module)
+        found[str(path.relative_to(ROOT))] = names
+    return found
+
+
+def _offenders(folder: str, forbidden: tuple[str, ...]) -> list[str]:
+    bad = []
+    for file, names in _imported_modules(ROOT / folder).items():
+        for name in names:
+            if any(name == f or name.startswith(f + ".") for f in forbidden):
+                bad.append(f"{file} imports {name}")
+    return bad
+
+
+def test_sim_imports_neither_torch_nor_triton_nor_agent_statically() -> None:
+    assert _offenders("sim", ("torch", "triton", "infralab.kernels", "infralab.agent")) == []
+
+
+def test_kernels_never_import_sim_or_agent() -> None:
+    assert _offenders("kernels", ("infralab.sim", "infralab.agent")) == []
+
+
+def test_importing_every_sim_module_loads_no_torch_or_triton() -> None:
+    # Dynamic check too: a sim module could reach torch through a third-party import.
+    code = (
+        "import importlib, pkgutil, sys\n"
+        "import infralab.sim as pkg\n"
+        "for m in pkgutil.walk_packages(pkg.__path__, 'infralab.sim.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "bad = sorted(n for n in sys.modules if n.split('.')[0] in ('torch', 'triton'))\n"
+        "print(bad[:5])\n"
+        "raise SystemExit(1 if bad else 0)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
