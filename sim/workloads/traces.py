@@ -1,0 +1,428 @@
+"""Readers for request traces: Mooncake JSONL, Azure LLM-inference CSV and Vidur CSV.
+
+Each format is parsed into the same columns (arrival seconds, prompt tokens, output tokens,
+prefix block hashes), then one shared step applies the time window, truncation, prompt clip and
+rate scaling and numbers the requests.
+
+Formats (one request per line/row, in arrival order):
+- mooncake: JSON objects with `timestamp` (ms from trace start), `input_length`,
+  `output_length` (tokens) and optionally `hash_ids` (ids of the prompt's 512-token blocks).
+- azure: CSV with header `TIMESTAMP,ContextTokens,GeneratedTokens`; TIMESTAMP is wall clock,
+  `2023-11-16 18:15:46.6805900` (any number of fractional digits).
+- vidur: CSV in the columns Vidur's trace-replay generator reads: `arrived_at` (s),
+  `num_prefill_tokens`, `num_decode_tokens`; the older names `Time`, `PromptTokenCount`,
+  `CompletionTokenCount` are accepted too. Vidur's processed length traces (no arrival column)
+  can feed an `empirical` length distribution but not a trace workload.
+
+Token counts of 0 are counted as 1 (every request has at least one prompt token and generates at
+least one token, as Vidur also does); a reader that does so warns once per file with the count
+(`ZeroLengthWarning`). Negative or non-integer counts, missing fields and timestamps that go
+backwards are errors.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import json
+import math
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from infralab.errors import InputError
+from infralab.sim.workloads.request import Request
+
+TraceFormat = Literal["mooncake", "azure", "vidur"]
+TRACE_FORMATS: tuple[str, ...] = ("mooncake", "azure", "vidur")
+
+# Mooncake's hash_ids each cover this many prompt tokens.
+MOONCAKE_BLOCK_TOKENS = 512
+
+_LENGTH_EXPECTED = "a non-negative integer number of tokens"
+_ORDER_EXPECTED = "requests in non-decreasing arrival order"
+
+_AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+# Vidur column names, current first; each role accepts any of its names.
+_VIDUR_ARRIVAL = ("arrived_at", "Time")
+_VIDUR_PROMPT = ("num_prefill_tokens", "PromptTokenCount")
+_VIDUR_OUTPUT = ("num_decode_tokens", "CompletionTokenCount")
+
+
+class ZeroLengthWarning(UserWarning):
+    """A trace had requests with 0 prompt or output tokens; they were counted as 1."""
+
+
+@dataclass(slots=True)
+class TraceColumns:
+    """A parsed trace, one entry per request in file order. Times are seconds, unshifted."""
+
+    arrival_s: list[float] | None  # None: the file has no arrival times (a length-only trace)
+    prompt_tokens: list[int]
+    output_tokens: list[int]
+    block_hashes: list[tuple[int, ...]] | None  # None: the format carries no prefix identity
+
+
+# ---- public API ------------------------------------------------------------------------------
+
+
+def read_trace(
+    path: str | Path,
+    format: TraceFormat,
+    *,
+    rate_scale: float = 1.0,
+    start_s: float = 0.0,
+    end_s: float | None = None,
+    max_requests: int | None = None,
+    max_prompt_tokens: int | None = None,
+) -> list[Request]:
+    """Read a trace file into requests with ids 0..n-1 in arrival order (ties keep file order).
+
+    Steps, in order: keep requests whose arrival, in seconds from the trace's first request, is in
+    [start_s, end_s); keep the first `max_requests`; shift arrivals so the first kept request
+    arrives at 0; divide arrival times by `rate_scale` (>1 means more load); clip prompts to
+    `max_prompt_tokens` (dropping the block hashes beyond the clipped prompt).
+    Raises InputError naming file, line and field for a bad file, or an empty selection.
+    """
+    path = Path(path)
+    _check_options(rate_scale, start_s, end_s, max_requests, max_prompt_tokens)
+    columns = parse_trace(path, format)
+    if columns.arrival_s is None:
+        raise InputError(
+            str(path),
+            "the trace has no arrival-time column",
+            f"one of the columns {' / '.join(_VIDUR_ARRIVAL)} (a length-only trace can feed an "
+            "'empirical' length distribution instead)",
+        )
+    return _select_requests(path, columns, rate_scale, start_s, end_s, max_requests, max_prompt_tokens)
+
+
+def read_trace_column(
+    path: str | Path, format: TraceFormat, column: Literal["input", "output"]
+) -> np.ndarray:
+    """One length column of a trace (tokens, int64, file order): `input` = prompt, `output`."""
+    columns = parse_trace(Path(path), format)
+    values = columns.prompt_tokens if column == "input" else columns.output_tokens
+    return np.asarray(values, dtype=np.int64)
+
+
+def resolve_trace_path(value: str | Path, base_dir: str | Path) -> Path:
+    """A trace path from a config: absolute (or ~) as written, relative against `base_dir`."""
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else Path(base_dir) / path
+
+
+def parse_trace(path: Path, format: TraceFormat) -> TraceColumns:
+    """Parse a whole trace file into columns; every problem is an InputError naming the line."""
+    parsers = {"mooncake": _parse_mooncake, "azure": _parse_azure, "vidur": _parse_vidur}
+    if format not in parsers:
+        raise InputError("trace format", f"unknown format {format!r}", " / ".join(TRACE_FORMATS))
+    try:
+        with path.open(encoding="utf-8", newline="") as handle:
+            columns = parsers[format](path, handle)
+    except FileNotFoundError:
+        raise InputError(str(path), "file not found", f"an existing {format} trace file") from None
+    except IsADirectoryError:
+        raise InputError(str(path), "is a folder", f"a {format} trace file") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(str(path), f"not UTF-8 text (byte {exc.start})", f"a {format} trace file") from None
+    if not columns.prompt_tokens:
+        raise InputError(str(path), "the trace has no requests", "at least one request row")
+    _warn_zero_lengths(path, columns)
+    return columns
+
+
+# ---- windowing, scaling, numbering ------------------------------------------------------------
+
+
+def _check_options(rate_scale, start_s, end_s, max_requests, max_prompt_tokens) -> None:
+    if not rate_scale > 0 or not math.isfinite(rate_scale):
+        raise InputError("rate_scale", f"bad value {rate_scale!r}", "a positive number")
+    if not start_s >= 0:
+        raise InputError("start_s", f"bad value {start_s!r}", "seconds >= 0")
+    if end_s is not None and not end_s > start_s:
+        raise InputError("end_s", f"bad value {end_s!r}", f"seconds > start_s ({start_s})")
+    for name, value in (("max_requests", max_requests), ("max_prompt_tokens", max_prompt_tokens)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise InputError(name, f"bad value {value!r}", "a positive integer")
+
+
+def _select_requests(
+    path: Path,
+    columns: TraceColumns,
+    rate_scale: float,
+    start_s: float,
+    end_s: float | None,
+    max_requests: int | None,
+    max_prompt_tokens: int | None,
+) -> list[Request]:
+    times = columns.arrival_s
+    assert times is not None
+    first = times[0]
+    stop = math.inf if end_s is None else end_s
+    kept = [i for i, t in enumerate(times) if start_s <= t - first < stop]
+    if max_requests is not None:
+        kept = kept[:max_requests]
+    if not kept:
+        span = times[-1] - first
+        raise InputError(
+            str(path),
+            f"no requests in the window [{start_s}, {end_s}) s",
+            f"a window inside the trace's span of 0 to {span:.3f} s",
+        )
+    origin = times[kept[0]]
+    hashes = columns.block_hashes
+    requests = []
+    for new_id, i in enumerate(kept):
+        prompt = columns.prompt_tokens[i]
+        blocks = hashes[i] if hashes is not None else ()
+        if max_prompt_tokens is not None and prompt > max_prompt_tokens:
+            prompt = max_prompt_tokens
+            blocks = blocks[: -(-prompt // MOONCAKE_BLOCK_TOKENS)]
+        arrival = (times[i] - origin) / rate_scale
+        requests.append(Request(new_id, arrival, prompt, columns.output_tokens[i], blocks))
+    return requests
+
+
+def _warn_zero_lengths(path: Path, columns: TraceColumns) -> None:
+    """Count 0-token prompts/outputs as 1 token, in place, and say so once."""
+    for name, values in (("prompt", columns.prompt_tokens), ("output", columns.output_tokens)):
+        zeros = values.count(0)
+        if zeros:
+            for i, value in enumerate(values):
+                if value == 0:
+                    values[i] = 1
+            warnings.warn(
+                f"{path}: {zeros} request(s) with 0 {name} tokens counted as 1 token",
+                ZeroLengthWarning,
+                stacklevel=4,
+            )
+
+
+# ---- field parsing -----------------------------------------------------------------------------
+
+
+def _where(path: Path, line: int, field: str) -> str:
+    return f"{path}:{line}: {field}"
+
+
+def _token_count(value: object, path: Path, line: int, field: str) -> int:
+    """A token count from JSON (int, integral float) or CSV text ("12", "12.0")."""
+    if type(value) is int:
+        count = value
+    elif type(value) is float and value.is_integer():
+        count = int(value)
+    elif isinstance(value, str):
+        try:
+            count = int(value)
+        except ValueError:
+            try:
+                number = float(value)
+            except ValueError:
+                number = math.nan
+            if not number.is_integer():
+                where = _where(path, line, field)
+                raise InputError(where, f"bad value {value!r}", _LENGTH_EXPECTED) from None
+            count = int(number)
+    else:
+        raise InputError(_where(path, line, field), f"bad value {value!r}", _LENGTH_EXPECTED)
+    if count < 0:
+        raise InputError(_where(path, line, field), f"negative value {count}", _LENGTH_EXPECTED)
+    return count
+
+
+def _number(value: object, path: Path, line: int, field: str, expected: str) -> float:
+    if type(value) in (int, float):
+        number = float(value)  # type: ignore[arg-type]
+    elif isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            raise InputError(_where(path, line, field), f"bad value {value!r}", expected) from None
+    else:
+        raise InputError(_where(path, line, field), f"bad value {value!r}", expected)
+    if not math.isfinite(number):
+        raise InputError(_where(path, line, field), f"bad value {value!r}", expected)
+    return number
+
+
+def _check_order(
+    path: Path, line: int, field: str, t: float, previous: float, previous_line: int, shown
+) -> None:
+    """Times may repeat but never decrease; `shown` formats a time for the message."""
+    if t < previous:
+        raise InputError(
+            _where(path, line, field),
+            f"time goes backwards: {shown(t)} after {shown(previous)} on line {previous_line}",
+            _ORDER_EXPECTED,
+        )
+
+
+# ---- Mooncake JSONL ------------------------------------------------------------------------------
+
+_MOONCAKE_EXPECTED = "one JSON object per line with timestamp, input_length, output_length (Mooncake JSONL)"
+
+
+def _parse_mooncake(path: Path, handle) -> TraceColumns:
+    times: list[float] = []
+    prompts: list[int] = []
+    outputs: list[int] = []
+    hashes: list[tuple[int, ...]] = []
+    previous_ms, previous_line = -math.inf, 0
+    for line_no, line in enumerate(handle, 1):
+        if not line.strip():
+            continue
+        record = _json_object(path, line_no, line)
+        try:
+            raw_ms, raw_in, raw_out = record["timestamp"], record["input_length"], record["output_length"]
+        except KeyError as missing:
+            where = _where(path, line_no, missing.args[0])
+            raise InputError(where, "missing field", _MOONCAKE_EXPECTED) from None
+        ms = _number(raw_ms, path, line_no, "timestamp", "a number of milliseconds from the trace start")
+        _check_order(path, line_no, "timestamp", ms, previous_ms, previous_line, lambda v: f"{v:g} ms")
+        previous_ms, previous_line = ms, line_no
+        times.append(ms / 1000.0)
+        prompts.append(_token_count(raw_in, path, line_no, "input_length"))
+        outputs.append(_token_count(raw_out, path, line_no, "output_length"))
+        hashes.append(_hash_ids(record.get("hash_ids", ()), path, line_no))
+    return TraceColumns(times, prompts, outputs, hashes)
+
+
+def _json_object(path: Path, line_no: int, line: str) -> dict:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        hint = ""
+        if line_no == 1 and not line.lstrip().startswith("{") and "," in line:
+            hint = "; this looks like a CSV file: use format 'azure' or 'vidur'"
+        problem = f"not valid JSON ({exc.msg}){hint}"
+        raise InputError(f"{path}:{line_no}", problem, _MOONCAKE_EXPECTED) from None
+    if not isinstance(record, dict):
+        problem = f"a JSON {type(record).__name__}, not an object"
+        raise InputError(f"{path}:{line_no}", problem, _MOONCAKE_EXPECTED)
+    return record
+
+
+def _hash_ids(value: object, path: Path, line_no: int) -> tuple[int, ...]:
+    if isinstance(value, (list, tuple)) and all(type(h) is int for h in value):
+        return tuple(value)
+    where = _where(path, line_no, "hash_ids")
+    raise InputError(where, f"bad value {str(value)[:60]!r}", "a list of integers")
+
+
+# ---- CSV (Azure, Vidur) --------------------------------------------------------------------------
+
+
+def _csv_header(path: Path, reader, format: str) -> list[str]:
+    header = next(reader, None)
+    while header is not None and not any(cell.strip() for cell in header):
+        header = next(reader, None)  # leading blank lines
+    if header is None:
+        raise InputError(str(path), "the trace is empty", f"a {format} CSV with a header line")
+    return [cell.strip().lstrip("\ufeff") for cell in header]
+
+
+def _column(path: Path, line: int, header: list[str], names: tuple[str, ...], expected: str) -> int:
+    for name in names:
+        if name in header:
+            return header.index(name)
+    hint = ""
+    if header and header[0].startswith("{"):
+        hint = "; this looks like JSONL: use format 'mooncake'"
+    raise InputError(
+        f"{path}:{line}: header",
+        f"missing column {' / '.join(names)} (found {', '.join(header)[:120]}){hint}",
+        expected,
+    )
+
+
+def _cells(path: Path, reader, width: int):
+    """Yield (line number, row) for each non-blank row; a short row is an error."""
+    for row in reader:
+        if not row or not any(cell.strip() for cell in row):
+            continue
+        if len(row) < width:
+            problem = f"{len(row)} column(s), header has {width}"
+            raise InputError(f"{path}:{reader.line_num}", problem, f"{width} columns")
+        yield reader.line_num, row
+
+
+_AZURE_EXPECTED = "an Azure LLM-inference CSV with columns TIMESTAMP, ContextTokens, GeneratedTokens"
+_WALLCLOCK_EXPECTED = "a wall-clock time like 2023-11-16 18:15:46.6805900"
+
+
+def _parse_azure(path: Path, handle) -> TraceColumns:
+    reader = csv.reader(handle)
+    header = _csv_header(path, reader, "azure")
+    line = reader.line_num
+    t_col, in_col, out_col = (
+        _column(path, line, header, (name,), _AZURE_EXPECTED) for name in _AZURE_COLUMNS
+    )
+    times: list[float] = []
+    prompts: list[int] = []
+    outputs: list[int] = []
+    day_cache: dict[str, int] = {}
+    origin: tuple[int, float] | None = None
+    previous, previous_line = -math.inf, 0
+    for line_no, row in _cells(path, reader, len(header)):
+        day, second = _wallclock(row[t_col], path, line_no, day_cache)
+        if origin is None:
+            origin = (day, second)
+        # Day and second-of-day kept apart until here so the sub-microsecond digits survive.
+        t = (day - origin[0]) * 86400.0 + (second - origin[1])
+        _check_order(path, line_no, "TIMESTAMP", t, previous, previous_line, lambda v: f"{v:.7f} s")
+        previous, previous_line = t, line_no
+        times.append(t)
+        prompts.append(_token_count(row[in_col], path, line_no, "ContextTokens"))
+        outputs.append(_token_count(row[out_col], path, line_no, "GeneratedTokens"))
+    return TraceColumns(times, prompts, outputs, None)
+
+
+def _wallclock(text: str, path: Path, line: int, day_cache: dict[str, int]) -> tuple[int, float]:
+    """`YYYY-MM-DD HH:MM:SS[.fraction]` -> (day ordinal, seconds into the day)."""
+    text = text.strip()
+    date_part, time_part = text[:10], text[11:]
+    try:
+        day = day_cache.get(date_part)
+        if day is None:
+            day = day_cache[date_part] = datetime.date.fromisoformat(date_part).toordinal()
+        if text[10:11] not in (" ", "T"):
+            raise ValueError
+        hours, minutes, seconds = time_part.split(":")
+        h, m, s = int(hours), int(minutes), float(seconds)
+        if not (0 <= h < 24 and 0 <= m < 60 and 0 <= s < 61 and seconds[:1].isdigit()):
+            raise ValueError
+    except ValueError:
+        where = _where(path, line, "TIMESTAMP")
+        raise InputError(where, f"bad value {text!r}", _WALLCLOCK_EXPECTED) from None
+    return day, h * 3600 + m * 60 + s
+
+
+_VIDUR_EXPECTED = "a Vidur CSV with columns arrived_at, num_prefill_tokens, num_decode_tokens"
+
+
+def _parse_vidur(path: Path, handle) -> TraceColumns:
+    reader = csv.reader(handle)
+    header = _csv_header(path, reader, "vidur")
+    line = reader.line_num
+    in_col = _column(path, line, header, _VIDUR_PROMPT, _VIDUR_EXPECTED)
+    out_col = _column(path, line, header, _VIDUR_OUTPUT, _VIDUR_EXPECTED)
+    t_name = next((name for name in _VIDUR_ARRIVAL if name in header), None)
+    t_col = header.index(t_name) if t_name else None
+    in_name, out_name = header[in_col], header[out_col]
+    times: list[float] | None = [] if t_col is not None else None
+    prompts: list[int] = []
+    outputs: list[int] = []
+    previous, previous_line = -math.inf, 0
+    for line_no, row in _cells(path, reader, len(header)):
+        if times is not None:
+            t = _number(row[t_col], path, line_no, t_name, "arrival time in seconds")
+            _check_order(path, line_no, t_name, t, previous, previous_line, lambda v: f"{v:g} s")
+            previous, previous_line = t, line_no
+            times.append(t)
+        prompts.append(_token_count(row[in_col], path, line_no, in_name))
+        outputs.append(_token_count(row[out_col], path, line_no, out_name))
+    return TraceColumns(times, prompts, outputs, None)
