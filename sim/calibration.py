@@ -1,0 +1,279 @@
+"""Calibration tables: measured kernel times (written by `infralab kernels bench`, format in
+docs/calibration.md) that replace the cost model's roofline for the operators they cover.
+
+A lookup finds rows with the same kernel, dtype and device. An exact shape match gives the measured
+time. Otherwise, per variant, the nearest measured shape (Euclidean distance over the log of each
+shape field) gives an achieved rate, and the query's time is its own work at that rate; the fastest
+variant wins (a table lists the implementations one could deploy). Units: seconds, bytes, FLOPs.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from infralab.errors import InputError
+
+COLUMNS = (
+    "kernel",
+    "variant",
+    "shape",
+    "dtype",
+    "device",
+    "median_s",
+    "bytes",
+    "flops",
+    "achieved_gbps",
+    "achieved_tflops",
+    "roofline_fraction",
+    "divisions",
+    "transcendentals",
+    "repeated_elementwise",
+)
+
+Shape = tuple[tuple[str, int], ...]  # sorted (name, value) pairs
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationRow:
+    """One measured call: `median_s` seconds moving `bytes` and doing `flops`."""
+
+    kernel: str
+    variant: str
+    shape: Shape
+    dtype: str
+    device: str
+    median_s: float
+    bytes: int
+    flops: int
+    achieved_gbps: float = 0.0
+    achieved_tflops: float = 0.0
+    roofline_fraction: float = 0.0
+    divisions: int = 0
+    transcendentals: int = 0
+    repeated_elementwise: int = 0
+
+    @property
+    def shape_dict(self) -> dict[str, int]:
+        return dict(self.shape)
+
+
+def shape_key(shape: Mapping[str, int]) -> Shape:
+    """The canonical (sorted, hashable) form of a shape."""
+    return tuple(sorted((name, int(value)) for name, value in shape.items()))
+
+
+def kernel_work(kernel: str, shape: Mapping[str, float]) -> tuple[float, float]:
+    """Work of one call as (flops, bytes) up to a constant factor per kernel; only ratios between
+    shapes of the same kernel are used, so element widths cancel. The leading terms per kernel:
+
+    - matmul: 2*M*N*K flops; A, B and C read/written once.
+    - w8a8_matmul: same flops; 1-byte A and B, 4-byte (FP32) C.
+    - kda_decode: per sequence and head a K x V state read and written, ~8 K*V flops; with a replay
+      ring of L updates (`L`), a checkpoint state plus L (k, v) pairs, and L+1 state-sized updates.
+    - paged_decode_attention: K and V of T tokens per KV head read; 4*D flops per query head, token.
+    - kv_quantize: T*HKV*D elements read and written.
+    Unknown kernels scale with the product of their shape fields.
+    """
+    g = shape.get
+    if kernel in ("matmul", "w8a8_matmul"):
+        m, n, k = g("M", 1), g("N", 1), g("K", 1)
+        c_width = 4.0 if kernel == "w8a8_matmul" else 1.0
+        return 2.0 * m * n * k, m * k + k * n + c_width * m * n
+    if kernel == "kda_decode":
+        b, h, dk, dv, ring = g("B", 1), g("H", 1), g("K", 1), g("V", 1), g("L", 0)
+        state = b * h * dk * dv
+        return 8.0 * state * (ring + 1), 2.0 * state + b * h * (ring + 2) * (dk + dv)
+    if kernel == "paged_decode_attention":
+        b, h, hkv, d, t = g("B", 1), g("H", 1), g("HKV", 1), g("D", 1), g("T", 1)
+        return 4.0 * b * h * t * d, 2.0 * b * hkv * t * d + 2.0 * b * h * d
+    if kernel == "kv_quantize":
+        elems = g("T", 1) * g("HKV", 1) * g("D", 1)
+        return float(elems), 2.0 * elems
+    product = float(math.prod(shape.values())) if shape else 1.0
+    return product, product
+
+
+class CalibrationTable:
+    """Rows of one calibration CSV, indexed for lookups by (kernel, dtype, device)."""
+
+    def __init__(self, rows: Iterable[CalibrationRow], source: str = "<rows>") -> None:
+        self.source = source
+        self.rows: tuple[CalibrationRow, ...] = tuple(rows)
+        self._groups: dict[tuple[str, str, str], dict[str, list[CalibrationRow]]] = {}
+        exact: dict[tuple[str, str, str, Shape], list[float]] = {}
+        for row in self.rows:
+            variants = self._groups.setdefault((row.kernel, row.dtype, row.device), {})
+            variants.setdefault(row.variant, []).append(row)
+            exact.setdefault((row.kernel, row.dtype, row.device, row.shape), []).append(row.median_s)
+        # Repeated measurements of one shape collapse to the fastest variant's median time.
+        self._exact = {key: min(times) for key, times in exact.items()}
+
+    @classmethod
+    def load(cls, path: str | Path) -> CalibrationTable:
+        """Read a calibration CSV; any bad row raises InputError naming file, line and column."""
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise InputError(str(path), "file not found", "a calibration CSV (docs/calibration.md)") from None
+        except UnicodeDecodeError:
+            raise InputError(str(path), "not UTF-8 text", "a calibration CSV (docs/calibration.md)") from None
+        return cls(_parse_rows(text, str(path)), source=str(path))
+
+    # -- queries --
+
+    def covers(self, kernel: str, dtype: str, device: str) -> bool:
+        """Whether any row measures `kernel` in `dtype` on `device`."""
+        return (kernel, dtype, device) in self._groups
+
+    def exact(self, kernel: str, dtype: str, device: str, shape: Shape) -> float | None:
+        """Measured seconds for exactly this shape (`shape_key` form), fastest variant; else None."""
+        return self._exact.get((kernel, dtype, device, shape))
+
+    def nearest(
+        self, kernel: str, dtype: str, device: str, shape: Mapping[str, float]
+    ) -> list[CalibrationRow]:
+        """Per variant, the row whose shape is nearest `shape` in log space (ties: first listed).
+
+        Only rows that measure every field of `shape` qualify; fields a row has beyond those (such
+        as a replay ring length) are not compared. Variants in name order."""
+        variants = self._groups.get((kernel, dtype, device), {})
+        logs = {name: math.log(max(float(value), 1e-12)) for name, value in shape.items()}
+        chosen = []
+        for variant in sorted(variants):
+            best, best_distance = None, math.inf
+            for row in variants[variant]:
+                fields = row.shape_dict
+                if not all(name in fields for name in logs):
+                    continue
+                distance = sum((math.log(fields[name]) - log) ** 2 for name, log in logs.items())
+                if distance < best_distance:
+                    best, best_distance = row, distance
+            if best is not None:
+                chosen.append(best)
+        return chosen
+
+    def lookup(
+        self,
+        kernel: str,
+        dtype: str,
+        device: str,
+        shape: Mapping[str, int],
+        *,
+        peaks: tuple[float, float] | None = None,
+    ) -> float | None:
+        """Seconds for one call of `kernel` at `shape`, or None when no row covers it.
+
+        An exact shape match returns the measured time. Otherwise each variant's nearest row is
+        scaled by `scale` and the fastest result is returned. `peaks` = (peak FLOP/s for `dtype`,
+        memory bytes/s) of the device decides whether a row is compute- or memory-bound."""
+        measured = self.exact(kernel, dtype, device, shape_key(shape))
+        if measured is not None:
+            return measured
+        rows = self.nearest(kernel, dtype, device, shape)
+        if not rows:
+            return None
+        return min(scale(row, shape, peaks) for row in rows)
+
+
+def scale(row: CalibrationRow, shape: Mapping[str, float], peaks: tuple[float, float] | None) -> float:
+    """The time of `shape` at the rate `row` achieved.
+
+    With the device's peaks known, a row is compute-bound when flops/peak_flops exceeds
+    bytes/peak_bw, and the query's time is the row's time scaled by the ratio of flops (else of
+    bytes). Without peaks, the larger of the two ratios is used (the conservative choice: the
+    query cannot run faster than either resource's measured rate allows)."""
+    row_fields = row.shape_dict
+    query = {**row_fields, **shape}  # fields the query does not name keep the row's value
+    q_flops, q_bytes = kernel_work(row.kernel, query)
+    r_flops, r_bytes = kernel_work(row.kernel, row_fields)
+    flops_ratio, bytes_ratio = q_flops / r_flops, q_bytes / r_bytes
+    if peaks is None or not row.flops or not row.bytes:
+        return row.median_s * max(flops_ratio, bytes_ratio)
+    peak_flops, peak_bw = peaks
+    compute_bound = row.flops / peak_flops > row.bytes / peak_bw
+    return row.median_s * (flops_ratio if compute_bound else bytes_ratio)
+
+
+# ---- parsing -----------------------------------------------------------------------------------
+
+
+def _parse_rows(text: str, source: str) -> list[CalibrationRow]:
+    numbered = [
+        (number, line)
+        for number, line in enumerate(text.splitlines(), start=1)
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    if not numbered:
+        raise InputError(source, "no header line", f"a header with columns {','.join(COLUMNS)}")
+    header_number, header_line = numbered[0]
+    header = [cell.strip() for cell in next(csv.reader([header_line]))]
+    if tuple(header) != COLUMNS:
+        raise InputError(
+            f"{source}:{header_number}", f"header is {','.join(header)}", f"columns {','.join(COLUMNS)}"
+        )
+    rows = []
+    for number, line in numbered[1:]:
+        cells = next(csv.reader([line]))
+        if len(cells) != len(COLUMNS):
+            raise InputError(f"{source}:{number}", f"{len(cells)} columns", f"{len(COLUMNS)} columns")
+        rows.append(_parse_row(dict(zip(COLUMNS, (c.strip() for c in cells))), f"{source}:{number}"))
+    return rows
+
+
+def _parse_row(cells: dict[str, str], where: str) -> CalibrationRow:
+    def text(column: str) -> str:
+        if not cells[column]:
+            raise InputError(f"{where}: column {column}", "empty", "a non-empty name")
+        return cells[column]
+
+    def number(column: str, kind: type, positive: bool = False) -> float:
+        raw = cells[column]
+        try:
+            value = kind(raw)
+        except ValueError:
+            raise InputError(f"{where}: column {column}", f"bad value {raw!r}", f"a {kind.__name__}") from None
+        if not math.isfinite(value) or value < 0 or (positive and value == 0):
+            raise InputError(
+                f"{where}: column {column}", f"bad value {raw!r}", "a positive number" if positive else ">= 0"
+            )
+        return value
+
+    return CalibrationRow(
+        kernel=text("kernel"),
+        variant=text("variant"),
+        shape=_parse_shape(cells["shape"], f"{where}: column shape"),
+        dtype=text("dtype"),
+        device=text("device"),
+        median_s=number("median_s", float, positive=True),
+        bytes=int(number("bytes", int)),
+        flops=int(number("flops", int)),
+        achieved_gbps=number("achieved_gbps", float),
+        achieved_tflops=number("achieved_tflops", float),
+        roofline_fraction=number("roofline_fraction", float),
+        divisions=int(number("divisions", int)),
+        transcendentals=int(number("transcendentals", int)),
+        repeated_elementwise=int(number("repeated_elementwise", int)),
+    )
+
+
+def _parse_shape(raw: str, where: str) -> Shape:
+    expected = "name=value pairs joined by ';' with positive integer values, e.g. M=4096;N=4096;K=4096"
+    if not raw:
+        raise InputError(where, "empty", expected)
+    fields: dict[str, int] = {}
+    for part in raw.split(";"):
+        name, sep, value = part.partition("=")
+        name = name.strip()
+        try:
+            parsed = int(value)
+        except ValueError:
+            parsed = 0
+        if not sep or not name or parsed <= 0 or name in fields:
+            raise InputError(where, f"bad shape {raw!r}", expected)
+        fields[name] = parsed
+    return shape_key(fields)

@@ -1,0 +1,1 @@
+"""Shipped accelerators specs (TOML files beside this one)."""

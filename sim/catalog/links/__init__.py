@@ -1,0 +1,1 @@
+"""Shipped links specs (TOML files beside this one)."""

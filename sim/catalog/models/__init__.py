@@ -1,0 +1,1 @@
+"""Shipped models specs (TOML files beside this one)."""

@@ -1,0 +1,603 @@
+"""How long one engine step takes: a roofline over the step's operators, per tensor-parallel rank,
+plus explicit host overheads. A calibration table, where it has rows, replaces the roofline.
+
+For each operator, time = max(flops / (peak FLOP/s x efficiency), bytes / (HBM bytes/s x memory
+efficiency)), computed for one TP rank (ranks run in lockstep). Operators (`StepCost.by_op`):
+
+- ``dense_gemm``: every non-expert linear layer (attention and KDA projections, dense MLPs, shared
+  experts, MoE router) over the step's tokens; weights read once per step.
+- ``attention``: full-attention layers. Prefill: QK and PV flops over the causal query-key pairs
+  (`prefill_attn_pairs`), KV of every prefill sequence's context read once, new KV written.
+  Decode: each sequence reads its whole KV (memory-bound). MLA decodes in the absorbed form (queries
+  attend the compressed latent, one "KV head" of `kv_lora_rank + qk_rope_head_dim`).
+- ``linear_attention``: KDA layers. Decode reads and writes each sequence's K x V state (FP32) and
+  conv window per step. Prefill runs the chunked algorithm (chunks of `KDA_CHUNK` tokens): about
+  three state-sized products per token plus intra-chunk attention, on tensor cores, and one state
+  per chunk written and read back.
+- ``moe_experts``: routed experts. A batch of T tokens, each routed to k of E experts, touches
+  E*(1-(1-k/E)^T) distinct experts in expectation (uniform routing); their weights are read once;
+  flops are 2 x active expert parameters x tokens.
+- ``lm_head``: only for the sequences that emit a token this step (`output_tokens`).
+- ``tp_collectives``: two ring all-reduces of the hidden states per layer (after attention and after
+  the MLP/experts), plus a gather of the logits: 2(tp-1)/tp x bytes / (link bytes/s x collective
+  efficiency) + 2(tp-1) x link latency per all-reduce. Zero when tp = 1.
+
+Assumptions (stated, not hidden): operators run back to back on one stream (no overlap of compute,
+memory and communication); collectives are not overlapped with compute; embedding gathers,
+normalisations, activations, RoPE and residual adds are not counted (a few percent of a layer's
+traffic); MoE routing is uniform and experts are split across TP ranks (no expert parallelism);
+KV heads are replicated when tp exceeds their number, and MLA's latent KV is replicated on every
+rank. The host is NOT overlapped with the device: total_s = device_s + host_s.
+
+Efficiency defaults (`EfficiencyConfig`) and their basis: gemm 0.7 (large BF16 cuBLAS GEMMs on
+H100 reach ~650-750 of 989 dense TFLOP/s); attention 0.5 (FlashAttention-2 reaches ~50-70 % of peak
+on A100 and ~35-50 % on H100, FlashAttention-3 ~75 % on H100); memory 0.8 (streaming kernels reach
+~80-90 % of HBM peak); collective 0.7 (NCCL all-reduce bus bandwidth over NVLink typically reaches
+~70-80 % of the per-direction link rate for large messages; small ones are latency-bound, which the
+latency term covers).
+
+Units: seconds, bytes, FLOPs, tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from infralab.errors import InputError
+from infralab.sim.calibration import CalibrationRow, CalibrationTable, scale, shape_key
+from infralab.sim.config import CostConfig
+from infralab.sim.specs import DTYPE_BYTES, AcceleratorSpec, LinkSpec, ModelSpec
+
+OPS = ("dense_gemm", "attention", "linear_attention", "moe_experts", "lm_head", "tp_collectives")
+
+KDA_CHUNK = 64  # tokens per chunk of the chunked KDA prefill (flash-linear-attention's default)
+KDA_DECODE_FLOPS_PER_STATE_ELEMENT = 8  # decay, k.S, rank-1 update (3), q.S, per K x V element
+LOGITS_BYTES = 4  # logits are produced and gathered in FP32
+
+# Calibration tables name dtypes a little differently from the cost config (docs/calibration.md).
+_TABLE_DTYPE = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8e4m3", "int8": "int8"}
+
+
+@dataclass(frozen=True, slots=True)
+class StepWork:
+    """What one engine step computes, summed over its sequences (tokens, pairs of tokens)."""
+
+    prefill_seqs: int = 0
+    prefill_tokens: int = 0  # new prompt tokens computed this step
+    prefill_attn_pairs: int = 0  # sum over prefill seqs of new*cached + new*(new+1)/2
+    prefill_context_tokens: int = 0  # sum over prefill seqs of cached + new (KV read or written)
+    decode_seqs: int = 0  # one token each
+    decode_context_tokens: int = 0  # sum of the decode sequences' context lengths
+    output_tokens: int = 0  # tokens emitted: decode seqs + prefills that finish their prompt
+
+    @staticmethod
+    def prefill(tokens: int, cached: int = 0) -> StepWork:
+        """One whole prompt of `tokens` new tokens after `cached` cached ones; it emits 1 token."""
+        return StepWork.prefill_chunk(tokens, cached, finishes=True)
+
+    @staticmethod
+    def prefill_chunk(tokens: int, cached: int = 0, finishes: bool = False) -> StepWork:
+        """A chunk of `tokens` new prompt tokens after `cached` already in the KV cache; it emits a
+        token only when it `finishes` the prompt."""
+        return StepWork(
+            prefill_seqs=1,
+            prefill_tokens=tokens,
+            prefill_attn_pairs=tokens * cached + tokens * (tokens + 1) // 2,
+            prefill_context_tokens=cached + tokens,
+            output_tokens=1 if finishes else 0,
+        )
+
+    @staticmethod
+    def decode(seqs: int, context_tokens: int) -> StepWork:
+        """`seqs` decode sequences with `context_tokens` context in total; each emits a token."""
+        return StepWork(decode_seqs=seqs, decode_context_tokens=context_tokens, output_tokens=seqs)
+
+    @property
+    def tokens(self) -> int:
+        """Tokens that pass through the layers this step (prefill tokens + one per decode seq)."""
+        return self.prefill_tokens + self.decode_seqs
+
+    def __add__(self, other: StepWork) -> StepWork:
+        return StepWork(
+            self.prefill_seqs + other.prefill_seqs,
+            self.prefill_tokens + other.prefill_tokens,
+            self.prefill_attn_pairs + other.prefill_attn_pairs,
+            self.prefill_context_tokens + other.prefill_context_tokens,
+            self.decode_seqs + other.decode_seqs,
+            self.decode_context_tokens + other.decode_context_tokens,
+            self.output_tokens + other.output_tokens,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StepCost:
+    """Seconds of one step: device (sum of `by_op`), host overheads, and their sum."""
+
+    device_s: float
+    host_s: float
+    total_s: float
+    by_op: Mapping[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class _Gemm:
+    """A class of identical GEMMs on one rank: C[M, n] = A[M, k] @ W[k, n], `count` per step."""
+
+    name: str
+    n: int
+    k: int
+    count: int
+
+
+class CostModel:
+    """Per-step cost of one serving instance (a model on `tp` accelerators)."""
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        accel: AcceleratorSpec,
+        cfg: CostConfig,
+        tp: int = 1,
+        tp_link: LinkSpec | None = None,
+        calibration: CalibrationTable | None = None,
+    ) -> None:
+        self.model, self.accel, self.cfg, self.tp, self.tp_link = model, accel, cfg, tp, tp_link
+        self.calibration = calibration
+        self._check_parallelism()
+        eff = cfg.efficiency
+        self._weight_width = DTYPE_BYTES[cfg.dtype]
+        self._act_width = 4 if cfg.dtype == "fp32" else 2  # 8-bit models still pass bf16 activations
+        # 8-bit checkpoints keep the LM head in bf16 (as ModelSpec.weight_bytes assumes).
+        self._lm_width = DTYPE_BYTES[cfg.dtype] if self._weight_width >= 2 else DTYPE_BYTES["bf16"]
+        self._kv_width = DTYPE_BYTES[cfg.kv_dtype]
+        self._peak = accel.peak(cfg.dtype)
+        self._gemm_rate = self._peak * eff.gemm
+        self._attn_rate = self._peak * eff.attention
+        # KDA decode recurrences run on FP32 cores; only models with KDA layers need that figure.
+        self._state_peak = accel.peak("fp32") if model.num_linear_attention_layers else 0.0
+        self._state_rate = self._state_peak * eff.attention
+        self._mem_rate = accel.hbm_bandwidth * eff.memory
+        self._geometry()
+        self._decode_coeffs = self._decode_attention_coeffs()
+        self._dense_gemms = self._build_dense_gemms()
+        self._dense_cache: dict[int, float] = {}
+        self._moe_cache: dict[int, float] = {}
+        self._lm_cache: dict[int, float] = {}
+        self._calibrated = _Calibration(self) if calibration is not None else None
+
+    # -- set-up --
+
+    def _check_parallelism(self) -> None:
+        m, tp = self.model, self.tp
+        if tp < 1:
+            raise InputError("hardware.tp", f"bad value {tp}", "a positive integer")
+        if m.num_heads % tp:
+            raise InputError("hardware.tp", f"{tp} does not divide {m.num_heads} attention heads", "a divisor")
+        if not m.is_mla and m.num_kv_heads % tp and tp % m.num_kv_heads:
+            raise InputError(
+                "hardware.tp", f"{tp} and {m.num_kv_heads} KV heads", "a divisor or multiple of the KV heads"
+            )
+        if m.num_linear_attention_layers and m.linear_num_heads % tp:
+            raise InputError("hardware.tp", f"{tp} does not divide {m.linear_num_heads} KDA heads", "a divisor")
+        if tp > 1 and self.tp_link is None:
+            raise InputError("hardware.tp_link", "tp > 1 needs a link for its collectives", "a link spec")
+
+    def _geometry(self) -> None:
+        m, tp = self.model, self.tp
+        self._heads = m.num_heads // tp
+        self._qk_dim, self._v_dim = m.qk_head_dim, m.attn_v_head_dim
+        if m.is_mla:  # the compressed latent, replicated on every rank
+            self._kv_heads = 1
+            self._kv_dim = m.kv_lora_rank + m.qk_rope_head_dim
+            self._kv_elems_layer = self._kv_dim
+            # absorbed decode: scores over the whole latent, values over its non-RoPE part
+            self._decode_qk_dim, self._decode_v_dim = self._kv_dim, m.kv_lora_rank
+        else:
+            self._kv_heads = max(1, m.num_kv_heads // tp)
+            self._kv_dim = m.head_dim
+            self._kv_elems_layer = 2 * self._kv_heads * m.head_dim
+            self._decode_qk_dim = self._decode_v_dim = m.head_dim
+        self._kv_bytes_layer = self._kv_elems_layer * self._kv_width  # per token, layer, rank
+        self._full_layers = m.num_full_attention_layers
+        self._linear_layers = m.num_linear_attention_layers
+        self._lin_heads = m.linear_num_heads // tp
+        d = m.linear_head_dim
+        self._lin_state_bytes = self._lin_heads * d * d * DTYPE_BYTES["fp32"]  # per seq, layer, rank
+        self._lin_conv_bytes = 3 * self._lin_heads * d * max(m.linear_conv_kernel - 1, 0) * DTYPE_BYTES["bf16"]
+        self._lin_io_elems = self._lin_heads * 5 * d  # q, k, v, gate in; output out (per token)
+
+    def _build_dense_gemms(self) -> list[_Gemm]:
+        """Every non-expert GEMM class with its per-rank N and K (column-parallel layers split N,
+        row-parallel ones split K, small ones are replicated)."""
+        m, tp, h = self.model, self.tp, self.model.hidden_size
+        gemms: list[_Gemm] = []
+
+        def add(name: str, n: int, k: int, count: int) -> None:
+            if count and n and k:
+                gemms.append(_Gemm(name, n, k, count))
+
+        full, heads = self._full_layers, self._heads
+        if m.is_mla:
+            if m.q_lora_rank:
+                add("q_a", m.q_lora_rank, h, full)
+                add("q_b", heads * m.qk_head_dim, m.q_lora_rank, full)
+            else:
+                add("q", heads * m.qk_head_dim, h, full)
+            add("kv_a", m.kv_lora_rank + m.qk_rope_head_dim, h, full)
+            add("kv_b", heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank, full)
+            add("attn_o", h, heads * m.v_head_dim, full)
+        else:
+            add("qkv", (heads + 2 * self._kv_heads) * m.head_dim, h, full)
+            add("attn_o", h, heads * m.head_dim, full)
+        lin, lheads, d = self._linear_layers, self._lin_heads, m.linear_head_dim
+        add("kda_qkv", 3 * lheads * d, h, lin)
+        add("kda_gate_a", d, h, 2 * lin)  # decay and output gates: low rank, replicated
+        add("kda_gate_b", lheads * d, d, 2 * lin)
+        add("kda_beta", lheads, h, lin)
+        add("kda_o", h, lheads * d, lin)
+        add("mlp_gate_up", 2 * m.intermediate_size // tp, h, m.num_dense_mlp_layers)
+        add("mlp_down", h, m.intermediate_size // tp, m.num_dense_mlp_layers)
+        shared = m.num_shared_experts * m.moe_intermediate_size // tp
+        add("shared_gate_up", 2 * shared, h, m.num_moe_layers)
+        add("shared_down", h, shared, m.num_moe_layers)
+        add("router", m.num_experts, h, m.num_moe_layers)
+        return gemms
+
+    # -- public queries --
+
+    @property
+    def calibrated_ops(self) -> frozenset[str]:
+        """Operators (names of `StepCost.by_op`) whose time comes, at least in part, from the
+        calibration table: dense_gemm, moe_experts and lm_head from `matmul` (`w8a8_matmul` for fp8)
+        rows; attention (decode) from `paged_decode_attention`; linear_attention (decode) from
+        `kda_decode`. Prefill attention and KDA prefill always use the roofline."""
+        return self._calibrated.ops if self._calibrated is not None else frozenset()
+
+    def kv_bytes_per_token(self) -> int:
+        """KV-cache bytes one token takes on the whole instance (all TP ranks, replicas included)."""
+        return int(self._full_layers * self._kv_bytes_layer * self.tp)
+
+    def linear_state_bytes_per_seq(self) -> int:
+        """Linear-attention state bytes one sequence holds on the whole instance (split, not
+        replicated, across ranks)."""
+        return int(self._linear_layers * (self._lin_state_bytes + self._lin_conv_bytes) * self.tp)
+
+    def kv_transfer_bytes(self, tokens: int) -> int:
+        """Bytes to move one sequence's cache of `tokens` tokens to another instance: its KV (one
+        copy, without TP replicas) plus its linear-attention state."""
+        return int(tokens * self.model.kv_bytes_per_token(self.cfg.kv_dtype) + self.linear_state_bytes_per_seq())
+
+    def weight_bytes(self) -> int:
+        """Bytes of the model's weights in the configured dtype (whole instance)."""
+        return self.model.weight_bytes(self.cfg.dtype)
+
+    def kv_capacity_tokens(self, gpu_memory_utilization: float) -> int:
+        """Tokens of KV cache that fit: (utilisation x HBM x tp - weights) / KV bytes per token.
+
+        Activations and the linear-attention state of running sequences are not subtracted here
+        (the engine reserves `linear_state_bytes_per_seq` per running sequence). InputError when
+        the weights alone do not fit."""
+        budget = gpu_memory_utilization * self.accel.hbm_capacity * self.tp
+        free = budget - self.weight_bytes()
+        if free <= 0:
+            raise InputError(
+                "hardware",
+                f"{self.model.name} weights ({self.weight_bytes() / 1e9:.1f} GB in {self.cfg.dtype}) do not fit in "
+                f"{gpu_memory_utilization} x {self.accel.hbm_capacity / 1e9:.0f} GB x tp={self.tp} of {self.accel.name}",
+                "a larger tp, a larger accelerator, a smaller dtype or a higher gpu_memory_utilization",
+            )
+        per_token = self.kv_bytes_per_token()
+        if per_token == 0:  # no full-attention layer: KV never limits the batch
+            return 2**62
+        return int(free // per_token)
+
+    # -- the step --
+
+    def step(self, work: StepWork) -> StepCost:
+        """Seconds of one engine step doing `work` (device time per rank + host overheads)."""
+        tokens = work.prefill_tokens + work.decode_seqs
+        dense = self._dense_cache.get(tokens)
+        if dense is None:
+            dense = self._dense_cache[tokens] = self._dense_gemm_time(tokens)
+        moe = self._moe_cache.get(tokens)
+        if moe is None:
+            moe = self._moe_cache[tokens] = self._moe_time(tokens)
+        lm = self._lm_cache.get(work.output_tokens)
+        if lm is None:
+            lm = self._lm_cache[work.output_tokens] = self._lm_head_time(work.output_tokens)
+        by_op = {
+            "dense_gemm": dense,
+            "attention": self._attention_time(work),
+            "linear_attention": self._linear_attention_time(work),
+            "moe_experts": moe,
+            "lm_head": lm,
+            "tp_collectives": self._collective_time(tokens, work.output_tokens),
+        }
+        device = sum(by_op.values())
+        host_cfg = self.cfg.host
+        host = (
+            host_cfg.per_step_s
+            + host_cfg.per_request_s * (work.prefill_seqs + work.decode_seqs)
+            + host_cfg.per_output_token_s * work.output_tokens
+        )
+        return StepCost(device_s=device, host_s=host, total_s=device + host, by_op=by_op)
+
+    # -- operators (seconds per step, one rank) --
+
+    def _roofline(self, flops: float, nbytes: float, rate: float) -> float:
+        return max(flops / rate, nbytes / self._mem_rate)
+
+    def _gemm_work(self, g: _Gemm, m: int) -> tuple[float, float]:
+        """(flops, bytes) of the GEMM class `g` over `m` tokens: weights read once, activations
+        read and written once."""
+        flops = 2.0 * m * g.n * g.k * g.count
+        nbytes = g.count * (g.n * g.k * self._weight_width + m * (g.n + g.k) * self._act_width)
+        return flops, nbytes
+
+    def _gemm_roofline(self, g: _Gemm, m: int) -> float:
+        return self._roofline(*self._gemm_work(g, m), self._gemm_rate)
+
+    def _gemm_ideal(self, g: _Gemm, m: int) -> float:
+        """The same GEMMs at 100 % of peak: the floor no measurement can beat."""
+        flops, nbytes = self._gemm_work(g, m)
+        return max(flops / self._peak, nbytes / self.accel.hbm_bandwidth)
+
+    def _dense_gemm_time(self, tokens: int) -> float:
+        if tokens == 0:
+            return 0.0
+        total = 0.0
+        for g in self._dense_gemms:
+            measured = self._calibrated.gemm(g.n, g.k, tokens) if self._calibrated else None
+            if measured is None:
+                total += self._gemm_roofline(g, tokens)
+            else:
+                total += max(measured * g.count, self._gemm_ideal(g, tokens))
+        return total
+
+    def expected_experts_touched(self, tokens: int) -> float:
+        """Distinct routed experts a batch of `tokens` touches per layer, in expectation, when
+        each token picks k of E experts uniformly: E * (1 - (1 - k/E)^tokens)."""
+        e, k = self.model.num_experts, self.model.experts_per_token
+        if e == 0 or tokens == 0:
+            return 0.0
+        return e * (1.0 - (1.0 - k / e) ** tokens)
+
+    def _moe_time(self, tokens: int) -> float:
+        m = self.model
+        if not m.is_moe or tokens == 0:
+            return 0.0
+        touched = self.expected_experts_touched(tokens)
+        h, width = m.hidden_size, m.moe_intermediate_size // self.tp
+        routed = tokens * m.experts_per_token
+        if self._calibrated is not None:
+            per_expert = max(1, round(routed / touched))
+            up = self._calibrated.gemm(2 * width, h, per_expert)
+            down = self._calibrated.gemm(h, width, per_expert)
+            if up is not None and down is not None:
+                ideal = self._moe_layer(tokens, touched, self._peak, self.accel.hbm_bandwidth)
+                return m.num_moe_layers * max(touched * (up + down), ideal)
+        return m.num_moe_layers * self._moe_layer(tokens, touched, self._gemm_rate, self._mem_rate)
+
+    def _moe_layer(self, tokens: int, touched: float, flop_rate: float, byte_rate: float) -> float:
+        m = self.model
+        h, width = m.hidden_size, m.moe_intermediate_size // self.tp
+        routed = tokens * m.experts_per_token
+        flops = 2.0 * routed * 3 * h * width
+        nbytes = touched * 3 * h * width * self._weight_width + routed * (2 * h + 3 * width) * self._act_width
+        return max(flops / flop_rate, nbytes / byte_rate)
+
+    def _lm_head_time(self, rows: int) -> float:
+        if rows == 0:
+            return 0.0
+        vocab, h = self.model.vocab_size // self.tp, self.model.hidden_size
+        measured = self._calibrated.gemm(vocab, h, rows) if self._calibrated else None
+        flops = 2.0 * rows * vocab * h
+        nbytes = vocab * h * self._lm_width + rows * (h * self._act_width + vocab * LOGITS_BYTES)
+        if measured is not None:
+            return max(measured, flops / self._peak, nbytes / self.accel.hbm_bandwidth)
+        return self._roofline(flops, nbytes, self._gemm_rate)
+
+    def _attention_time(self, work: StepWork) -> float:
+        if self._full_layers == 0:
+            return 0.0
+        total = 0.0
+        if work.prefill_tokens:
+            flops, nbytes = self._prefill_attention_work(work)
+            total += self._full_layers * self._roofline(flops, nbytes, self._attn_rate)
+        if work.decode_seqs:
+            seqs, context = work.decode_seqs, work.decode_context_tokens
+            if self._calibrated is not None and "attention" in self._calibrated.ops:
+                total += self._calibrated_decode_attention(seqs, context)
+            else:  # the roofline with per-token coefficients folded in (hot path)
+                c = self._decode_coeffs
+                total += max(context * c[0], context * c[1] + seqs * c[2])
+        return total
+
+    def _prefill_attention_work(self, work: StepWork) -> tuple[float, float]:
+        """(flops, bytes) of one full-attention layer's prefill attention on one rank."""
+        heads = self._heads
+        flops = 2.0 * heads * work.prefill_attn_pairs * (self._qk_dim + self._v_dim)
+        nbytes = (
+            (work.prefill_context_tokens + work.prefill_tokens) * self._kv_bytes_layer
+            + work.prefill_tokens * heads * (self._qk_dim + self._v_dim) * self._act_width
+        )
+        return flops, nbytes
+
+    def _decode_attention_work(self, seqs: int, context: int) -> tuple[float, float]:
+        """(flops, bytes) of one full-attention layer's decode attention on one rank: every
+        sequence's KV read once; its query in, output out and new KV written."""
+        flops, per_context, per_seq = self._decode_attention_terms()
+        return flops * context, per_context * context + per_seq * seqs
+
+    def _decode_attention_terms(self) -> tuple[float, float, float]:
+        """Flops per context token, bytes per context token, bytes per sequence (one layer)."""
+        heads, qk, v = self._heads, self._decode_qk_dim, self._decode_v_dim
+        per_seq = heads * (qk + v) * self._act_width + self._kv_bytes_layer
+        return 2.0 * heads * (qk + v), float(self._kv_bytes_layer), float(per_seq)
+
+    def _decode_attention_coeffs(self) -> tuple[float, float, float]:
+        """Seconds (all full layers) per context token of compute, per context token of memory
+        traffic and per sequence of memory traffic: decode attention = max(c0*ctx, c1*ctx + c2*seqs)."""
+        flops, per_context, per_seq = self._decode_attention_terms()
+        layers = self._full_layers
+        return (
+            layers * flops / self._attn_rate,
+            layers * per_context / self._mem_rate,
+            layers * per_seq / self._mem_rate,
+        )
+
+    def _calibrated_decode_attention(self, seqs: int, context: int) -> float:
+        flops, nbytes = self._decode_attention_work(seqs, context)
+        measured = self._calibrated.decode_attention(seqs, context) if self._calibrated else None
+        if measured is None:
+            return self._full_layers * self._roofline(flops, nbytes, self._attn_rate)
+        ideal = max(flops / self._peak, nbytes / self.accel.hbm_bandwidth)
+        return self._full_layers * max(measured, ideal)
+
+    def _linear_attention_time(self, work: StepWork) -> float:
+        if self._linear_layers == 0:
+            return 0.0
+        total = 0.0
+        d, heads, width = self.model.linear_head_dim, self._lin_heads, self._act_width
+        per_seq_state = 2.0 * (self._lin_state_bytes + self._lin_conv_bytes)  # read and write
+        if work.prefill_tokens:
+            t = work.prefill_tokens
+            # three state-sized products per token, plus intra-chunk scores and values 2*C*(K+V)
+            flops = t * heads * (6.0 * d * d + 2.0 * KDA_CHUNK * (d + d))
+            chunk_states = 2.0 * t / KDA_CHUNK * self._lin_state_bytes  # written, then read back
+            nbytes = work.prefill_seqs * per_seq_state + chunk_states + t * self._lin_io_elems * width
+            total += self._linear_layers * self._roofline(flops, nbytes, self._attn_rate)
+        if work.decode_seqs:
+            b = work.decode_seqs
+            flops = b * heads * KDA_DECODE_FLOPS_PER_STATE_ELEMENT * d * d
+            nbytes = b * (per_seq_state + self._lin_io_elems * width)
+            measured = self._calibrated.kda_decode(b) if self._calibrated else None
+            if measured is not None:
+                ideal = max(flops / self._state_peak, nbytes / self.accel.hbm_bandwidth)
+                total += self._linear_layers * max(measured, ideal)
+            else:
+                total += self._linear_layers * max(flops / self._state_rate, nbytes / self._mem_rate)
+        return total
+
+    def _collective_time(self, tokens: int, output_tokens: int) -> float:
+        tp = self.tp
+        if tp == 1 or (tokens == 0 and output_tokens == 0):
+            return 0.0
+        link = self.tp_link
+        assert link is not None  # checked in __init__
+        rate = link.bandwidth * self.cfg.efficiency.collective
+        total = 0.0
+        if tokens:
+            payload = tokens * self.model.hidden_size * self._act_width
+            all_reduce = 2.0 * (tp - 1) / tp * payload / rate + 2 * (tp - 1) * link.latency
+            total += 2 * self.model.num_layers * all_reduce
+        if output_tokens:  # vocab-parallel LM head: gather the logit shards
+            payload = output_tokens * self.model.vocab_size * LOGITS_BYTES
+            total += (tp - 1) / tp * payload / rate + (tp - 1) * link.latency
+        return total
+
+
+def _bucket(value: float) -> float:
+    """`value` rounded to the nearest power of 2^(1/4) (steps of ~19 %): the granularity at which
+    the nearest calibration row is chosen and memoised."""
+    return 2.0 ** (round(4.0 * math.log2(max(value, 1.0))) / 4.0)
+
+
+class _CalibratedKernel:
+    """One kernel family of a table, bound to the first of `dtypes` it has rows for on the device.
+
+    Exact shapes are looked up directly; otherwise the nearest rows are chosen once per shape
+    bucket and the query's own shape is scaled at their rate (results are exact per shape, while
+    the search runs once per bucket). Results are memoised per shape (the memo is cleared when it
+    reaches `MEMO_LIMIT` entries, to bound memory over long runs)."""
+
+    MEMO_LIMIT = 1 << 16
+
+    def __init__(self, table: CalibrationTable, kernel: str, dtypes: tuple[str, ...], device: str,
+                 peaks: tuple[float, float]) -> None:
+        self.table, self.kernel, self.device, self.peaks = table, kernel, device, peaks
+        self.dtype = next((d for d in dtypes if table.covers(kernel, d, device)), None)
+        self._nearest: dict[tuple[tuple[str, float], ...], list[CalibrationRow]] = {}
+        self._memo: dict[tuple[int, ...], float | None] = {}
+
+    @property
+    def active(self) -> bool:
+        return self.dtype is not None
+
+    def time(self, shape: dict[str, int]) -> float | None:
+        """Seconds of one call at `shape` (callers name the fields in a fixed order), or None."""
+        if self.dtype is None:
+            return None
+        memo_key = tuple(shape.values())
+        if memo_key in self._memo:
+            return self._memo[memo_key]
+        result = self._measure(shape)
+        if len(self._memo) >= self.MEMO_LIMIT:
+            self._memo.clear()
+        self._memo[memo_key] = result
+        return result
+
+    def _measure(self, shape: dict[str, int]) -> float | None:
+        assert self.dtype is not None
+        key = shape_key(shape)
+        measured = self.table.exact(self.kernel, self.dtype, self.device, key)
+        if measured is not None:
+            return measured
+        bucket = tuple((name, _bucket(value)) for name, value in key)
+        rows = self._nearest.get(bucket)
+        if rows is None:
+            rows = self._nearest[bucket] = self.table.nearest(self.kernel, self.dtype, self.device, dict(bucket))
+        if not rows:
+            return None
+        return min(scale(row, shape, self.peaks) for row in rows)
+
+
+class _Calibration:
+    """The calibration table as the cost model uses it: which kernel stands for which operator."""
+
+    def __init__(self, cost: CostModel) -> None:
+        table, accel, cfg = cost.calibration, cost.accel, cost.cfg
+        assert table is not None
+        device, bw = accel.calibration_device, accel.hbm_bandwidth
+        self._cost = cost
+        if cfg.dtype == "fp8":
+            # W8A8 tables may be INT8 (same tensor-core rate as FP8 on Hopper): used as a stand-in.
+            self._matmul = _CalibratedKernel(table, "w8a8_matmul", ("fp8e4m3", "int8"), device, (cost._peak, bw))
+        else:
+            self._matmul = _CalibratedKernel(table, "matmul", (_TABLE_DTYPE[cfg.dtype],), device, (cost._peak, bw))
+        kv_dtypes = (_TABLE_DTYPE[cfg.kv_dtype], _TABLE_DTYPE[cfg.dtype])
+        self._attention = _CalibratedKernel(table, "paged_decode_attention", kv_dtypes, device, (cost._peak, bw))
+        # The KDA decode kernel keeps its state and arithmetic in FP32.
+        self._kda = _CalibratedKernel(table, "kda_decode", ("fp32", _TABLE_DTYPE[cfg.dtype]), device,
+                                      (cost._state_peak, bw))
+        ops = set()
+        if self._matmul.active:
+            ops |= {"dense_gemm", "lm_head"} | ({"moe_experts"} if cost.model.is_moe else set())
+        if self._attention.active and cost._full_layers:
+            ops.add("attention")
+        if self._kda.active and cost._linear_layers:
+            ops.add("linear_attention")
+        self.ops = frozenset(ops)
+
+    def gemm(self, n: int, k: int, m: int) -> float | None:
+        """Seconds of one C[m, n] = A[m, k] @ W[k, n]."""
+        return self._matmul.time({"M": m, "N": n, "K": k})
+
+    def decode_attention(self, seqs: int, context: int) -> float | None:
+        """Seconds of one layer's decode attention over `seqs` sequences (mean context per seq)."""
+        cost = self._cost
+        shape = {
+            "B": seqs,
+            "H": cost._heads,
+            "HKV": cost._kv_heads,
+            "D": cost._kv_dim,
+            "T": max(1, math.ceil(context / seqs)),
+        }
+        return self._attention.time(shape)
+
+    def kda_decode(self, seqs: int) -> float | None:
+        """Seconds of one layer's KDA decode step over `seqs` sequences."""
+        d = self._cost.model.linear_head_dim
+        return self._kda.time({"B": seqs, "H": self._cost._lin_heads, "K": d, "V": d})

@@ -1,0 +1,203 @@
+"""The roofline cost model against hand-worked figures and invariants."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from infralab.errors import InputError
+from infralab.sim.config import CostConfig, EfficiencyConfig, HostOverheadConfig
+from infralab.sim.cost_model import OPS, CostModel, StepWork
+from infralab.sim.specs import load_accelerator, load_link, load_model
+
+H100 = load_accelerator("H100")
+H200 = load_accelerator("H200")
+NVLINK = load_link("nvlink4")
+LLAMA8 = load_model("llama-3-8b")
+MIXTRAL = load_model("mixtral-8x7b")
+KIMI = load_model("kimi-linear-48b-a3b")
+CFG = CostConfig()
+
+
+def cost(model=LLAMA8, accel=H100, cfg=CFG, tp=1) -> CostModel:
+    return CostModel(model, accel, cfg, tp=tp, tp_link=NVLINK if tp > 1 else None)
+
+
+def test_step_work_prefill_counts_causal_pairs():
+    w = StepWork.prefill(4, cached=10)
+    assert (w.prefill_seqs, w.prefill_tokens, w.prefill_context_tokens, w.output_tokens) == (1, 4, 14, 1)
+    assert w.prefill_attn_pairs == 4 * 10 + 4 * 5 // 2  # 40 + (1+2+3+4)
+    both = w + StepWork.decode(3, 300)
+    assert (both.tokens, both.output_tokens, both.decode_context_tokens) == (7, 4, 300)
+    assert StepWork.prefill_chunk(8, 0, finishes=False).output_tokens == 0
+
+
+def test_by_op_names_and_sum():
+    c = cost(KIMI, H200, tp=2).step(StepWork.prefill(300, 50) + StepWork.decode(5, 5000))
+    assert set(c.by_op) == set(OPS)
+    assert c.device_s == pytest.approx(sum(c.by_op.values()))
+    assert all(v > 0 for v in c.by_op.values())  # every operator is exercised by this model
+
+
+def test_single_decode_is_weight_read_bound():
+    """One decode token reads every weight but the embedding table (a gather) once."""
+    c = cost().step(StepWork.decode(1, 1))
+    read = LLAMA8.weight_bytes("bf16") - 2 * LLAMA8.param_counts()["embedding"]
+    expected = read / (H100.hbm_bandwidth * CFG.efficiency.memory)
+    assert expected == pytest.approx(5.60e-3, rel=0.01)  # 15.0 GB at 2.68 TB/s
+    assert c.device_s == pytest.approx(expected, rel=0.005)  # KV, activations: the rest
+
+
+@pytest.mark.parametrize("model", [LLAMA8, MIXTRAL, KIMI], ids=lambda m: m.name)
+def test_single_decode_reads_each_active_weight_once(model):
+    """Cross-checks the operator list against the parameter count: one token reads exactly the
+    active weights (routed experts: its top-k only), plus its KDA state in and out."""
+    c = cost(model, H200).step(StepWork.decode(1, 1))
+    read = 2 * model.active_params_per_token + 2 * model.linear_state_bytes_per_seq()
+    assert c.device_s == pytest.approx(read / (4.8e12 * 0.8), rel=0.005)
+
+
+def test_doubling_prefill_in_compute_bound_regime_doubles_time():
+    model = cost()
+    one = model.step(StepWork.prefill(2048) + StepWork.prefill(2048))
+    two = model.step(sum([StepWork.prefill(2048)] * 4, StepWork()))
+    assert two.by_op["dense_gemm"] == pytest.approx(2 * one.by_op["dense_gemm"], rel=1e-9)
+    assert two.by_op["attention"] == pytest.approx(2 * one.by_op["attention"], rel=1e-9)
+    assert 1.95 < two.device_s / one.device_s < 2.0
+
+
+def test_dense_gemm_compute_time_by_hand():
+    """8192 prefill tokens: 2 x 7.5e9 non-embedding weights x tokens at 70 % of 989.5 TFLOP/s."""
+    c = cost().step(StepWork.prefill_chunk(8192))
+    counts = LLAMA8.param_counts()
+    gemm_params = counts["attention"] + counts["dense_mlp"]
+    assert c.by_op["dense_gemm"] == pytest.approx(2 * gemm_params * 8192 / (989.5e12 * 0.7), rel=1e-9)
+
+
+def test_tp_halves_gemm_time_and_adds_collectives():
+    work = StepWork.prefill(4096)
+    one, two = cost(tp=1).step(work), cost(tp=2).step(work)
+    assert two.by_op["dense_gemm"] == pytest.approx(one.by_op["dense_gemm"] / 2, rel=1e-9)
+    assert one.by_op["tp_collectives"] == 0
+    payload = 4096 * 4096 * 2  # tokens x hidden x bf16
+    rate = NVLINK.bandwidth * CFG.efficiency.collective
+    all_reduce = 2 * (1 / 2) * payload / rate + 2 * NVLINK.latency
+    gather = (1 / 2) * 1 * 128256 * 4 / rate + NVLINK.latency  # one row of FP32 logits
+    assert two.by_op["tp_collectives"] == pytest.approx(2 * 32 * all_reduce + gather, rel=1e-9)
+
+
+def test_host_overheads_add_to_device_time():
+    host = HostOverheadConfig(per_step_s=1e-3, per_request_s=1e-4, per_output_token_s=1e-5)
+    model = cost(cfg=CostConfig(host=host))
+    work = StepWork.prefill_chunk(100, 0, finishes=True) + StepWork.decode(7, 700)
+    c = model.step(work)
+    assert c.host_s == pytest.approx(1e-3 + 1e-4 * 8 + 1e-5 * 8)
+    assert c.total_s == pytest.approx(c.device_s + c.host_s)
+
+
+def test_empty_step_costs_only_the_per_step_overhead():
+    c = cost(cfg=CostConfig(host=HostOverheadConfig(per_step_s=2e-3))).step(StepWork())
+    assert c.device_s == 0 and c.total_s == pytest.approx(2e-3)
+
+
+def test_efficiency_scales_compute_bound_time():
+    work = StepWork.prefill_chunk(8192)
+    fast = cost(cfg=CostConfig(efficiency=EfficiencyConfig(gemm=0.8))).step(work)
+    slow = cost(cfg=CostConfig(efficiency=EfficiencyConfig(gemm=0.4))).step(work)
+    assert slow.by_op["dense_gemm"] == pytest.approx(2 * fast.by_op["dense_gemm"])
+
+
+def test_decode_attention_reads_the_kv_cache():
+    """Large-context decode attention is memory-bound: KV bytes / (bw x eff)."""
+    c = cost().step(StepWork.decode(8, 8 * 100_000))
+    kv = 8 * 100_000 * LLAMA8.kv_bytes_per_token("bf16")
+    assert c.by_op["attention"] == pytest.approx(kv / (3.35e12 * 0.8), rel=0.01)
+
+
+def test_kda_decode_reads_and_writes_the_state():
+    c = cost(KIMI, H200).step(StepWork.decode(16, 16 * 1000))
+    state = 16 * 2 * KIMI.linear_state_bytes_per_seq()  # read and write
+    assert c.by_op["linear_attention"] == pytest.approx(state / (4.8e12 * 0.8), rel=0.02)
+    # no dependence on context length: the state is fixed-size
+    longer = cost(KIMI, H200).step(StepWork.decode(16, 16 * 100_000))
+    assert longer.by_op["linear_attention"] == c.by_op["linear_attention"]
+
+
+def test_moe_expected_experts_touched():
+    model = cost(MIXTRAL, H200, tp=2)
+    assert model.expected_experts_touched(1) == pytest.approx(2)
+    assert model.expected_experts_touched(2) == pytest.approx(8 * (1 - 0.75**2))
+    assert model.expected_experts_touched(10_000) == pytest.approx(8)
+
+
+def test_moe_single_token_reads_its_experts_only():
+    model = cost(MIXTRAL, H200, tp=2)
+    c = model.step(StepWork.decode(1, 100))
+    per_rank = 32 * 2 * 3 * 4096 * (14336 // 2) * 2  # layers x top-2 x expert bytes / tp
+    assert c.by_op["moe_experts"] == pytest.approx(per_rank / (4.8e12 * 0.8), rel=0.01)
+
+
+def test_kv_capacity_by_hand():
+    tokens = cost().kv_capacity_tokens(0.9)
+    assert tokens == int((0.9 * 80e9 - LLAMA8.weight_bytes("bf16")) // 131072)
+    with pytest.raises(InputError) as info:
+        cost(load_model("llama-3-70b")).kv_capacity_tokens(0.9)
+    assert "do not fit" in str(info.value) and "tp" in str(info.value)
+    assert cost(load_model("llama-3-70b"), tp=2).kv_capacity_tokens(0.9) > 0
+
+
+def test_kv_bytes_per_instance_count_replicas():
+    assert cost(tp=8).kv_bytes_per_token() == 131072  # 8 KV heads over 8 ranks: no replica
+    assert cost(tp=16).kv_bytes_per_token() == 2 * 131072  # each of 16 ranks keeps one KV head
+    assert cost(KIMI, H200, tp=2).kv_bytes_per_token() == 2 * 8064  # MLA latent on both ranks
+
+
+def test_kv_transfer_bytes_include_linear_state():
+    model = cost(KIMI, H200)
+    assert model.kv_transfer_bytes(1000) == 1000 * 8064 + 43_417_600
+    assert model.linear_state_bytes_per_seq() == 43_417_600
+    assert cost().kv_transfer_bytes(10) == 10 * 131072
+
+
+def test_bad_parallelism_and_dtype():
+    with pytest.raises(InputError, match="tp"):
+        cost(tp=3)
+    with pytest.raises(InputError, match="tp_link"):
+        CostModel(LLAMA8, H100, CFG, tp=2)
+    with pytest.raises(InputError, match="fp8"):
+        CostModel(LLAMA8, load_accelerator("A100"), CostConfig(dtype="fp8"))
+
+
+def test_step_is_deterministic_with_caches():
+    model = cost(KIMI, H200)
+    work = StepWork.prefill(512) + StepWork.decode(3, 3000)
+    assert model.step(work) == model.step(work) == cost(KIMI, H200).step(work)
+
+
+works = st.builds(
+    lambda new, cached, seqs, ctx: StepWork.prefill_chunk(new, cached) + StepWork.decode(seqs, seqs * ctx),
+    st.integers(0, 4096),
+    st.integers(0, 8192),
+    st.integers(0, 64),
+    st.integers(1, 20_000),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(base=works, extra=works, model=st.sampled_from([LLAMA8, MIXTRAL, KIMI]), tp=st.sampled_from([1, 2]))
+def test_more_work_never_takes_less_time(base, extra, model, tp):
+    cm = cost(model, H200, tp=tp)
+    before, after = cm.step(base), cm.step(base + extra)
+    for op in OPS:
+        assert after.by_op[op] >= before.by_op[op] - 1e-15, op
+    assert after.total_s >= before.total_s
+
+
+@settings(max_examples=40, deadline=None)
+@given(seqs=st.integers(1, 128), ctx=st.integers(1, 50_000), more=st.integers(1, 50_000))
+def test_decode_time_grows_with_context(seqs, ctx, more):
+    cm = cost()
+    assert cm.step(StepWork.decode(seqs, seqs * (ctx + more))).device_s >= cm.step(
+        StepWork.decode(seqs, seqs * ctx)
+    ).device_s
