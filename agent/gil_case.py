@@ -1,0 +1,222 @@
+"""The KV-transfer-vs-prefill GIL case study: the experiment file, the simulator sweep over its
+scenarios and what it writes (the real-threads probe beside the simulator is `gil_probe`).
+
+`infralab gil run EXPERIMENT.toml --out DIR [--probe]` writes, atomically:
+- `results.json`: per scenario and GIL mode (dispatch/combine holding or releasing it): prefill
+  throughput without and with KV transfer, degradation = 1 - with/without, the acceptance verdict,
+  overlap fractions and the attribution of the extra time;
+- `table.md` (also printed), `figures/degradation.png` (per scenario, held vs released, with the
+  acceptance line), `timelines/<scenario>-held.json` and `-released.json` (Perfetto, runs with
+  transfer) for the scenarios the experiment names;
+- with `--probe`: `probe.json` and `probe_table.md`: the host microbenchmarks, and per schedule
+  variant the probe's and the simulator's degradation and overlap side by side, with the errors;
+  `timelines/probe-*.json` (real threads) and `timelines/probe-sim-*.json` (simulated) beside
+  each other. Probe numbers are measurements of this machine at this moment, so they are not
+  byte-reproducible; everything else is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+from pydantic.dataclasses import dataclass
+
+from infralab.agent.acceptance import evaluate, parse_criterion
+from infralab.config_io import STRICT, load_toml, validate
+from infralab.errors import InputError
+from infralab.results import atomic_output_dir, dump_json
+from infralab.sim.host import attribution
+from infralab.sim.host.scenario import CaseSetup, HostProfile, Scenario, build, run
+from infralab.sim.records import RunRecord
+from infralab.sim.timeline import save_trace
+
+PositiveInt = Annotated[int, Field(gt=0)]
+NonNegInt = Annotated[int, Field(ge=0)]
+MODES = {"held": True, "released": False}
+
+
+@dataclass(frozen=True, config=STRICT)
+class ExperimentInfo:
+    name: str
+    # Checked per scenario and mode against {"degradation": ..., "throughput_ratio": ...}.
+    acceptance: str = "degradation <= 0.05"
+    timelines: tuple[str, ...] = ()  # scenario names whose held and released runs get a timeline
+
+
+@dataclass(frozen=True, config=STRICT)
+class ProbeConfig:
+    """The probe's schedule (see infralab.kernels.host_probe.probe.ProbeSchedule), in this
+    machine's units, and how often each variant is repeated (medians are reported)."""
+
+    steps: PositiveInt = 4
+    layers: PositiveInt = 12
+    launch_units: NonNegInt = 500
+    dispatch_us: NonNegInt = 1500
+    combine_us: NonNegInt = 300
+    blocks_per_chunk: NonNegInt = 2000
+    chunk_kib: PositiveInt = 4096
+    granularities: tuple[Literal["per_layer", "after_prefill"], ...] = ("per_layer", "after_prefill")
+    native_wait: Literal["spin", "sleep"] = "sleep"
+    repeats: PositiveInt = 3
+
+
+@dataclass(frozen=True, config=STRICT)
+class GilExperiment:
+    experiment: ExperimentInfo
+    scenario: tuple[Scenario, ...]
+    setup: CaseSetup = CaseSetup()
+    host: HostProfile = HostProfile()
+    probe: ProbeConfig = ProbeConfig()
+
+
+def load_experiment(path: str | Path) -> GilExperiment:
+    """Read and validate an experiment file (InputError names file and field)."""
+    data = load_toml(path)
+    exp = validate(GilExperiment, data, str(path))
+    names = [s.name for s in exp.scenario]
+    if len(set(names)) != len(names):
+        raise InputError(f"{path}: scenario", "scenario names repeat", "a unique name per [[scenario]]")
+    for name in exp.experiment.timelines:
+        if name not in names:
+            raise InputError(f"{path}: experiment.timelines", f"unknown scenario {name!r}", f"one of {names}")
+    parse_criterion(exp.experiment.acceptance, f"{path}: experiment.acceptance")
+    return exp
+
+
+# ---- the simulator sweep -------------------------------------------------------------------
+
+
+def _mode_result(built, scenario: Scenario, holds: bool, criterion) -> tuple[dict[str, Any], RunRecord]:
+    without = run(built, scenario, holds, with_transfer=False)
+    with_ = run(built, scenario, holds, with_transfer=True)
+    ratio = with_.throughput / without.throughput
+    metrics = {"degradation": 1.0 - ratio, "throughput_ratio": ratio}
+    blame = attribution.attribute(without.record.intervals, without.prefill_s, with_.record.intervals, with_.prefill_s)
+    result = {
+        "throughput_without_tok_s": without.throughput,
+        "throughput_with_tok_s": with_.throughput,
+        "prefill_without_s": without.prefill_s,
+        "prefill_with_s": with_.prefill_s,
+        **metrics,
+        "accepted": bool(evaluate(criterion, metrics)),
+        "forced_gil_drops": with_.forced_drops,
+        "attribution": blame.as_dict(),
+    }
+    return result, with_.record
+
+
+def sweep(exp: GilExperiment, timeline_dir: Path | None = None) -> list[dict[str, Any]]:
+    """Run every scenario held and released, with and without transfer."""
+    criterion = parse_criterion(exp.experiment.acceptance)
+    rows = []
+    for scenario in exp.scenario:
+        built = build(exp.setup, exp.host, scenario)
+        row: dict[str, Any] = {"scenario": dataclasses.asdict(scenario), "modes": {}}
+        row["inputs"] = {
+            "layer": dataclasses.asdict(built.plan.layer),
+            "layers": built.plan.num_layers,
+            "kv_bytes_per_step": sum(built.chunk_bytes),
+            "descriptors_per_step": sum(built.chunk_descriptors),
+            "nic_bandwidth_Bps": built.nic.bandwidth,
+        }
+        for mode, holds in MODES.items():
+            result, record = _mode_result(built, scenario, holds, criterion)
+            row["modes"][mode] = result
+            if timeline_dir is not None and scenario.name in exp.experiment.timelines:
+                save_trace(record, timeline_dir / f"{scenario.name}-{mode}.json",
+                           metadata={"scenario": scenario.name, "dispatch_combine": mode, "kv_transfer": True})
+        rows.append(row)
+    return rows
+
+
+def sweep_table(rows: list[dict[str, Any]], acceptance: str) -> str:
+    head = (
+        "| scenario | held: degradation | released: degradation "
+        "| KV Python inside dispatch/combine: held / released | dispatch/combine covered by KV Python: held / released "
+        "| main GIL wait (s): held / released | KV-slot wait (s): held / released |\n"
+        "|---|---|---|---|---|---|---|\n"
+    )
+    lines = []
+    for row in rows:
+        h, r = row["modes"]["held"], row["modes"]["released"]
+
+        def mark(m):
+            return f"{m['degradation']:.1%}" + ("" if m["accepted"] else " ✗")
+
+        lines.append(
+            f"| {row['scenario']['name']} | {mark(h)} | {mark(r)} "
+            f"| {h['attribution']['overlaps']['kv_python_inside_comm']:.0%} / "
+            f"{r['attribution']['overlaps']['kv_python_inside_comm']:.0%} "
+            f"| {h['attribution']['overlaps']['kv_python_over_comm']:.0%} / "
+            f"{r['attribution']['overlaps']['kv_python_over_comm']:.0%} "
+            f"| {h['attribution']['main_gil_wait_s']:.4f} / {r['attribution']['main_gil_wait_s']:.4f} "
+            f"| {h['attribution']['kv_slot_wait_s']:.4f} / {r['attribution']['kv_slot_wait_s']:.4f} |"
+        )
+    return f"Acceptance: `{acceptance}` (✗ = fails)\n\n" + head + "\n".join(lines) + "\n"
+
+
+def degradation_figure(rows: list[dict[str, Any]], limit: float, path: Path) -> None:
+    """Bars of degradation per scenario, held vs released, with the acceptance line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [row["scenario"]["name"] for row in rows]
+    held = [100 * row["modes"]["held"]["degradation"] for row in rows]
+    released = [100 * row["modes"]["released"]["degradation"] for row in rows]
+    x = range(len(names))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(names) + 2), 4.2))
+    ax.bar([i - 0.2 for i in x], held, width=0.4, label="dispatch/combine hold the GIL", color="#c0504d")
+    ax.bar([i + 0.2 for i in x], released, width=0.4, label="dispatch/combine release the GIL", color="#4f81bd")
+    ax.axhline(100 * limit, color="black", linestyle="--", linewidth=1, label=f"acceptance {limit:.0%}")
+    ax.set_xticks(list(x), names, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("prefill throughput lost to KV transfer (%)")
+    ax.set_title("KV transfer vs prefill (simulated)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, metadata={"Software": None})
+    plt.close(fig)
+
+
+def _limit_of(acceptance: str) -> float:
+    """The number in a `degradation <= X` criterion, for the figure's line (0.05 otherwise)."""
+    text = acceptance.replace(" ", "")
+    if text.startswith("degradation<="):
+        try:
+            return float(text.split("<=", 1)[1])
+        except ValueError:
+            pass
+    return 0.05
+
+
+# ---- the command -----------------------------------------------------------------------------
+
+
+def run_experiment(path: str | Path, out: str | Path, with_probe: bool = False) -> dict[str, Any]:
+    """Everything `infralab gil run` does; returns the results written to `out/results.json`."""
+    exp = load_experiment(path)
+    with atomic_output_dir(out) as tmp:
+        (tmp / "timelines").mkdir()
+        rows = sweep(exp, tmp / "timelines")
+        table = sweep_table(rows, exp.experiment.acceptance)
+        results = {"experiment": exp.experiment.name, "acceptance": exp.experiment.acceptance,
+                   "setup": dataclasses.asdict(exp.setup), "host": dataclasses.asdict(exp.host), "scenarios": rows}
+        dump_json(results, tmp / "results.json")
+        (tmp / "table.md").write_text(table)
+        degradation_figure(rows, _limit_of(exp.experiment.acceptance), tmp / "figures" / "degradation.png")
+        print(table)
+        if with_probe:
+            from infralab.agent.gil_probe import probe_table, probe_vs_sim
+
+            compared = probe_vs_sim(exp.probe, tmp / "timelines")
+            dump_json(compared, tmp / "probe.json")
+            text = probe_table(compared)
+            (tmp / "probe_table.md").write_text(text)
+            print(text)
+            results["probe"] = compared
+    return results

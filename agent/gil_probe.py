@@ -1,0 +1,281 @@
+"""The real-threads probe beside the simulator, on the same host schedule.
+
+The probe (infralab.kernels.host_probe) runs the schedule on real threads of this machine; the
+simulator runs it with a host profile calibrated from the probe: its microbenchmarks (cost of a
+unit of Python work, GIL hand-off latencies, switch interval) and the segment durations the probe
+recorded in its runs without transfer. GIL hand-off latencies are sampled beside every repeat
+(they swing with the machine's load) and the simulator draws from those samples. Reported side by side: prefill time, degradation, overlap
+of the transfer thread's Python with dispatch/combine, and where the main thread's extra time
+went. The probe's numbers are measurements of this machine at this moment (a benchmark); the
+simulator's are deterministic given them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from pathlib import Path
+from typing import Any
+
+from infralab.agent.gil_case import MODES, ProbeConfig
+from infralab.sim.host import attribution
+from infralab.sim.host.gil import GilParams
+from infralab.sim.host.host_schedule import HostSchedule, run_host_schedule
+from infralab.sim.host.overlap import op_of
+from infralab.sim.records import Interval, RunRecord
+from infralab.sim.timeline import save_trace
+
+HANDOFF_TRIALS = 4  # hand-off samples of each kind taken after every probe repeat
+
+
+def _probe_intervals(probe_run) -> list[Interval]:
+    """Probe intervals in the simulator's form, seconds from the run's start."""
+    t0 = probe_run.start_ns
+    return [
+        Interval(iv.track, iv.name, (iv.start_ns - t0) * 1e-9, (iv.end_ns - t0) * 1e-9, (("op", iv.op),))
+        for iv in probe_run.intervals
+    ]
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeSegments:
+    """Mean segment durations the probe itself recorded (seconds): the main thread's, from the
+    runs without transfer (no GIL contention in them); the copy's, from the native stamps of the
+    runs with transfer (a native call's own time is not disturbed by the GIL)."""
+
+    launch_s: float  # one Python launch segment (stalls included: they happen without transfer too)
+    dispatch_s: float
+    combine_s: float
+    copy_s: float
+    gap_s: float  # main-thread time outside any recorded segment, per Python segment (bookkeeping)
+
+
+def _dispatch_count(main: list[Interval]) -> int:
+    """Layers x steps of a probe run: its count of dispatch calls."""
+    return sum(1 for iv in main if iv.name.startswith("native") and op_of(iv) == "dispatch")
+
+
+def probe_segments(without: list[list[Interval]], with_: list[list[Interval]], prefill_s: list[float]) -> ProbeSegments:
+    def mean_of(runs, track, name, op):
+        found = [iv.end_s - iv.start_s for ivs in runs for iv in ivs if iv.track == track and iv.name == name and op_of(iv) == op]
+        return statistics.fmean(found) if found else 0.0
+
+    def sum_of(runs, track, names, op):
+        return sum(iv.end_s - iv.start_s for ivs in runs for iv in ivs if iv.track == track and iv.name in names and op_of(iv) == op)
+
+    main = [[iv for iv in ivs if iv.track == "thread/main"] for ivs in without]
+    launches = 2 * _dispatch_count(main[0])
+    # Time outside Python and native segments (loop bookkeeping, wake-ups), spread over the
+    # Python segments; with no transfer thread there is nobody to wait for the GIL for.
+    gaps = [
+        (span - sum(iv.end_s - iv.start_s for iv in ivs if iv.name != "gil-wait")) / max(launches, 1)
+        for ivs, span in zip(main, prefill_s)
+    ]
+    native = "native-hold-gil" if any(iv.name == "native-hold-gil" for iv in main[0]) else "native-release-gil"
+    return ProbeSegments(
+        launch_s=sum_of(without, "thread/main", ("python", "stalled"), "launch") / max(launches * len(without), 1),
+        dispatch_s=mean_of(without, "thread/main", native, "dispatch"),
+        combine_s=mean_of(without, "thread/main", native, "combine"),
+        copy_s=mean_of(with_, "thread/kv-transfer", "native-release-gil", "copy"),
+        gap_s=max(statistics.fmean(gaps), 0.0),
+    )
+
+
+def host_schedule(cfg: ProbeConfig, m, seg: ProbeSegments, granularity: str, holds: bool) -> HostSchedule:
+    """The probe's schedule for the simulator: segment durations the probe recorded, the transfer
+    thread's Python from the microbenchmarked cost of a descriptor (`m`: HostMeasurements), the
+    GIL's switch interval and hand-off latencies as measured (drawn from the measured samples)."""
+    def measured(value: float) -> float:
+        return 0.0 if value != value else value  # NaN: not measurable here
+    return HostSchedule(
+        steps=cfg.steps,
+        layers=cfg.layers,
+        launch_s=seg.launch_s + seg.gap_s,
+        dispatch_s=seg.dispatch_s,
+        combine_s=seg.combine_s,
+        chunk_python_s=cfg.blocks_per_chunk * m.python_unit_s + seg.gap_s,
+        copy_s=seg.copy_s,
+        granularity=granularity,
+        holds_gil=holds,
+        gil=GilParams(
+            m.switch_interval_s,
+            measured(m.handoff_s),
+            measured(m.handoff_busy_s),
+            handoff_samples_s=tuple(m.handoff_samples_s),
+            handoff_busy_samples_s=tuple(m.handoff_busy_samples_s),
+        ),
+        native_busy=cfg.native_wait == "spin",
+    )
+
+
+def _main_breakdown(intervals: list[Interval], prefill_s: float) -> dict[str, float]:
+    """Main thread's time by what it did: Python, native calls, and the rest (GIL waits, OS)."""
+    main = [iv for iv in intervals if iv.track == "thread/main" and iv.end_s <= prefill_s + 1e-9]
+    python = sum(iv.end_s - iv.start_s for iv in main if iv.name == "python")
+    native = sum(iv.end_s - iv.start_s for iv in main if iv.name.startswith("native"))
+    return {"main_python_s": python, "main_native_s": native, "main_other_s": prefill_s - python - native}
+
+
+def _nearest_run(runs: list, target: float):
+    return min(runs, key=lambda r: abs(r.prefill_s - target))
+
+
+def _nearest(runs: list[tuple[list[Interval], float]], target: float) -> tuple[list[Interval], float]:
+    return min(runs, key=lambda r: abs(r[1] - target))
+
+
+def _summary(without: list[tuple[list[Interval], float]], with_: list[tuple[list[Interval], float]]) -> dict[str, Any]:
+    """Medians over repeats; overlap and breakdowns from the runs nearest the medians."""
+    median_without = statistics.median(s for _, s in without)
+    median_with = statistics.median(s for _, s in with_)
+    typical_with = _nearest(with_, median_with)
+    ov = attribution.overlaps(typical_with[0])
+    return {
+        "prefill_without_s": median_without,
+        "prefill_with_s": median_with,
+        "degradation": 1.0 - median_without / median_with,
+        "kv_python_over_comm": ov.kv_python_over_comm,
+        "kv_activity_over_comm": ov.kv_activity_over_comm,
+        "kv_python_inside_comm": ov.kv_python_inside_comm,
+        "without": _main_breakdown(*_nearest(without, median_without)),
+        "with": _main_breakdown(*typical_with),
+    }
+
+
+def _rel_err(sim: float, real: float) -> float | None:
+    return None if real == 0 else (sim - real) / abs(real)
+
+
+def probe_vs_sim(cfg: ProbeConfig, timeline_dir: Path | None = None) -> dict[str, Any]:
+    """Run the probe on this machine and the simulator on the same schedule; compare. With
+    `timeline_dir`, the probe's typical run with transfer and the simulator's are written there
+    as Perfetto timelines (`probe-<granularity>-<mode>.json`, `probe-sim-...`)."""
+    from infralab.kernels.host_probe.build import load
+    from infralab.kernels.host_probe.probe import ProbeSchedule, handoff_samples, microbenchmarks, run_probe
+
+    libs = load()
+    chunk_bytes = cfg.chunk_kib * 1024
+    m = microbenchmarks(chunk_bytes=chunk_bytes, native_wait=cfg.native_wait, libs=libs)
+    variants = []
+    for granularity in cfg.granularities:
+        for mode, holds in MODES.items():
+            sched = ProbeSchedule(
+                steps=cfg.steps, layers=cfg.layers, launch_units=cfg.launch_units,
+                dispatch_ns=cfg.dispatch_us * 1000, combine_ns=cfg.combine_us * 1000,
+                blocks_per_chunk=cfg.blocks_per_chunk, chunk_bytes=chunk_bytes,
+                granularity=granularity, holds_gil=holds, native_wait=cfg.native_wait,
+            )
+            without, with_ = [], []
+            blocking: list[float] = []
+            busy: list[float] = []
+            for _ in range(cfg.repeats):  # alternate, so drifting machine load hits both alike
+                r0 = run_probe(sched, False, libs)
+                without.append((_probe_intervals(r0), r0.prefill_s))
+                r1 = run_probe(sched, True, libs)
+                with_.append((_probe_intervals(r1), r1.prefill_s))
+                # Hand-off latencies swing with the machine's load: sample them beside the runs.
+                blocking += handoff_samples(libs, HANDOFF_TRIALS, "sleep")
+                busy += handoff_samples(libs, HANDOFF_TRIALS, "spin")
+            probe = _summary(without, with_)
+            seg = probe_segments([w[0] for w in without], [w[0] for w in with_], [w[1] for w in without])
+            here = dataclasses.replace(
+                m,
+                handoff_s=statistics.median(blocking) if blocking else m.handoff_s,
+                handoff_busy_s=statistics.median(busy) if busy else m.handoff_busy_s,
+                handoff_samples_s=tuple(sorted(blocking)) or m.handoff_samples_s,
+                handoff_busy_samples_s=tuple(sorted(busy)) or m.handoff_busy_samples_s,
+            )
+            hs = host_schedule(cfg, here, seg, granularity, holds)
+            # As many simulated repeats as real ones: hand-off latencies are drawn from the samples.
+            sim_without = [run_host_schedule(hs, False, seed) for seed in range(cfg.repeats)]
+            sim_with = [run_host_schedule(hs, True, seed) for seed in range(cfg.repeats)]
+            sim = _summary([(r.record.intervals, r.prefill_s) for r in sim_without],
+                           [(r.record.intervals, r.prefill_s) for r in sim_with])
+            s1 = _nearest_run(sim_with, sim["prefill_with_s"])
+            if timeline_dir is not None:
+                meta = {"granularity": granularity, "dispatch_combine": mode, "kv_transfer": True}
+                typical = _nearest(with_, probe["prefill_with_s"])[0]
+                save_trace(RunRecord(intervals=typical), timeline_dir / f"probe-{granularity}-{mode}.json",
+                           metadata={**meta, "source": "real threads (probe), seconds from the run's start"})
+                save_trace(s1.record, timeline_dir / f"probe-sim-{granularity}-{mode}.json",
+                           metadata={**meta, "source": "simulator on the probe's schedule"})
+            variants.append({
+                "granularity": granularity,
+                "mode": mode,
+                "probe": probe,
+                "sim": sim,
+                "probe_runs_s": {"without": [w[1] for w in without], "with": [w[1] for w in with_]},
+                "sim_inputs": {
+                    **dataclasses.asdict(seg),
+                    "handoff_median_s": _finite_or_none(here.handoff_s),
+                    "handoff_busy_median_s": _finite_or_none(here.handoff_busy_s),
+                    "handoff_samples": len(here.handoff_samples_s),
+                    "handoff_busy_samples": len(here.handoff_busy_samples_s),
+                },
+                "rel_err": {k: _rel_err(sim[k], probe[k]) for k in ("prefill_without_s", "prefill_with_s", "degradation")},
+                "abs_err": {
+                    k: sim[k] - probe[k]
+                    for k in ("degradation", "kv_python_over_comm", "kv_activity_over_comm", "kv_python_inside_comm")
+                },
+            })
+    measured = {k: _finite_or_none(v) for k, v in dataclasses.asdict(m).items()}
+    return {"measurements": measured, "config": dataclasses.asdict(cfg), "variants": variants}
+
+
+def _finite_or_none(value: Any) -> Any:
+    """NaN (not measurable on this machine) as None, so that results stay valid JSON."""
+    return None if isinstance(value, float) and value != value else value
+
+
+def _us(seconds: float | None) -> str:
+    if seconds is None or seconds != seconds:
+        return "not measurable"
+    return f"{seconds * 1e6:.0f} µs"
+
+
+def probe_table(result: dict[str, Any]) -> str:
+    m = result["measurements"]
+    lines = [
+        "Host profile measured on this machine: "
+        f"Python unit {m['python_unit_s'] * 1e9:.0f} ns, ctypes call {m['native_call_hold_s'] * 1e6:.2f} µs (PyDLL) / "
+        f"{m['native_call_release_s'] * 1e6:.2f} µs (CDLL), hand-off after a blocking release {_us(m['handoff_s'])}, "
+        f"after a busy release {_us(m['handoff_busy_s'])}, "
+        f"memcpy {m['copy_bytes_per_s'] / 1e9:.1f} GB/s, switch interval {m['switch_interval_s'] * 1e3:.1f} ms, "
+        f"loop overhead {m['layer_overhead_s'] * 1e6:.1f} µs/layer",
+        "",
+        "| schedule | dispatch/combine | hand-off beside the runs: blocking / busy | prefill w/o: probe / sim (s) "
+        "| degradation: probe / sim (rel. err) "
+        "| KV Python inside dispatch/combine: probe / sim | dispatch/combine covered by KV Python: probe / sim |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for v in result["variants"]:
+        p, s, e = v["probe"], v["sim"], v["rel_err"]
+        rel = "n/a" if e["degradation"] is None else f"{e['degradation']:+.0%}"
+        lines.append(
+            f"| {v['granularity']} | {v['mode']} "
+            f"| {_us(v['sim_inputs']['handoff_median_s'])} / {_us(v['sim_inputs']['handoff_busy_median_s'])} "
+            f"| {p['prefill_without_s']:.4f} / {s['prefill_without_s']:.4f} "
+            f"| {p['degradation']:.1%} / {s['degradation']:.1%} ({rel}) "
+            f"| {p['kv_python_inside_comm']:.0%} / {s['kv_python_inside_comm']:.0%} "
+            f"| {p['kv_python_over_comm']:.0%} / {s['kv_python_over_comm']:.0%} |"
+        )
+    lines += [
+        "",
+        "Where the probe's extra prefill time went (with minus without transfer, main thread, seconds): "
+        "Python and native segments running longer is CPU contention (the model has no CPU cores); "
+        "'other' is time outside any segment: waiting for the GIL, and for the OS to run the thread.",
+        "",
+        "| schedule | dispatch/combine | probe: Δ Python | probe: Δ native | probe: Δ other | sim: Δ other (GIL waits) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for v in result["variants"]:
+        p, s = v["probe"], v["sim"]
+
+        def delta(side, key):
+            return side["with"][key] - side["without"][key]
+
+        lines.append(
+            f"| {v['granularity']} | {v['mode']} | {delta(p, 'main_python_s'):+.4f} | {delta(p, 'main_native_s'):+.4f} "
+            f"| {delta(p, 'main_other_s'):+.4f} | {delta(s, 'main_other_s'):+.4f} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,321 @@
+"""Real threads on this machine running the prefill + KV-transfer host schedule.
+
+Main thread ("prefill"), per step and layer:
+    Python work (`launch_units`)  ->  native "dispatch" (`dispatch_ns`)  ->  post the layer's
+    KV chunk  ->  Python work (`launch_units`)  ->  native "combine" (`combine_ns`)
+The native calls go through ctypes.PyDLL (they keep the GIL, `holds_gil=True`) or ctypes.CDLL
+(they release it). They stand for the host waiting on the device: a busy spin, as DeepEP's
+dispatch polls, or a sleep (`native_wait`), which leaves the core to other threads.
+
+Transfer thread ("kv-transfer"), per chunk: block on a queue (GIL released), Python work building
+one descriptor per KV block (`blocks_per_chunk` units), then a native memcpy of `chunk_bytes`
+through CDLL (releases the GIL), as a Mooncake-style transfer engine does. With
+`granularity="per_layer"` a chunk is posted after each layer's dispatch; with "after_prefill"
+all of a step's chunks are posted when the step ends.
+
+Every segment is recorded as a `ProbeInterval` with `time.perf_counter_ns` (Python segments,
+stamped every SLICE_UNITS units so that a slice during which the thread lost the GIL shows up as
+"stalled") or the native code's own CLOCK_MONOTONIC stamps (the same clock on Linux); the time
+from a releasing call's return to the next bytecode is recorded as "gil-wait". One "unit" of Python work
+is one iteration of `python_work`'s descriptor loop, so that the simulator can be given the
+measured cost of a unit (see `microbenchmarks`).
+
+Timing results are benchmarks of this machine, not facts about any other.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import queue
+import statistics
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+from infralab.kernels.host_probe.build import NativeLibs, load
+
+PYTHON = "python"
+NATIVE_HOLD = "native-hold-gil"
+NATIVE_RELEASE = "native-release-gil"
+GIL_WAIT = "gil-wait"  # inferred: from a releasing call's native end to the next Python stamp
+STALLED = "stalled"  # a slice of Python work that took far longer than the others (GIL lost, or OS)
+
+
+@dataclass(frozen=True)
+class ProbeSchedule:
+    """The host schedule, in units of this machine (ns, bytes, Python-work units)."""
+
+    steps: int = 4
+    layers: int = 12
+    launch_units: int = 500  # Python work before dispatch and before combine, per layer
+    dispatch_ns: int = 1_500_000
+    combine_ns: int = 300_000
+    blocks_per_chunk: int = 2000  # Python work per KV chunk (one descriptor per block)
+    chunk_bytes: int = 4 << 20  # bytes copied per chunk
+    granularity: Literal["per_layer", "after_prefill"] = "per_layer"
+    holds_gil: bool = True  # dispatch/combine through PyDLL (True) or CDLL (False)
+    # How dispatch/combine wait for "the device": busy-spin (as DeepEP polls) or sleep (leaves
+    # the core to the other thread, which matters on a small shared machine).
+    native_wait: Literal["spin", "sleep"] = "spin"
+
+
+@dataclass(frozen=True)
+class ProbeInterval:
+    track: str  # "thread/main" or "thread/kv-transfer"
+    name: str  # PYTHON, STALLED, NATIVE_HOLD, NATIVE_RELEASE, GIL_WAIT
+    op: str  # "launch", "dispatch", "combine", "descriptors", "copy", ...
+    start_ns: int
+    end_ns: int
+
+
+@dataclass
+class ProbeRun:
+    schedule: ProbeSchedule
+    with_transfer: bool
+    intervals: list[ProbeInterval] = field(default_factory=list)
+    start_ns: int = 0
+    prefill_end_ns: int = 0  # main thread done with its last step
+    end_ns: int = 0  # transfer thread done too
+
+    @property
+    def prefill_s(self) -> float:
+        return (self.prefill_end_ns - self.start_ns) * 1e-9
+
+
+SLICE_UNITS = 50  # Python work is stamped every this many units, to see where it was stalled
+
+
+def python_work(units: int, stamps: list[int] | None = None) -> int:
+    """`units` iterations of pure-Python bookkeeping: one (src, dst, length) descriptor per block,
+    as a transfer engine's Python side builds them. With `stamps`, a perf_counter_ns stamp is
+    appended after every SLICE_UNITS units. Returns the count, so nothing is optimised out."""
+    src, dst, length = 0x7F00_0000_0000, 0x7E00_0000_0000, 4096
+    descriptors = []
+    clock = time.perf_counter_ns
+    for first in range(0, units, SLICE_UNITS):
+        for i in range(first, min(first + SLICE_UNITS, units)):
+            descriptors.append((src + i * length, dst + i * length, length))
+        if stamps is not None:
+            stamps.append(clock())
+    return len(descriptors)
+
+
+def running_spans(stamps: list[int], stall_factor: float = 8.0, min_stall_ns: int = 20_000) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """Split a stamped Python segment into (running, stalled) spans. A slice that took more than
+    `stall_factor` x the median slice (and over `min_stall_ns`) was stalled: the thread lost the
+    GIL, or the OS ran something else; the whole slice counts as stalled (we cannot see where in
+    it the stall was)."""
+    slices = list(zip(stamps, stamps[1:]))
+    if not slices:
+        return [], []
+    typical = statistics.median(b - a for a, b in slices)
+    limit = max(stall_factor * typical, min_stall_ns)
+    running: list[tuple[int, int]] = []
+    stalled: list[tuple[int, int]] = []
+    for a, b in slices:
+        target = stalled if b - a > limit else running
+        if target and target[-1][1] == a:
+            target[-1] = (target[-1][0], b)
+        else:
+            target.append((a, b))
+    return running, stalled
+
+
+class _Recorder:
+    """Appends intervals; list.append is atomic under the GIL, so threads can share one."""
+
+    def __init__(self, out: list[ProbeInterval]) -> None:
+        self.out = out
+
+    def python(self, track: str, op: str, units: int) -> None:
+        stamps = [time.perf_counter_ns()]
+        python_work(units, stamps)
+        running, stalled = running_spans(stamps)
+        self.out.extend(ProbeInterval(track, PYTHON, op, a, b) for a, b in running)
+        self.out.extend(ProbeInterval(track, STALLED, op, a, b) for a, b in stalled)
+
+    def native(self, track: str, op: str, call, holds_gil: bool, *args) -> None:
+        stamps = (ctypes.c_uint64 * 2)()
+        call(*args, stamps)
+        back = time.perf_counter_ns()  # first bytecode after the call: the GIL is ours again
+        name = NATIVE_HOLD if holds_gil else NATIVE_RELEASE
+        self.out.append(ProbeInterval(track, name, op, stamps[0], stamps[1]))
+        if not holds_gil and back > stamps[1]:
+            self.out.append(ProbeInterval(track, GIL_WAIT, op, stamps[1], back))
+
+
+def _transfer_loop(libs: NativeLibs, sched: ProbeSchedule, work: queue.Queue, rec: _Recorder,
+                   src: ctypes.Array, dst: ctypes.Array) -> None:
+    track = "thread/kv-transfer"
+    copy = libs.releasing.infralab_copy
+    while True:
+        chunk = work.get()
+        if chunk is None:
+            return
+        rec.python(track, "descriptors", sched.blocks_per_chunk)
+        rec.native(track, "copy", copy, False, ctypes.addressof(dst), ctypes.addressof(src), sched.chunk_bytes)
+
+
+def run_probe(sched: ProbeSchedule, with_transfer: bool, libs: NativeLibs | None = None) -> ProbeRun:
+    """Run the schedule once on real threads; returns the recorded intervals."""
+    libs = libs or load()
+    lib = libs.lib(sched.holds_gil)
+    spin = lib.infralab_spin_ns if sched.native_wait == "spin" else lib.infralab_sleep_ns
+    run = ProbeRun(sched, with_transfer)
+    rec = _Recorder(run.intervals)
+    work: queue.Queue = queue.Queue()
+    transfer = None
+    if with_transfer:
+        src = (ctypes.c_char * sched.chunk_bytes)()
+        dst = (ctypes.c_char * sched.chunk_bytes)()
+        ctypes.memmove(dst, src, sched.chunk_bytes)  # touch the pages before timing
+        transfer = threading.Thread(target=_transfer_loop, args=(libs, sched, work, rec, src, dst), daemon=True)
+        transfer.start()
+    main = "thread/main"
+    run.start_ns = time.perf_counter_ns()
+    for step in range(sched.steps):
+        for layer in range(sched.layers):
+            rec.python(main, "launch", sched.launch_units)
+            rec.native(main, "dispatch", spin, sched.holds_gil, sched.dispatch_ns)
+            if with_transfer and sched.granularity == "per_layer":
+                work.put((step, layer))
+            rec.python(main, "launch", sched.launch_units)
+            rec.native(main, "combine", spin, sched.holds_gil, sched.combine_ns)
+        if with_transfer and sched.granularity == "after_prefill":
+            for layer in range(sched.layers):
+                work.put((step, layer))
+    run.prefill_end_ns = time.perf_counter_ns()
+    if transfer is not None:
+        work.put(None)
+        transfer.join()
+    run.end_ns = time.perf_counter_ns()
+    return run
+
+
+# ---- microbenchmarks: the host profile the simulator is calibrated with --------------------
+
+
+@dataclass(frozen=True)
+class HostMeasurements:
+    """Costs measured on this machine (medians), seconds unless stated."""
+
+    python_unit_s: float  # one iteration of `python_work`
+    native_call_hold_s: float  # ctypes call overhead of a zero-length spin, PyDLL
+    native_call_release_s: float  # same through CDLL (GIL release and re-acquire included)
+    copy_bytes_per_s: float  # memcpy bandwidth for `chunk_bytes`
+    handoff_s: float  # from a release by a thread that then sleeps, to the waiter's first bytecode
+    handoff_busy_s: float  # the same when the releasing thread spins on (keeps its core busy)
+    handoff_samples_s: tuple[float, ...]  # every valid trial behind handoff_s (its median)
+    handoff_busy_samples_s: tuple[float, ...]
+    switch_interval_s: float  # sys.getswitchinterval()
+    spin_overshoot_s: float  # how much longer than asked a spin runs (call overhead excluded)
+    sleep_overshoot_s: float  # same for a sleep (timer slack plus wake-up)
+    layer_overhead_s: float  # the main loop's own cost per layer (recording, calls) with no work
+
+
+def _median_s(samples_ns: list[int]) -> float:
+    return statistics.median(samples_ns) * 1e-9
+
+
+def _time_python_unit(units: int, repeats: int) -> float:
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter_ns()
+        python_work(units)
+        samples.append(time.perf_counter_ns() - t0)
+    return _median_s(samples) / units
+
+
+def _time_call(fn, repeats: int) -> float:
+    stamps = (ctypes.c_uint64 * 2)()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter_ns()
+        fn(0, stamps)
+        samples.append(time.perf_counter_ns() - t0)
+    return _median_s(samples)
+
+
+def _time_copy(libs: NativeLibs, nbytes: int, repeats: int) -> float:
+    src, dst = (ctypes.c_char * nbytes)(), (ctypes.c_char * nbytes)()
+    stamps = (ctypes.c_uint64 * 2)()
+    samples = []
+    for _ in range(repeats):
+        libs.releasing.infralab_copy(ctypes.addressof(dst), ctypes.addressof(src), nbytes, stamps)
+        samples.append(stamps[1] - stamps[0])
+    return nbytes / _median_s(samples)
+
+
+def _time_overshoot(fn, ns: int, repeats: int) -> float:
+    stamps = (ctypes.c_uint64 * 2)()
+    samples = []
+    for _ in range(repeats):
+        fn(ns, stamps)
+        samples.append(stamps[1] - stamps[0] - ns)
+    return _median_s(samples)
+
+
+def _time_layer_overhead(libs: NativeLibs, layers: int) -> float:
+    empty = ProbeSchedule(steps=1, layers=layers, launch_units=0, dispatch_ns=0, combine_ns=0, native_wait="spin")
+    return min(run_probe(empty, False, libs).prefill_s for _ in range(3)) / layers
+
+
+def handoff_samples(libs: NativeLibs, repeats: int, native_wait: str) -> tuple[float, ...]:
+    """A waiter blocked on the GIL while main holds it in a PyDLL spin; main then enters a CDLL
+    spin or sleep (releases). Hand-off = the waiter's first bytecode stamp - that call's start.
+    Trials where the waiter was not yet waiting when main released are discarded. Returns the
+    valid samples (seconds), sorted."""
+    release = libs.releasing.infralab_spin_ns if native_wait == "spin" else libs.releasing.infralab_sleep_ns
+    samples: list[int] = []
+    for _ in range(repeats * 4):
+        if len(samples) >= repeats:
+            break
+        back: list[int] = []
+        own = (ctypes.c_uint64 * 2)()
+        inside = threading.Event()
+        stamps = (ctypes.c_uint64 * 2)()
+
+        def waiter() -> None:
+            inside.set()  # main can only run once we release the GIL in the call below
+            libs.releasing.infralab_spin_ns(2_000_000, own)  # returns while main holds the GIL
+            back.append(time.perf_counter_ns())
+
+        t = threading.Thread(target=waiter)
+        t.start()
+        inside.wait()
+        libs.holding.infralab_spin_ns(3_000_000, stamps)  # the waiter waits < switch interval
+        release(1_000_000, stamps)
+        t.join()
+        if back and own[1] < stamps[0] <= back[0]:
+            samples.append(back[0] - stamps[0])
+    return tuple(sorted(ns * 1e-9 for ns in samples))
+
+
+def microbenchmarks(
+    chunk_bytes: int = 4 << 20,
+    native_wait: Literal["spin", "sleep"] = "spin",
+    repeats: int = 25,
+    libs: NativeLibs | None = None,
+) -> HostMeasurements:
+    """Measure the costs the simulator needs to mirror `run_probe` on this machine. `native_wait`
+    is accepted for symmetry with ProbeSchedule; both hand-off flavours are always measured."""
+    libs = libs or load()
+    python_work(1000)  # warm up
+    handoff = handoff_samples(libs, repeats, "sleep")
+    handoff_busy = handoff_samples(libs, repeats, "spin")
+    return HostMeasurements(
+        python_unit_s=_time_python_unit(2000, repeats),
+        native_call_hold_s=_time_call(libs.holding.infralab_spin_ns, repeats * 20),
+        native_call_release_s=_time_call(libs.releasing.infralab_spin_ns, repeats * 20),
+        copy_bytes_per_s=_time_copy(libs, chunk_bytes, repeats),
+        handoff_s=statistics.median(handoff) if handoff else float("nan"),
+        handoff_busy_s=statistics.median(handoff_busy) if handoff_busy else float("nan"),
+        handoff_samples_s=handoff,
+        handoff_busy_samples_s=handoff_busy,
+        switch_interval_s=sys.getswitchinterval(),
+        spin_overshoot_s=_time_overshoot(libs.releasing.infralab_spin_ns, 200_000, repeats),
+        sleep_overshoot_s=_time_overshoot(libs.releasing.infralab_sleep_ns, 200_000, repeats),
+        layer_overhead_s=_time_layer_overhead(libs, 200),
+    )

@@ -1,0 +1,87 @@
+"""The host-only schedule that the real-threads probe (`infralab.kernels.host_probe.probe`) runs,
+simulated: the same threads and segments, with durations the agent measures on the machine.
+
+Main thread, per step and layer: Python (`launch_s`) -> dispatch native call (`dispatch_s`, holds
+or releases the GIL) -> post the layer's chunk (per-layer granularity) -> Python (`launch_s`) ->
+combine native call (`combine_s`). Transfer thread, per chunk: blocking queue get (GIL released),
+Python (`chunk_python_s`), native copy (`copy_s`, releases the GIL).
+Seconds throughout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import simpy
+
+from infralab.sim.host.gil import Gil, GilParams
+from infralab.sim.host.thread import HostThread
+from infralab.sim.random_streams import stream
+from infralab.sim.records import RunRecord
+
+
+@dataclass(frozen=True)
+class HostSchedule:
+    steps: int
+    layers: int
+    launch_s: float
+    dispatch_s: float
+    combine_s: float
+    chunk_python_s: float
+    copy_s: float
+    granularity: Literal["per_layer", "after_prefill"]
+    holds_gil: bool
+    gil: GilParams
+    native_busy: bool = True  # dispatch/combine spin (True) or sleep (False) on their core
+
+
+@dataclass
+class HostScheduleRun:
+    record: RunRecord
+    prefill_s: float
+
+
+def run_host_schedule(sched: HostSchedule, with_transfer: bool, seed: int = 0) -> HostScheduleRun:
+    """Simulate the schedule once; deterministic for a `seed` (which only matters when the GIL's
+    hand-off latencies are drawn from samples)."""
+    env = simpy.Environment()
+    record = RunRecord()
+    gil = Gil(env, sched.gil, stream(seed, "host.gil.handoff"))
+    main = HostThread(env, "main", gil, record.intervals)
+    mover = HostThread(env, "kv-transfer", gil, record.intervals)
+    inbox = simpy.Store(env)
+    done: dict[str, float] = {}
+
+    def transfer():
+        while True:
+            get = inbox.get()
+            yield from mover.wait(get, "queue")
+            if get.value is None:
+                mover.finish()
+                return
+            yield from mover.python(sched.chunk_python_s, "descriptors")
+            yield from mover.native(sched.copy_s, holds_gil=False, label="copy", busy=True)
+
+    def prefill():
+        for _ in range(sched.steps):
+            for _ in range(sched.layers):
+                yield from main.python(sched.launch_s, "launch")
+                yield from main.native(sched.dispatch_s, sched.holds_gil, "dispatch", sched.native_busy)
+                if with_transfer and sched.granularity == "per_layer":
+                    inbox.put("chunk")
+                yield from main.python(sched.launch_s, "launch")
+                yield from main.native(sched.combine_s, sched.holds_gil, "combine", sched.native_busy)
+            if with_transfer and sched.granularity == "after_prefill":
+                for _ in range(sched.layers):
+                    inbox.put("chunk")
+        done["prefill"] = env.now
+        main.finish()
+        inbox.put(None)
+
+    if with_transfer:
+        env.process(transfer())
+    env.process(prefill())
+    env.run()
+    record.end_s = env.now
+    return HostScheduleRun(record, done["prefill"])

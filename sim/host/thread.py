@@ -1,0 +1,135 @@
+"""A host thread: a SimPy process running a program of segments, recording its states.
+
+A program is a generator function that takes the thread and yields from its segment methods:
+
+    def program(t: HostThread):
+        yield from t.python(20e-6, "launch")           # bytecode: needs the GIL, interruptible
+        yield from t.native(1e-3, holds_gil=True, label="dispatch")   # cannot be interrupted
+        yield from t.native(2e-3, holds_gil=False, label="memcpy")    # lets others run
+        yield from t.wait(event, label="sync")          # blocked (GIL released) until `event`
+        t.finish()
+
+States recorded on track "thread/<name>" (interval name = state, args = (("op", label),)):
+"python", "native-hold-gil", "native-release-gil", "gil-wait". Times are simulated seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any
+
+import simpy
+
+from infralab.sim.host.gil import Gil
+from infralab.sim.records import Interval
+
+PYTHON = "python"
+NATIVE_HOLD = "native-hold-gil"
+NATIVE_RELEASE = "native-release-gil"
+GIL_WAIT = "gil-wait"
+STATES = (PYTHON, NATIVE_HOLD, NATIVE_RELEASE, GIL_WAIT)
+
+_EPS = 1e-12  # remaining work below this (seconds) is float residue, not work
+
+Segment = Generator[simpy.Event, Any, Any]
+
+
+class HostThread:
+    """One Python thread of a process sharing `gil`; appends its intervals to `intervals`."""
+
+    def __init__(self, env: simpy.Environment, name: str, gil: Gil, intervals: list[Interval]) -> None:
+        self.env = env
+        self.name = name
+        self.track = f"thread/{name}"
+        self.gil = gil
+        self.intervals = intervals
+        self.has_gil = False
+        self.gil_wait_s = 0.0  # total time spent waiting for the GIL
+        self.forced_drops = 0  # times this thread gave the GIL up on a drop request
+
+    # ---- segments ------------------------------------------------------------------------
+
+    def python(self, duration_s: float, label: str = "") -> Segment:
+        """Run `duration_s` of bytecode. Holds the GIL; gives it up at a bytecode boundary when a
+        waiter has requested a drop, then continues after getting it back."""
+        yield from self._acquire(label)
+        remaining = duration_s
+        while remaining > _EPS:
+            if self.gil.drop_requested:  # eval breaker at a bytecode boundary
+                yield from self._forced_drop(label)
+            start = self.env.now
+            yield self.env.timeout(remaining) | self.gil.drop_event
+            remaining -= self.env.now - start
+            self._record(PYTHON, start, label)
+
+    def native(self, duration_s: float, holds_gil: bool, label: str = "", busy: bool = True) -> Segment:
+        """A native call of fixed duration that keeps the GIL (uninterruptible) or releases it.
+        `busy`: it computes, spins or copies on its core (False: it blocks, e.g. sleeps)."""
+        yield from self.native_until(lambda: self.env.timeout(duration_s), holds_gil, label, busy)
+
+    def native_until(
+        self, call: Callable[[], simpy.Event], holds_gil: bool, label: str = "", busy: bool = True
+    ) -> Segment:
+        """A native call that starts when the thread runs it (`call()` starts the work and returns
+        its completion event, e.g. a device stream or a link finishing) and returns when that fires.
+
+        Holding the GIL, it blocks every other thread meanwhile; releasing it, it gives the GIL
+        to a waiter and re-acquires it on return (waiting like any other thread)."""
+        if holds_gil:
+            yield from self._acquire(label)
+            start = self.env.now
+            yield call()
+            self._record(NATIVE_HOLD, start, label)
+            if self.gil.drop_requested:  # the first bytecode boundary after the call
+                yield from self._forced_drop(label)
+            return
+        if self.has_gil:
+            self._release(busy)
+        start = self.env.now
+        yield call()
+        self._record(NATIVE_RELEASE, start, label)
+        yield from self._acquire(label)
+
+    def wait(self, event: simpy.Event, label: str = "wait") -> Segment:
+        """Block with the GIL released until `event` (Event.wait, stream synchronise, queue get).
+        An event that has already fired returns at once without touching the GIL, as a
+        non-blocking lock acquire does."""
+        if event.triggered:
+            return
+        yield from self.native_until(lambda: event, holds_gil=False, label=label, busy=False)
+
+    def finish(self) -> None:
+        """The thread ends (or parks): give the GIL back if it holds it."""
+        if self.has_gil:
+            self._release()
+
+    # ---- internals -----------------------------------------------------------------------
+
+    def _acquire(self, label: str) -> Segment:
+        if self.has_gil:
+            return
+        start = self.env.now
+        yield self.gil.acquire(self.name)
+        self.has_gil = True
+        if self.env.now > start:
+            self.gil_wait_s += self.env.now - start
+            self._record(GIL_WAIT, start, label)
+
+    def _release(self, busy: bool = False) -> None:
+        self.gil.release(self.name, busy)
+        self.has_gil = False
+
+    def _forced_drop(self, label: str) -> Segment:
+        self.forced_drops += 1
+        start = self.env.now
+        switched = self.gil.drop(self.name)
+        self.has_gil = False
+        yield switched  # FORCE_SWITCHING: do not compete until another thread has the GIL
+        if self.env.now > start:
+            self.gil_wait_s += self.env.now - start
+            self._record(GIL_WAIT, start, label)
+        yield from self._acquire(label)
+
+    def _record(self, state: str, start: float, label: str) -> None:
+        if self.env.now > start:
+            self.intervals.append(Interval(self.track, state, start, self.env.now, (("op", label),)))

@@ -1,0 +1,131 @@
+"""`infralab gil run`: experiment validation, the written results, determinism, and the probe vs
+simulator comparison's mechanics (never its numbers)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from infralab.agent.gil_case import ProbeConfig, load_experiment, run_experiment
+from infralab.agent.gil_probe import ProbeSegments, host_schedule, probe_vs_sim
+from infralab.cli import main as cli_main
+from infralab.errors import InputError
+from infralab.sim.host.host_schedule import run_host_schedule
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = ROOT / "experiments" / "gil_kv_transfer.toml"
+
+TINY = """
+[experiment]
+name = "tiny"
+timelines = ["a"]
+
+[[scenario]]
+name = "a"
+prompt_tokens = 2048
+layers = 3
+steps = 3
+page_tokens = 1
+granularity = "after_prefill"
+
+[[scenario]]
+name = "b"
+prompt_tokens = 2048
+layers = 3
+steps = 3
+granularity = "per_layer"
+"""
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "exp.toml"
+    path.write_text(text)
+    return path
+
+
+def test_the_shipped_experiment_validates() -> None:
+    exp = load_experiment(SHIPPED)
+    assert len(exp.scenario) >= 8
+    assert set(exp.experiment.timelines) <= {s.name for s in exp.scenario}
+
+
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        (TINY.replace("layers = 3\nsteps = 3\npage_tokens = 1", "layers = 3\nsteps = 3\npage_tokens = 0"), "scenario[0].page_tokens"),
+        (TINY + "\n[host]\nswitch_intervl_s = 0.01\n", "host.switch_intervl_s"),
+        (TINY.replace('timelines = ["a"]', 'timelines = ["zz"]'), "experiment.timelines"),
+        (TINY.replace('name = "b"', 'name = "a"'), "scenario"),
+    ],
+)
+def test_bad_experiments_name_file_and_field(tmp_path: Path, text: str, where: str) -> None:
+    path = _write(tmp_path, text)
+    with pytest.raises(InputError) as err:
+        load_experiment(path)
+    assert str(path) in str(err.value) and where in str(err.value)
+
+
+def test_run_writes_table_figure_timelines_atomically_and_deterministically(tmp_path: Path) -> None:
+    path = _write(tmp_path, TINY)
+    out = tmp_path / "out"
+    results = run_experiment(path, out)
+    written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert written == [
+        ".infralab-result", "figures/degradation.png", "results.json", "table.md",
+        "timelines/a-held.json", "timelines/a-released.json",
+    ]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == []  # no temp folder left
+    for row in results["scenarios"]:
+        for mode in ("held", "released"):
+            m = row["modes"][mode]
+            assert m["degradation"] == pytest.approx(1 - m["throughput_with_tok_s"] / m["throughput_without_tok_s"])
+            assert m["accepted"] == (m["degradation"] <= 0.05)
+    trace = json.loads((out / "timelines" / "a-held.json").read_text())
+    tracks = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "process_name"}
+    assert {"thread/main", "thread/kv-transfer", "stream/gpu0-compute", "stream/gpu0-comm", "link/nic0"} <= tracks
+    first = (out / "results.json").read_bytes()
+    assert cli_main(["gil", "run", str(path), "--out", str(out)]) == 0
+    assert (out / "results.json").read_bytes() == first
+
+
+def test_the_sim_mirror_of_the_probe_schedule_is_its_sum_without_transfer() -> None:
+    class M:  # HostMeasurements stand-in
+        python_unit_s, switch_interval_s, handoff_s, handoff_busy_s = 1e-7, 0.005, 2e-5, 1e-3
+        handoff_samples_s, handoff_busy_samples_s = (1e-5, 3e-5), (1e-4, 4e-3)
+
+    cfg = ProbeConfig(steps=2, layers=3, blocks_per_chunk=100)
+    seg = ProbeSegments(launch_s=1e-4, dispatch_s=1e-3, combine_s=2e-4, copy_s=3e-4, gap_s=1e-5)
+    for holds in (True, False):
+        sched = host_schedule(cfg, M, seg, "per_layer", holds)
+        alone = run_host_schedule(sched, with_transfer=False)
+        assert alone.prefill_s == pytest.approx(6 * (2 * 1.1e-4 + 1e-3 + 2e-4))
+        both = run_host_schedule(sched, with_transfer=True)
+        assert both.prefill_s >= alone.prefill_s - 1e-12
+        assert run_host_schedule(sched, with_transfer=True).record == both.record  # same seed, same run
+        copies = [iv for iv in both.record.intervals
+                  if iv.track == "thread/kv-transfer" and iv.name == "native-release-gil" and dict(iv.args)["op"] == "copy"]
+        assert len(copies) == 6
+
+
+def test_probe_vs_sim_compares_every_variant() -> None:
+    cfg = ProbeConfig(steps=1, layers=3, launch_units=50, dispatch_us=200, combine_us=50,
+                      blocks_per_chunk=100, chunk_kib=64, repeats=1)
+    result = probe_vs_sim(cfg)
+    variants = {(v["granularity"], v["mode"]) for v in result["variants"]}
+    assert variants == {(g, m) for g in ("per_layer", "after_prefill") for m in ("held", "released")}
+    for v in result["variants"]:
+        for side in ("probe", "sim"):
+            assert math.isfinite(v[side]["degradation"])
+            assert 0.0 <= v[side]["kv_python_over_comm"] <= 1.0
+        assert v["abs_err"]["degradation"] == pytest.approx(v["sim"]["degradation"] - v["probe"]["degradation"])
+    json.dumps(result, allow_nan=False)  # writable as results
+
+
+def test_the_cli_reports_a_missing_experiment_as_one_error(tmp_path: Path, capsys) -> None:
+    assert cli_main(["gil", "run", str(tmp_path / "nope.toml"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "nope.toml" in err and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()

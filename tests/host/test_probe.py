@@ -1,0 +1,102 @@
+"""The real-threads probe: native calls through PyDLL really keep the GIL and through CDLL really
+release it, and runs record the intervals of the schedule. Orderings and counts only, never speed."""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+
+import pytest
+
+from infralab.kernels.host_probe.build import load
+from infralab.kernels.host_probe.probe import (
+    NATIVE_HOLD,
+    NATIVE_RELEASE,
+    PYTHON,
+    STALLED,
+    ProbeSchedule,
+    microbenchmarks,
+    python_work,
+    run_probe,
+    running_spans,
+)
+
+
+@pytest.fixture(scope="module")
+def libs():
+    return load()
+
+
+def _counter_during_call(lib) -> tuple[int, int]:
+    """Another Python thread increments a counter; the native call reads it at its start and end."""
+    counter, before, after = ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0)
+    stop = threading.Event()
+    started = threading.Event()
+
+    def bump() -> None:
+        started.set()
+        while not stop.is_set():
+            counter.value += 1
+
+    t = threading.Thread(target=bump)
+    t.start()
+    started.wait()
+    while counter.value == 0:
+        pass
+    try:
+        lib.infralab_spin_observe(100_000_000, ctypes.byref(counter), ctypes.byref(before), ctypes.byref(after))
+    finally:
+        stop.set()
+        t.join()
+    return before.value, after.value
+
+
+def test_a_pydll_call_blocks_other_python_threads(libs) -> None:
+    before, after = _counter_during_call(libs.holding)
+    assert after == before  # the other thread ran no bytecode while the call held the GIL
+
+
+def test_a_cdll_call_lets_other_python_threads_run(libs) -> None:
+    before, after = _counter_during_call(libs.releasing)
+    assert after > before
+
+
+def test_python_work_counts_units_and_stamps_every_slice() -> None:
+    stamps: list[int] = []
+    assert python_work(120, stamps) == 120
+    assert len(stamps) == 3 and stamps == sorted(stamps)
+
+
+def test_running_spans_cut_out_a_stalled_slice() -> None:
+    stamps = [0, 10, 20, 30, 10_030, 10_040, 10_050]  # one slice took 10 us, the others 10 ns
+    running, stalled = running_spans(stamps, stall_factor=8, min_stall_ns=1000)
+    assert running == [(0, 30), (10_030, 10_050)]
+    assert stalled == [(30, 10_030)]
+
+
+@pytest.mark.parametrize("granularity", ["per_layer", "after_prefill"])
+@pytest.mark.parametrize("holds", [True, False])
+def test_a_probe_run_records_the_schedule(libs, granularity: str, holds: bool) -> None:
+    sched = ProbeSchedule(steps=2, layers=3, launch_units=60, dispatch_ns=100_000, combine_ns=20_000,
+                          blocks_per_chunk=100, chunk_bytes=64 << 10, granularity=granularity,
+                          holds_gil=holds, native_wait="sleep")
+    run = run_probe(sched, with_transfer=True, libs=libs)
+    main = [iv for iv in run.intervals if iv.track == "thread/main"]
+    mover = [iv for iv in run.intervals if iv.track == "thread/kv-transfer"]
+    native = NATIVE_HOLD if holds else NATIVE_RELEASE
+    assert sum(1 for iv in main if iv.name == native and iv.op == "dispatch") == 6
+    assert sum(1 for iv in main if iv.name == native and iv.op == "combine") == 6
+    assert sum(1 for iv in mover if iv.name == NATIVE_RELEASE and iv.op == "copy") == 6
+    assert any(iv.name in (PYTHON, STALLED) and iv.op == "descriptors" for iv in mover)
+    assert all(iv.start_ns <= iv.end_ns for iv in run.intervals)
+    assert run.start_ns <= run.prefill_end_ns <= run.end_ns
+    without = run_probe(sched, with_transfer=False, libs=libs)
+    assert not any(iv.track == "thread/kv-transfer" for iv in without.intervals)
+
+
+def test_microbenchmarks_measure_every_cost(libs) -> None:
+    m = microbenchmarks(chunk_bytes=1 << 16, native_wait="sleep", repeats=3, libs=libs)
+    assert m.python_unit_s > 0 and m.copy_bytes_per_s > 0
+    assert m.native_call_hold_s > 0 and m.native_call_release_s > 0
+    assert m.switch_interval_s == sys.getswitchinterval()
