@@ -7,12 +7,14 @@ Units: seconds, bytes, tokens, requests per second.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Literal, Union
 
 from pydantic import Field
 from pydantic.dataclasses import dataclass
 
-from infralab.config_io import STRICT
+from infralab.config_io import STRICT, load_toml, validate
+from infralab.errors import InputError
 
 PositiveInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -206,3 +208,71 @@ class SimConfig:
     engine: EngineConfig = EngineConfig()
     cluster: ClusterConfig = ClusterConfig()
     slo: SLOConfig = SLOConfig()
+
+
+# ---- loading ---------------------------------------------------------------------------------
+
+
+def load_config(path: str | Path) -> tuple[SimConfig, Path]:
+    """Read and validate a simulation config; returns it with the folder that relative paths in
+    it (traces, model/accelerator/link TOMLs, calibration tables) resolve against.
+
+    Every problem (syntax, unknown key, missing field, bad value, inconsistent values, missing
+    referenced file) raises one InputError naming the file and the dotted field.
+    """
+    path = Path(path)
+    cfg = validate(SimConfig, load_toml(path), source=str(path))
+    base_dir = path.resolve().parent
+    check_config(cfg, source=str(path), base_dir=base_dir)
+    return cfg, base_dir
+
+
+def resolve_path(value: str, base_dir: Path) -> Path:
+    """A path from a config: absolute as written, relative against the config's folder."""
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else base_dir / p
+
+
+def _require_file(value: str, base_dir: Path, where: str, what: str) -> None:
+    if not resolve_path(value, base_dir).is_file():
+        raise InputError(
+            where,
+            f"file not found: {value} (resolved to {resolve_path(value, base_dir)})",
+            f"an existing {what} file; relative paths resolve against the config's folder",
+        )
+
+
+def looks_like_path(value: str) -> bool:
+    # Catalog names ("H100", "llama-3-8b") never contain a separator or a .toml suffix.
+    return "/" in value or "\\" in value or value.endswith(".toml")
+
+
+def check_config(cfg: SimConfig, source: str, base_dir: Path) -> None:
+    """Checks that span fields (ranges, referenced files), beyond what each field's type says."""
+    lengths = []
+    workload = cfg.workload
+    if isinstance(workload, SyntheticWorkload):
+        lengths = [("workload.prompt", workload.prompt), ("workload.output", workload.output)]
+    for where, spec in lengths:
+        if isinstance(spec, UniformLength) and spec.high < spec.low:
+            raise InputError(f"{source}: {where}.high", f"{spec.high} < low {spec.low}", "high >= low")
+        if isinstance(spec, EmpiricalLength):
+            _require_file(spec.path, base_dir, f"{source}: {where}.path", f"{spec.format} trace")
+    if isinstance(workload, TraceWorkload):
+        if workload.end_s is not None and workload.end_s <= workload.start_s:
+            raise InputError(
+                f"{source}: workload.end_s",
+                f"{workload.end_s} <= start_s {workload.start_s}",
+                "end_s > start_s (seconds from the trace's first request)",
+            )
+        _require_file(workload.path, base_dir, f"{source}: workload.path", f"{workload.format} trace")
+    if cfg.cost.calibration is not None:
+        _require_file(cfg.cost.calibration, base_dir, f"{source}: cost.calibration", "calibration CSV")
+    for where, value in (
+        ("model", cfg.model),
+        ("hardware.accelerator", cfg.hardware.accelerator),
+        ("hardware.tp_link", cfg.hardware.tp_link),
+        ("cluster.transfer.link", cfg.cluster.transfer.link),
+    ):
+        if looks_like_path(value):
+            _require_file(value, base_dir, f"{source}: {where}", "spec TOML")

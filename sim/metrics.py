@@ -1,0 +1,312 @@
+"""Per-request metrics and a run summary, defined as `vllm bench serve` defines them.
+
+Definitions (all times in simulated seconds):
+- TTFT  = first_token_s - arrival_s
+- E2E   = finish_s - arrival_s
+- TPOT  = (E2E - TTFT) / (output_tokens - 1), only for requests with more than one output token
+- ITL   = every gap between consecutive output tokens, pooled over all requests
+- duration = last finish - first arrival; request throughput = completed / duration; output and
+  total (input + output) token throughput likewise per second of duration
+- goodput = completed requests with TTFT <= slo.ttft_s and TPOT <= slo.tpot_s, per second of
+  duration (a one-token request meets the TPOT SLO, as vllm counts its TPOT as 0)
+- percentiles: numpy's default ("linear" interpolation), as vllm uses.
+
+Resource statistics: busy fraction of each instance (union of its "batch" intervals) and link (union
+of all its intervals) over the duration window, bytes moved per link, and the time-weighted mean and
+the maximum of every counter (e.g. "waiting", "running") per track.
+
+The saturation flag is described at `saturation`.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+import numpy as np
+
+from infralab.sim.config import SLOConfig
+from infralab.sim.records import CounterSample, Interval, RequestRecord, RunRecord
+
+PERCENTILES = (50, 90, 99)
+
+# Saturation rule (see `saturation`): thresholds, chosen as round numbers, not fitted to any run.
+SATURATION_MIN_REQUESTS = 10
+SATURATION_SLOPE = 0.05  # seconds of extra queueing delay per second of arrival time
+SATURATION_TAIL_HEAD_RATIO = 2.0
+SATURATION_DELAY_FLOOR_S = 0.01  # head delays below this count as this (avoids dividing by ~0)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestMetrics:
+    """Latencies of one finished request, in seconds; `tpot_s` is None for one-token outputs."""
+
+    ttft_s: float
+    tpot_s: float | None
+    e2e_s: float
+
+
+def is_finished(req: RequestRecord) -> bool:
+    return not math.isnan(req.finish_s) and not math.isnan(req.first_token_s)
+
+
+def request_metrics(req: RequestRecord) -> RequestMetrics:
+    """TTFT, TPOT and E2E of one finished request (seconds)."""
+    ttft = req.first_token_s - req.arrival_s
+    e2e = req.finish_s - req.arrival_s
+    tpot = (e2e - ttft) / (req.output_tokens - 1) if req.output_tokens > 1 else None
+    return RequestMetrics(ttft_s=ttft, tpot_s=tpot, e2e_s=e2e)
+
+
+def queueing_delay_s(req: RequestRecord) -> float:
+    """Time a request waited for service: arrival to its first scheduled step, plus, in
+    disaggregated layouts, the wait between its KV arriving and its second token (which includes
+    one decode step, bounded while the decode pool keeps up)."""
+    delay = req.first_scheduled_s - req.arrival_s if not math.isnan(req.first_scheduled_s) else 0.0
+    if not math.isnan(req.kv_transfer_end_s) and len(req.token_times_s) > 1:
+        delay += max(0.0, req.token_times_s[1] - req.kv_transfer_end_s)
+    return delay
+
+
+def distribution(values: np.ndarray) -> dict[str, float | None]:
+    """mean, median, std and p50/p90/p99 (numpy linear percentiles); None when empty."""
+    if len(values) == 0:
+        return {"mean": None, "median": None, "std": None, **{f"p{p}": None for p in PERCENTILES}}
+    out = {
+        "mean": float(np.mean(values)),
+        "median": float(np.median(values)),
+        "std": float(np.std(values)),
+    }
+    for p, v in zip(PERCENTILES, np.percentile(values, PERCENTILES)):
+        out[f"p{p}"] = float(v)
+    return out
+
+
+def busy_time_s(spans: list[tuple[float, float]] | np.ndarray, lo: float, hi: float) -> float:
+    """Length of the union of [start, end) spans, clipped to [lo, hi] (seconds)."""
+    arr = np.asarray(spans, dtype=float).reshape(-1, 2)
+    starts, ends = np.maximum(arr[:, 0], lo), np.minimum(arr[:, 1], hi)
+    keep = ends > starts
+    starts, ends = starts[keep], ends[keep]
+    if len(starts) == 0:
+        return 0.0
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    reach = np.maximum.accumulate(ends)  # furthest end of any span so far
+    # A new busy period begins where a span starts after everything before it has ended.
+    new_period = np.empty(len(starts), dtype=bool)
+    new_period[0] = True
+    new_period[1:] = starts[1:] > reach[:-1]
+    period_ends = np.append(reach[np.flatnonzero(new_period)[1:] - 1], reach[-1])
+    return float(np.sum(period_ends - starts[new_period]))
+
+
+def counter_stats(samples: list[CounterSample], lo: float, hi: float) -> dict[str, float]:
+    """Time-weighted mean over [lo, hi] of a step-function counter (0 before its first sample),
+    and its maximum."""
+    times = np.fromiter((s.t_s for s in samples), dtype=float, count=len(samples))
+    values = np.fromiter((s.value for s in samples), dtype=float, count=len(samples))
+    order = np.argsort(times, kind="stable")  # equal times keep recording order: the last wins
+    times, values = np.clip(times[order], lo, hi), values[order]
+    edges = np.append(times, hi)
+    weighted = float(np.sum(values * np.diff(edges)))
+    span = hi - lo
+    return {
+        "mean": weighted / span if span > 0 else float(values[-1]),
+        "max": float(values.max()),
+    }
+
+
+def saturation(arrivals: np.ndarray, delays: np.ndarray) -> dict[str, Any]:
+    """Do queues grow without bound? Looks at queueing delay against arrival time.
+
+    Rule: with requests ordered by arrival, `saturated` is True when BOTH
+    (a) the least-squares slope of queueing delay over arrival time exceeds SATURATION_SLOPE
+        (0.05 s of extra wait per second of trace: in a queue fed faster than it serves, waits
+        grow at arrival_rate/service_rate - 1, so this flags more than about 5 % overload), and
+    (b) the mean delay of the last quarter of requests exceeds SATURATION_TAIL_HEAD_RATIO (2x)
+        the mean of the first quarter (floored at 10 ms), so a burst that drains does not count.
+    Fewer than SATURATION_MIN_REQUESTS finished requests: never saturated (not enough evidence).
+    """
+    rule = (
+        f"slope of queueing delay vs arrival time > {SATURATION_SLOPE} s/s and "
+        f"mean delay of last quarter > {SATURATION_TAIL_HEAD_RATIO}x first quarter "
+        f"(floored at {SATURATION_DELAY_FLOOR_S} s), over >= {SATURATION_MIN_REQUESTS} requests"
+    )
+    n = len(delays)
+    if n < SATURATION_MIN_REQUESTS:
+        return {"saturated": False, "slope": None, "tail_head_ratio": None, "rule": rule}
+    order = np.argsort(arrivals, kind="stable")
+    x, y = arrivals[order], delays[order]
+    var = float(np.var(x))
+    slope = float(np.mean((x - x.mean()) * (y - y.mean())) / var) if var > 0 else 0.0
+    quarter = max(1, n // 4)
+    head = max(float(np.mean(y[:quarter])), SATURATION_DELAY_FLOOR_S)
+    ratio = float(np.mean(y[-quarter:])) / head
+    return {
+        "saturated": bool(slope > SATURATION_SLOPE and ratio > SATURATION_TAIL_HEAD_RATIO),
+        "slope": slope,
+        "tail_head_ratio": ratio,
+        "head_mean_delay_s": float(np.mean(y[:quarter])),
+        "tail_mean_delay_s": float(np.mean(y[-quarter:])),
+        "rule": rule,
+    }
+
+
+def _group_intervals(intervals: list[Interval]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Indices of the intervals that make each resource busy ("batch" intervals of an instance,
+    every interval of a link), per track, and all intervals' (start, end) rows."""
+    codes: dict[tuple[str, str], int] = {}
+    code = np.fromiter(
+        (codes.setdefault((iv.track, iv.name), len(codes)) for iv in intervals), dtype=np.int64, count=len(intervals)
+    )
+    bounds = np.empty((len(intervals), 2))
+    bounds[:, 0] = np.fromiter((iv.start_s for iv in intervals), dtype=float, count=len(intervals))
+    bounds[:, 1] = np.fromiter((iv.end_s for iv in intervals), dtype=float, count=len(intervals))
+    wanted: dict[str, list[int]] = defaultdict(list)
+    for (track, name), c in codes.items():
+        if (track.startswith("instance/") and name == "batch") or track.startswith("link/"):
+            wanted[track].append(c)
+    return {track: np.flatnonzero(np.isin(code, cs)) for track, cs in wanted.items()}, bounds
+
+
+def _resource_stats(run: RunRecord, lo: float, hi: float) -> tuple[dict, dict]:
+    """Per-instance and per-link busy fractions, link bytes, counter statistics."""
+    members, bounds = _group_intervals(run.intervals)
+    spans = {track: bounds[idx] for track, idx in members.items()}
+    link_bytes = {
+        track: float(sum(dict(run.intervals[i].args).get("bytes", 0) for i in idx.tolist()))
+        for track, idx in members.items()
+        if track.startswith("link/")
+    }
+    by_track: dict[str, dict[str, list[CounterSample]]] = defaultdict(lambda: defaultdict(list))
+    for c in run.counters:
+        by_track[c.track][c.name].append(c)
+    tracks = set(spans) | set(by_track) | set(run.resources)
+    span = hi - lo
+    instances, links = {}, {}
+    for track in sorted(tracks):
+        if not track.startswith(("instance/", "link/")):
+            continue
+        busy = busy_time_s(spans.get(track, np.empty((0, 2))), lo, hi)
+        counters = by_track.get(track, {})
+        stats: dict[str, Any] = {
+            "busy_fraction": busy / span if span > 0 else 0.0,
+            "counters": {name: counter_stats(s, lo, hi) for name, s in sorted(counters.items())},
+        }
+        if track.startswith("link/"):
+            stats["bytes"] = link_bytes.get(track, 0.0)
+            links[track] = stats
+        else:
+            role = run.resources.get(track, {}).get("role")
+            if role is not None:
+                stats["role"] = role
+            instances[track] = stats
+    return instances, links
+
+
+def summarize(run: RunRecord, slo: SLOConfig) -> dict[str, Any]:
+    """The run's summary as a JSON-able dict; times in seconds, throughputs per second."""
+    done = [r for r in run.requests if is_finished(r)]
+    per_req = [request_metrics(r) for r in done]
+    ttft = np.array([m.ttft_s for m in per_req], dtype=float)
+    e2e = np.array([m.e2e_s for m in per_req], dtype=float)
+    tpot = np.array([m.tpot_s for m in per_req if m.tpot_s is not None], dtype=float)
+    itl_parts = [np.diff(np.frombuffer(r.token_times_s, dtype=float)) for r in done]
+    itl = np.concatenate(itl_parts) if itl_parts else np.empty(0)
+
+    first_arrival = min((r.arrival_s for r in run.requests), default=0.0)
+    last_finish = max((r.finish_s for r in done), default=first_arrival)
+    duration = last_finish - first_arrival
+    per_s = (lambda x: x / duration) if duration > 0 else (lambda x: 0.0)
+
+    good = sum(
+        1
+        for m in per_req
+        if m.ttft_s <= slo.ttft_s and (m.tpot_s is None or m.tpot_s <= slo.tpot_s)
+    )
+    input_tokens = sum(r.prompt_tokens for r in done)
+    output_tokens = sum(r.output_tokens for r in done)
+    instances, links = _resource_stats(run, first_arrival, last_finish)
+    arrivals = np.array([r.arrival_s for r in done], dtype=float)
+    delays = np.array([queueing_delay_s(r) for r in done], dtype=float)
+    return {
+        "requests": {"total": len(run.requests), "completed": len(done)},
+        "duration_s": duration,
+        "total_input_tokens": input_tokens,
+        "total_output_tokens": output_tokens,
+        "request_throughput": per_s(len(done)),
+        "output_throughput": per_s(output_tokens),
+        "total_token_throughput": per_s(input_tokens + output_tokens),
+        "goodput": per_s(good),
+        "good_requests": good,
+        "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s},
+        "ttft_s": distribution(ttft),
+        "tpot_s": distribution(tpot),
+        "itl_s": distribution(itl),
+        "e2e_s": distribution(e2e),
+        "queueing_delay_s": distribution(delays),
+        "percentile_method": "numpy.percentile, linear interpolation (as vllm bench serve)",
+        "instances": instances,
+        "links": links,
+        "saturation": saturation(arrivals, delays),
+        "simulated_end_s": run.end_s,
+    }
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 1e3:.2f}"
+
+
+def print_summary(summary: dict[str, Any], file: TextIO = sys.stdout) -> None:
+    """Print the summary as a table laid out like `vllm bench serve`'s (latencies in ms)."""
+    width = 50
+
+    def line(label: str, value: Any) -> None:
+        print(f"{label:<40}{value:<10}", file=file)
+
+    def rule(title: str) -> None:
+        print(f"{title:-^{width}}", file=file)
+
+    print(f"{' Simulated Serving Benchmark Result ':=^{width}}", file=file)
+    line("Successful requests:", summary["requests"]["completed"])
+    line("Total requests:", summary["requests"]["total"])
+    line("Benchmark duration (s):", f"{summary['duration_s']:.2f}")
+    line("Total input tokens:", summary["total_input_tokens"])
+    line("Total generated tokens:", summary["total_output_tokens"])
+    line("Request throughput (req/s):", f"{summary['request_throughput']:.2f}")
+    slo = summary["slo"]
+    line("Request goodput (req/s):", f"{summary['goodput']:.2f}")
+    line("  SLOs: TTFT, TPOT (ms):", f"{slo['ttft_s'] * 1e3:g}, {slo['tpot_s'] * 1e3:g}")
+    line("Output token throughput (tok/s):", f"{summary['output_throughput']:.2f}")
+    line("Total Token throughput (tok/s):", f"{summary['total_token_throughput']:.2f}")
+    for key, title, short in (
+        ("ttft_s", "Time to First Token", "TTFT"),
+        ("tpot_s", "Time per Output Token (excl. 1st token)", "TPOT"),
+        ("itl_s", "Inter-token Latency", "ITL"),
+        ("e2e_s", "End-to-end Latency", "E2EL"),
+    ):
+        rule(title)
+        d = summary[key]
+        line(f"Mean {short} (ms):", _ms(d["mean"]))
+        line(f"Median {short} (ms):", _ms(d["median"]))
+        for p in PERCENTILES[1:]:  # P50 is the median, printed above
+            line(f"P{p} {short} (ms):", _ms(d[f"p{p}"]))
+    rule("Resources")
+    for track, stats in summary["instances"].items():
+        waiting = stats["counters"].get("waiting")
+        queue = f", queue mean {waiting['mean']:.1f} max {waiting['max']:.0f}" if waiting else ""
+        print(f"{track:<28}busy {stats['busy_fraction'] * 100:5.1f}%{queue}", file=file)
+    for track, stats in summary["links"].items():
+        print(
+            f"{track:<28}busy {stats['busy_fraction'] * 100:5.1f}%, "
+            f"{stats['bytes'] / 1e9:.2f} GB moved",
+            file=file,
+        )
+    sat = summary["saturation"]
+    verdict = "YES (queues grow without bound)" if sat["saturated"] else "no"
+    line("Saturated:", verdict)
+    print("=" * width, file=file)

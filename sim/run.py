@@ -1,0 +1,165 @@
+"""One simulation run from a config file: build specs, workload and cost model, simulate, and write
+the results folder (`infralab sim run CONFIG.toml --out DIR`).
+
+The results folder holds:
+- summary.json: the metrics summary (`infralab.sim.metrics.summarize`) plus what was run;
+- requests.csv: one row per request, every `RequestRecord` field but the token times, plus the
+  derived ttft_s, tpot_s, e2e_s (seconds; empty when not defined);
+- trace.json: the Perfetto timeline (`infralab.sim.timeline`);
+- config.toml: a byte copy of the input config.
+It is written atomically (`infralab.results.atomic_output_dir`); the same config and seed give
+byte-identical files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import dataclasses
+import math
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from infralab.errors import InputError
+from infralab.results import atomic_output_dir, dump_json
+from infralab.sim.calibration import CalibrationTable
+from infralab.sim.cluster import simulate
+from infralab.sim.config import SimConfig, load_config, looks_like_path, resolve_path
+from infralab.sim.cost_model import CostModel
+from infralab.sim.metrics import is_finished, print_summary, request_metrics, summarize
+from infralab.sim.records import RequestRecord, RunRecord
+from infralab.sim.specs import load_accelerator, load_link, load_model
+from infralab.sim.timeline import DEFAULT_MAX_EVENTS, save_trace
+from infralab.sim.workloads import build_workload
+
+REQUEST_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord) if f.name != "token_times_s")
+# Time fields are written as floats even when the engine stored an int (0 -> "0.0"), so a column
+# always has one form.
+_FLOAT_FIELDS = frozenset(f.name for f in dataclasses.fields(RequestRecord) if f.type in ("float", float))
+DERIVED_FIELDS = ("ttft_s", "tpot_s", "e2e_s")
+
+
+def _load_spec(loader: Callable[..., Any], value: str, base_dir: Path, source: str, field: str) -> Any:
+    """Load a catalog entry or spec file; a bad catalog name is reported against the config field."""
+    try:
+        return loader(value, base_dir)
+    except InputError as exc:
+        if looks_like_path(value):
+            raise  # the error already names the spec file and its field
+        raise InputError(f"{source}: {field}", f"{exc.problem} ({exc.where})", exc.expected) from None
+
+
+def with_seed(cfg: SimConfig, seed: int | None) -> SimConfig:
+    """`cfg` with `run.seed` replaced when `seed` is given."""
+    if seed is None:
+        return cfg
+    return dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, seed=seed))
+
+
+def simulate_config(cfg: SimConfig, base_dir: Path, source: str = "<config>") -> RunRecord:
+    """Build the run's specs, workload and cost model from `cfg` and simulate it.
+
+    `base_dir` is where relative paths in the config resolve; `source` names the config in errors.
+    """
+    # Inputs are read (specs, workload) before anything is built, so that every input error
+    # surfaces before any work is done.
+    model = _load_spec(load_model, cfg.model, base_dir, source, "model")
+    accel = _load_spec(load_accelerator, cfg.hardware.accelerator, base_dir, source, "hardware.accelerator")
+    tp_link = _load_spec(load_link, cfg.hardware.tp_link, base_dir, source, "hardware.tp_link")
+    transfer_link = None
+    if cfg.cluster.layout == "disaggregated":
+        transfer_link = _load_spec(
+            load_link, cfg.cluster.transfer.link, base_dir, source, "cluster.transfer.link"
+        )
+    with _config_fields_of(source):
+        requests = build_workload(cfg.workload, base_dir, cfg.run.seed)
+        calibration = None
+        if cfg.cost.calibration is not None:
+            calibration = CalibrationTable.load(resolve_path(cfg.cost.calibration, base_dir))
+        cost = CostModel(model, accel, cfg.cost, tp=cfg.hardware.tp, tp_link=tp_link, calibration=calibration)
+        return simulate(cfg, requests, cost, transfer_link)
+
+
+@contextlib.contextmanager
+def _config_fields_of(source: str) -> Iterator[None]:
+    """Errors that name only a config field ("engine.block_size") get the config file in front;
+    errors that name a file (a trace line, a spec file) are already located and pass unchanged."""
+    try:
+        yield
+    except InputError as exc:
+        if exc.where.startswith(source) or "/" in exc.where or "\\" in exc.where:
+            raise
+        raise InputError(f"{source}: {exc.where}", exc.problem, exc.expected) from None
+
+
+def _csv_value(value: Any) -> Any:
+    if isinstance(value, float):
+        return "" if math.isnan(value) else repr(value)
+    return value
+
+
+def write_requests_csv(run: RunRecord, path: Path) -> None:
+    """One row per request (ordered by id): its record fields and derived latencies (seconds)."""
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(REQUEST_FIELDS + DERIVED_FIELDS)
+        for req in sorted(run.requests, key=lambda r: r.id):
+            derived: tuple[Any, ...] = (math.nan, math.nan, math.nan)
+            if is_finished(req):
+                m = request_metrics(req)
+                derived = (m.ttft_s, math.nan if m.tpot_s is None else m.tpot_s, m.e2e_s)
+            row = [
+                float(getattr(req, name)) if name in _FLOAT_FIELDS else getattr(req, name)
+                for name in REQUEST_FIELDS
+            ] + list(derived)
+            writer.writerow([_csv_value(v) for v in row])
+
+
+def run_config_file(
+    config_path: str | Path,
+    out_dir: str | Path,
+    seed: int | None = None,
+    max_trace_events: int = DEFAULT_MAX_EVENTS,
+    stdout: TextIO | None = None,
+) -> dict[str, Any]:
+    """Run the config at `config_path`, print the summary table, write the results folder.
+
+    Returns the summary dict (as written to summary.json). Bad input raises InputError before any
+    folder is created; a failure mid-run leaves no folder behind.
+    """
+    config_path = Path(config_path)
+    cfg, base_dir = load_config(config_path)
+    cfg = with_seed(cfg, seed)
+    # Enter the output folder first: a folder that is not ours is refused before the (long) run.
+    with atomic_output_dir(out_dir) as tmp:
+        run = simulate_config(cfg, base_dir, source=str(config_path))
+        summary = summarize(run, cfg.slo)
+        summary["run"] = run_facts(cfg, config_path)
+        write_results(tmp, config_path, run, summary, max_trace_events)
+    print_summary(summary, file=stdout or sys.stdout)
+    return summary
+
+
+def run_facts(cfg: SimConfig, config_path: Path) -> dict[str, Any]:
+    """What was run, for summary.json and the trace's metadata."""
+    return {
+        "name": cfg.run.name,
+        "seed": cfg.run.seed,
+        "config": config_path.name,
+        "model": cfg.model,
+        "accelerator": cfg.hardware.accelerator,
+        "tp": cfg.hardware.tp,
+        "layout": cfg.cluster.layout,
+    }
+
+
+def write_results(
+    folder: Path, config_path: Path, run: RunRecord, summary: dict[str, Any], max_trace_events: int
+) -> None:
+    """Write config.toml, summary.json, requests.csv and trace.json into `folder`."""
+    (folder / "config.toml").write_bytes(config_path.read_bytes())
+    dump_json(summary, folder / "summary.json")
+    write_requests_csv(run, folder / "requests.csv")
+    save_trace(run, folder / "trace.json", max_events=max_trace_events, metadata={"run": summary["run"]})

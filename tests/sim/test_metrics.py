@@ -1,0 +1,178 @@
+"""Metrics on hand-built run records whose answers are worked out by hand."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from array import array
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from infralab.sim.config import SLOConfig
+from infralab.sim.metrics import (
+    busy_time_s,
+    counter_stats,
+    print_summary,
+    request_metrics,
+    saturation,
+    summarize,
+)
+from infralab.sim.records import CounterSample, Interval, RequestRecord, RunRecord
+
+
+def finished(rid: int, arrival: float, prompt: int, token_times: list[float], start=None) -> RequestRecord:
+    return RequestRecord(
+        id=rid,
+        arrival_s=arrival,
+        prompt_tokens=prompt,
+        output_tokens=len(token_times),
+        first_scheduled_s=arrival if start is None else start,
+        first_token_s=token_times[0],
+        token_times_s=array("d", token_times),
+        finish_s=token_times[-1],
+    )
+
+
+def two_request_run() -> RunRecord:
+    # r0: arrives 0, tokens at 1.0, 1.5, 2.5 -> TTFT 1.0, E2E 2.5, TPOT (2.5-1)/2 = 0.75, ITL 0.5, 1.0
+    # r1: arrives 1, one token at 3.0     -> TTFT 2.0, E2E 2.0, no TPOT, no ITL
+    r0 = finished(0, 0.0, 100, [1.0, 1.5, 2.5], start=0.2)
+    r1 = finished(1, 1.0, 300, [3.0], start=2.5)
+    return RunRecord(
+        requests=[r0, r1],
+        intervals=[
+            Interval("instance/colocated-0", "batch", 0.2, 1.0),
+            Interval("instance/colocated-0", "batch", 1.0, 1.5),
+            Interval("instance/colocated-0", "prefill", 0.2, 1.0),  # not a batch: not counted
+            Interval("link/nic-0", "transfer", 0.0, 1.0, (("bytes", 1000),)),
+            Interval("link/nic-0", "transfer", 0.5, 1.5, (("bytes", 500),)),
+        ],
+        counters=[
+            CounterSample("instance/colocated-0", "waiting", 0.0, 2.0),
+            CounterSample("instance/colocated-0", "waiting", 1.5, 0.0),
+        ],
+        resources={"instance/colocated-0": {"role": "colocated"}},
+        end_s=3.0,
+    )
+
+
+def test_request_metrics_follow_vllm_definitions():
+    r0, r1 = two_request_run().requests
+    m0, m1 = request_metrics(r0), request_metrics(r1)
+    assert (m0.ttft_s, m0.e2e_s, m0.tpot_s) == (1.0, 2.5, 0.75)
+    assert (m1.ttft_s, m1.e2e_s, m1.tpot_s) == (2.0, 2.0, None)
+
+
+def test_summary_known_answers():
+    s = summarize(two_request_run(), SLOConfig(ttft_s=1.5, tpot_s=1.0))
+    assert s["requests"] == {"total": 2, "completed": 2}
+    assert s["duration_s"] == 3.0  # last finish 3.0 - first arrival 0.0
+    assert s["request_throughput"] == pytest.approx(2 / 3)
+    assert s["output_throughput"] == pytest.approx(4 / 3)
+    assert s["total_token_throughput"] == pytest.approx(404 / 3)
+    assert s["ttft_s"]["mean"] == 1.5 and s["ttft_s"]["median"] == 1.5
+    assert s["ttft_s"]["p90"] == pytest.approx(1.9)  # numpy linear: 1 + 0.9 * (2 - 1)
+    assert s["ttft_s"]["p99"] == pytest.approx(1.99)
+    assert s["tpot_s"]["mean"] == 0.75  # the one-token request has no TPOT
+    assert s["itl_s"]["mean"] == 0.75 and s["itl_s"]["p50"] == 0.75  # gaps 0.5 and 1.0 pooled
+    assert s["e2e_s"]["mean"] == 2.25
+    # only r0 meets TTFT <= 1.5 (r1's TTFT is 2.0)
+    assert s["good_requests"] == 1 and s["goodput"] == pytest.approx(1 / 3)
+    inst = s["instances"]["instance/colocated-0"]
+    assert inst["busy_fraction"] == pytest.approx(1.3 / 3.0)
+    assert inst["role"] == "colocated"
+    # waiting is 2 over [0, 1.5) and 0 over [1.5, 3]: time-weighted mean 1.0
+    assert inst["counters"]["waiting"] == {"mean": pytest.approx(1.0), "max": 2.0}
+    link = s["links"]["link/nic-0"]
+    assert link["busy_fraction"] == pytest.approx(1.5 / 3.0)  # union of overlapping flows
+    assert link["bytes"] == 1500
+    json.dumps(s, allow_nan=False)  # JSON-able, no NaN
+
+
+def test_goodput_counts_one_token_requests_as_meeting_tpot():
+    s = summarize(two_request_run(), SLOConfig(ttft_s=5.0, tpot_s=0.1))
+    assert s["good_requests"] == 1  # r0's TPOT 0.75 > 0.1 fails; r1 has one token and passes
+
+
+def test_unfinished_requests_are_not_completed():
+    run = two_request_run()
+    run.requests.append(RequestRecord(id=2, arrival_s=2.0, prompt_tokens=10, output_tokens=5))
+    s = summarize(run, SLOConfig())
+    assert s["requests"] == {"total": 3, "completed": 2}
+    assert s["duration_s"] == 3.0
+
+
+def test_empty_run_summary_is_json_and_prints():
+    s = summarize(RunRecord(), SLOConfig())
+    assert s["ttft_s"]["mean"] is None and s["request_throughput"] == 0.0
+    json.dumps(s, allow_nan=False)
+    print_summary(s, file=io.StringIO())
+
+
+def test_print_summary_looks_like_vllm_table():
+    buf = io.StringIO()
+    print_summary(summarize(two_request_run(), SLOConfig()), file=buf)
+    text = buf.getvalue()
+    assert "Successful requests:" in text and "Mean TTFT (ms):" in text and "1500.00" in text
+    assert "P99 TPOT (ms):" in text and "Median ITL (ms):" in text and "Saturated:" in text
+
+
+def test_busy_time_merges_overlaps_and_clips():
+    assert busy_time_s([(0, 2), (1, 3), (5, 6)], 0, 10) == 4
+    assert busy_time_s([(0, 2), (1, 3), (5, 6)], 1.5, 5.5) == 2.0
+    assert busy_time_s([], 0, 1) == 0
+
+
+def test_counter_stats_step_function():
+    samples = [CounterSample("t", "q", 1.0, 4.0), CounterSample("t", "q", 3.0, 1.0)]
+    stats = counter_stats(samples, 0.0, 4.0)  # 0 on [0,1), 4 on [1,3), 1 on [3,4]
+    assert stats == {"mean": pytest.approx(9 / 4), "max": 4.0}
+
+
+def queue_run(arrival_rate: float, service_s: float, n: int = 400) -> RunRecord:
+    """A single FIFO server with deterministic arrivals and service times."""
+    reqs, free_at = [], 0.0
+    for i in range(n):
+        arrival = i / arrival_rate
+        start = max(arrival, free_at)
+        free_at = start + service_s
+        reqs.append(finished(i, arrival, 10, [free_at], start=start))
+    return RunRecord(requests=reqs, end_s=free_at)
+
+
+def test_saturation_false_for_light_load_true_for_overload():
+    light = summarize(queue_run(arrival_rate=5.0, service_s=0.1), SLOConfig())["saturation"]
+    over = summarize(queue_run(arrival_rate=15.0, service_s=0.1), SLOConfig())["saturation"]
+    assert light["saturated"] is False
+    assert over["saturated"] is True
+    assert over["slope"] == pytest.approx(0.5, rel=0.05)  # waits grow at lambda/mu - 1 = 15/10 - 1
+    assert over["tail_head_ratio"] > 2
+
+
+def test_saturation_ignores_a_burst_that_drains():
+    # A queue that builds during the first half then drains: delays rise then fall back to zero.
+    arrivals = np.linspace(0, 100, 200)
+    delays = np.where(arrivals < 50, arrivals * 0.2, np.maximum(0.0, 10 - (arrivals - 50) * 0.5))
+    assert saturation(arrivals, delays)["saturated"] is False
+
+
+def test_saturation_needs_enough_requests():
+    assert saturation(np.arange(5.0), np.arange(5.0) * 10)["saturated"] is False
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    gaps=st.lists(st.floats(0.001, 1.0), min_size=1, max_size=20),
+    arrival=st.floats(0.0, 100.0),
+    ttft=st.floats(0.001, 10.0),
+)
+def test_tpot_is_mean_itl_of_one_request(gaps, arrival, ttft):
+    times = list(arrival + ttft + np.cumsum([0.0] + gaps))
+    s = summarize(RunRecord(requests=[finished(0, arrival, 5, times)]), SLOConfig())
+    assert s["tpot_s"]["mean"] == pytest.approx(s["itl_s"]["mean"], rel=1e-9)
+    assert s["ttft_s"]["mean"] == pytest.approx(ttft, rel=1e-9, abs=1e-9)
+    assert not math.isnan(s["e2e_s"]["p99"])
