@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# One command for a GPU machine (written for an H200): every kernel check natively (compiled
+# Triton, TRITON_INTERPRET unset), the GPU targets of issue 3 side by side, the full benchmark grid
+# (calibration table), and the kernel test suite with the GPU present, in under 5 minutes.
+#
+#   benchmarks/gpu.sh [OUT_DIR]      OUT_DIR defaults to $OUT if set, else results/gpu-<UTC timestamp>
+#
+# It writes at most 8 files into OUT_DIR (what the device tool brings back):
+#   env.log          nvidia-smi, python/torch/triton versions
+#   targets.log      the verdict table (benchmarks/gpu_targets.py)   targets.json  its numbers
+#   check.log        `infralab kernels check` (verdict per kernel, partition checks)
+#   bench.log        benchmark summary and progress               calibration-full.csv  the table
+#   pytest.log       tests/kernels with the GPU present
+#   summary.log      exit status and wall time of each step
+#
+# No install needed: the package is imported from a temporary tree of symlinks
+# (/tmp/ilab.*/infralab -> infralab/*.py, kernels/, sim/, agent/) on PYTHONPATH, and no step goes
+# through infralab/cli.py, which imports every part (simpy and pydantic are not on the GPU image).
+#
+# fla-core (for the "v3 faster than fused_recurrent_kda" target) is never a dependency. To measure
+# against it, carry its wheel (pure Python; einops, its one requirement, is on the image). Here,
+# in the repo root:
+#   echo /.whl/ >> .git/info/exclude
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#       --platform manylinux_2_28_x86_64 -d .whl fla-core==0.6.0
+# then name `.whl` in the device tool's `carry`. This script installs every .whl/*.whl with
+#   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+# and puts /tmp/site on PYTHONPATH. Without it the fla row reads SKIP ("fla-core not available").
+#
+# Each step has a time limit (seconds; override with the environment variables below) so the whole
+# run stays under 5 minutes even if one step hangs; a step that fails or times out does not stop
+# the others. Exit status: 0 when every step passed, else 1.
+set -u -o pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT_DIR="${1:-${OUT:-$REPO/results/gpu-$(date -u +%Y%m%dT%H%M%SZ)}}"
+# Worst case 60 + 50 + 110 + 70 = 290 s of steps (Triton's compile cache is shared between them).
+LIMIT_TARGETS="${ILAB_LIMIT_TARGETS:-60}"
+LIMIT_CHECK="${ILAB_LIMIT_CHECK:-50}"
+LIMIT_BENCH="${ILAB_LIMIT_BENCH:-110}"
+LIMIT_PYTEST="${ILAB_LIMIT_PYTEST:-70}"
+PYTHON="${PYTHON:-python3}"
+
+mkdir -p "$OUT_DIR"
+OUT_DIR="$(cd "$OUT_DIR" && pwd)"
+SUMMARY="$OUT_DIR/summary.log"
+: >"$SUMMARY"
+unset TRITON_INTERPRET
+export PYTHONUNBUFFERED=1
+export PYTHONDONTWRITEBYTECODE=1
+
+# ---- import tree: infralab without installing it ------------------------------------------------
+ILAB="$(mktemp -d /tmp/ilab.XXXXXX)"
+trap 'rm -rf "$ILAB"' EXIT
+mkdir -p "$ILAB/infralab"
+for f in "$REPO"/infralab/*.py; do ln -s "$f" "$ILAB/infralab/"; done
+for part in kernels sim agent; do ln -s "$REPO/$part" "$ILAB/infralab/$part"; done
+export PYTHONPATH="$ILAB${PYTHONPATH:+:$PYTHONPATH}"
+
+if compgen -G "$REPO/.whl/*.whl" >/dev/null; then
+    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site "$REPO"/.whl/*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/site"
+fi
+
+FAILED=0
+START_ALL=$SECONDS
+
+# run_step NAME LIMIT LOG COMMAND...: run with a time limit, log stdout+stderr, record the status.
+run_step() {
+    local name="$1" limit="$2" log="$3"
+    shift 3
+    local start=$SECONDS status
+    echo "== $name (limit ${limit}s) ==" | tee -a "$SUMMARY"
+    (cd "$REPO" && timeout --kill-after=5 "$limit" "$@") >"$log" 2>&1
+    status=$?
+    tail -n 40 "$log"
+    if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
+        echo "$name: TIMED OUT after ${limit}s (status $status)" | tee -a "$SUMMARY"
+    else
+        echo "$name: exit $status in $((SECONDS - start))s" | tee -a "$SUMMARY"
+    fi
+    [ "$status" -eq 0 ] || FAILED=1
+}
+
+{
+    date -u
+    nvidia-smi || echo "nvidia-smi not available"
+    "$PYTHON" -c '
+import sys, torch, triton
+import infralab.kernels.bench as bench
+print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__)
+print("cuda", torch.cuda.is_available(), torch.cuda.get_device_name() if torch.cuda.is_available() else "")
+print("infralab.kernels imported from", bench.__file__)
+try:
+    import fla
+    print("fla-core", fla.__version__)
+except Exception as exc:
+    print("fla-core not available:", exc)
+'
+} >"$OUT_DIR/env.log" 2>&1
+cat "$OUT_DIR/env.log"
+
+# 1. The targets first: the figures that matter most if time runs short.
+run_step "gpu targets" "$LIMIT_TARGETS" "$OUT_DIR/targets.log" \
+    "$PYTHON" benchmarks/gpu_targets.py --out "$OUT_DIR"
+
+# 2. `infralab kernels check`, through kernels/cli.py alone (the CLI hub would import every part).
+run_step "kernels check" "$LIMIT_CHECK" "$OUT_DIR/check.log" "$PYTHON" -c '
+import argparse, sys
+from infralab.errors import InputError
+from infralab.kernels import cli
+parser = argparse.ArgumentParser(prog="infralab")
+cli.register(parser.add_subparsers(dest="command", required=True))
+args = parser.parse_args(["kernels", "check"])
+try:
+    sys.exit(args.handler(args))
+except InputError as exc:
+    print(f"error: {exc}", file=sys.stderr)
+    sys.exit(2)
+'
+
+# 3. The full benchmark grid -> calibration table.
+run_step "kernels bench --grid full" "$LIMIT_BENCH" "$OUT_DIR/bench.log" \
+    "$PYTHON" -m infralab.kernels.bench --grid full --out "$OUT_DIR/calibration-full.csv"
+
+# 4. The kernel tests with the GPU present (parallel when pytest-xdist is there: compiling dominates).
+XDIST=()
+if "$PYTHON" -c 'import xdist' 2>/dev/null; then XDIST=(-n 8); fi
+run_step "pytest tests/kernels" "$LIMIT_PYTEST" "$OUT_DIR/pytest.log" \
+    "$PYTHON" -m pytest -q -p no:cacheprovider ${XDIST[@]+"${XDIST[@]}"} tests/kernels
+
+echo "total: $((SECONDS - START_ALL))s; results in $OUT_DIR" | tee -a "$SUMMARY"
+if [ "$FAILED" -eq 0 ]; then echo "gpu.sh: all steps passed" | tee -a "$SUMMARY"; else echo "gpu.sh: some steps FAILED" | tee -a "$SUMMARY"; fi
+exit "$FAILED"
