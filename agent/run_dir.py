@@ -1,0 +1,193 @@
+"""Load what a run left on disk, for `infralab explain`: a simulator results folder or a timeline.
+
+Two kinds of input:
+- a results folder of `infralab sim run` (kind "sim-run"): `summary.json`, `requests.csv` and
+  `trace.json`, all three required (a missing one is an InputError naming it);
+- one Chrome/Perfetto timeline file (kind "timeline"), as `infralab gil run` writes under
+  `timelines/`: intervals and counters only, no requests or summary.
+
+Timelines are read back into the simulator's own records (`Interval`, `CounterSample`): a track is
+the process name of an event's pid (infralab writes one process per track), times are seconds.
+Requests come back as `RequestRecord`s without token times (requests.csv does not hold them).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from infralab.errors import InputError
+from infralab.sim.records import CounterSample, Interval, RequestRecord
+
+SIM_RUN_FILES = ("summary.json", "requests.csv", "trace.json")
+_INT_FIELDS = ("id", "prompt_tokens", "output_tokens", "cached_tokens", "preemptions", "recomputed_tokens")
+_STR_FIELDS = ("prefill_instance", "decode_instance")
+_FLOAT_FIELDS = tuple(
+    f.name
+    for f in fields(RequestRecord)
+    if f.name not in _INT_FIELDS + _STR_FIELDS + ("token_times_s",)
+)
+REQUIRED_COLUMNS = _INT_FIELDS + _STR_FIELDS + _FLOAT_FIELDS
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    """One run as `explain` sees it. Times in seconds of the run's own clock."""
+
+    source: str  # the path as given
+    kind: str  # "sim-run" or "timeline"
+    intervals: tuple[Interval, ...]
+    counters: tuple[CounterSample, ...] = ()
+    requests: tuple[RequestRecord, ...] | None = None  # None for a timeline
+    summary: dict[str, Any] | None = None  # summary.json, None for a timeline
+    trace_metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def truncated(self) -> bool:
+        """True when the timeline holds only the run's first events (see infralab.sim.timeline)."""
+        return bool(self.trace_metadata.get("truncated"))
+
+    def by_track(self) -> dict[str, list[Interval]]:
+        """Intervals grouped by track, in file order."""
+        out: dict[str, list[Interval]] = defaultdict(list)
+        for iv in self.intervals:
+            out[iv.track].append(iv)
+        return dict(out)
+
+
+def load_run(path: str | Path) -> LoadedRun:
+    """Load a results folder (all of SIM_RUN_FILES) or one timeline JSON file."""
+    path = Path(path)
+    if path.is_dir():
+        return _load_sim_run(path)
+    if path.is_file():
+        intervals, counters, meta = load_trace(path)
+        return LoadedRun(source=str(path), kind="timeline", intervals=intervals, counters=counters, trace_metadata=meta)
+    raise InputError(
+        str(path),
+        "no such file or folder",
+        "a results folder of `infralab sim run` or a timeline .json (e.g. from `infralab gil run`: DIR/timelines/*.json)",
+    )
+
+
+def _load_sim_run(folder: Path) -> LoadedRun:
+    missing = [name for name in SIM_RUN_FILES if not (folder / name).is_file()]
+    if missing:
+        hint = ""
+        if (folder / "timelines").is_dir():
+            hint = f"; this looks like an `infralab gil run` folder: pass one of {folder / 'timelines'}/*.json"
+        raise InputError(
+            str(folder / missing[0]),
+            f"missing from the run folder ({', '.join(missing)} absent){hint}",
+            f"a folder written by `infralab sim run` holding {', '.join(SIM_RUN_FILES)}",
+        )
+    summary = load_summary(folder / "summary.json")
+    requests = load_requests(folder / "requests.csv")
+    intervals, counters, meta = load_trace(folder / "trace.json")
+    return LoadedRun(
+        source=str(folder),
+        kind="sim-run",
+        intervals=intervals,
+        counters=counters,
+        requests=requests,
+        summary=summary,
+        trace_metadata=meta,
+    )
+
+
+def load_summary(path: Path) -> dict[str, Any]:
+    """summary.json as a dict (InputError naming the file when it is not a JSON object)."""
+    data = _read_json(path)
+    if not isinstance(data, dict):
+        raise InputError(str(path), "not a JSON object", "summary.json as `infralab sim run` writes it")
+    return data
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        with path.open(encoding="utf-8") as handle:
+            return json.load(handle)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: line {exc.lineno}", f"not valid JSON: {exc.msg}", "a JSON document") from None
+    except OSError as exc:
+        raise InputError(str(path), f"cannot read: {exc.strerror}", "a readable file") from None
+
+
+def _number(text: str, where: str, kind: type) -> Any:
+    if text == "":
+        if kind is float:
+            return math.nan
+        raise InputError(where, "empty", "an integer")
+    try:
+        return kind(text)
+    except ValueError:
+        raise InputError(where, f"bad value {text!r}", "an integer" if kind is int else "a number") from None
+
+
+def load_requests(path: Path) -> tuple[RequestRecord, ...]:
+    """requests.csv rows as RequestRecords (token times empty), ordered as in the file."""
+    try:
+        handle = path.open(newline="", encoding="utf-8")
+    except OSError as exc:
+        raise InputError(str(path), f"cannot read: {exc.strerror}", "a readable file") from None
+    with handle:
+        reader = csv.DictReader(handle)
+        columns = reader.fieldnames or []
+        missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+        if missing:
+            raise InputError(
+                f"{path}: header",
+                f"missing column(s) {', '.join(missing)}",
+                "the columns `infralab sim run` writes (RequestRecord fields)",
+            )
+        out = []
+        for line, row in enumerate(reader, start=2):
+            where = f"{path}: line {line}"
+            values: dict[str, Any] = {name: row[name] for name in _STR_FIELDS}
+            for name in _INT_FIELDS:
+                values[name] = _number(row[name], f"{where}, column {name}", int)
+            for name in _FLOAT_FIELDS:
+                values[name] = _number(row[name], f"{where}, column {name}", float)
+            out.append(RequestRecord(**values))
+    return tuple(out)
+
+
+def load_trace(path: Path) -> tuple[tuple[Interval, ...], tuple[CounterSample, ...], dict[str, Any]]:
+    """A Trace Event JSON file as (intervals, counters, metadata); "X" and "C" events are read,
+    named by the process_name of their pid (or "pid N" when a pid has none)."""
+    doc = _read_json(path)
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc if isinstance(doc, list) else None
+    if not isinstance(events, list):
+        raise InputError(str(path), "no traceEvents list", "Chrome/Perfetto Trace Event JSON")
+    tracks: dict[Any, str] = {}
+    for ev in events:
+        if isinstance(ev, dict) and ev.get("ph") == "M" and ev.get("name") == "process_name":
+            tracks[ev.get("pid")] = str((ev.get("args") or {}).get("name", f"pid {ev.get('pid')}"))
+    intervals: list[Interval] = []
+    counters: list[CounterSample] = []
+    for index, ev in enumerate(events):
+        if not isinstance(ev, dict) or ev.get("ph") not in ("X", "C"):
+            continue
+        track = tracks.get(ev.get("pid"), f"pid {ev.get('pid')}")
+        try:
+            ts = float(ev["ts"]) * 1e-6
+            if ev["ph"] == "X":
+                end = ts + float(ev.get("dur", 0.0)) * 1e-6
+                args = ev.get("args") or {}
+                intervals.append(Interval(track, str(ev["name"]), ts, end, tuple(sorted(args.items()))))
+            else:
+                for name, value in sorted((ev.get("args") or {}).items()):
+                    counters.append(CounterSample(track, str(name), ts, float(value)))
+        except (KeyError, TypeError, ValueError):
+            raise InputError(
+                f"{path}: traceEvents[{index}]",
+                f"malformed {ev.get('ph')!r} event",
+                "numeric ts (and dur) in microseconds, a name, and numeric counter args",
+            ) from None
+    meta = doc.get("metadata", {}) if isinstance(doc, dict) else {}
+    return tuple(intervals), tuple(counters), meta if isinstance(meta, dict) else {}

@@ -1,0 +1,466 @@
+"""`infralab search SPACE.toml`: explore a configuration space with the simulator under SLO
+constraints; report the best configurations and the Pareto front of throughput per accelerator vs
+latency. The SPACE file format and the JSON schema are in docs/explain.md ("search").
+
+Every point of the space (the Cartesian product of the axes, last axis fastest) is the base
+simulation config with the `[fixed]` changes and the point's axis values applied, validated as a
+whole before anything runs. Points run in parallel over local processes; results are ordered by
+point index, never by completion, and hold no wall-clock times, so the same SPACE file (and seed)
+gives byte-identical search.json and search.csv.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import itertools
+import math
+import re
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+from pydantic.dataclasses import dataclass
+
+from infralab.agent.acceptance import Criterion, evaluate, parse_criterion
+from infralab.config_io import STRICT, load_toml, validate
+from infralab.errors import InputError
+from infralab.results import atomic_output_dir, dump_json
+
+SCHEMA = "infralab.search/1"
+POOLS = "pools"  # named knob "P:D": prefill and decode pool sizes of a disaggregated layout
+
+# Metrics of one point, the names constraints, the objective and the Pareto axes may use.
+PER_ACCELERATOR = ("goodput", "request_throughput", "output_throughput", "total_token_throughput")
+LATENCIES = ("ttft", "tpot", "itl", "e2e")
+METRICS = (
+    "accelerators",
+    "completed",
+    "total_requests",
+    "saturated",
+    *PER_ACCELERATOR,
+    *(f"{m}_per_accelerator" for m in PER_ACCELERATOR),
+    *(f"{lat}_{s}_s" for lat in LATENCIES for s in ("mean", "p50", "p90", "p99")),
+    "max_instance_busy",
+    "max_link_busy",
+)
+
+
+@dataclass(frozen=True, config=STRICT)
+class ParetoAxes:
+    x: str = "ttft_p90_s"  # minimised
+    y: str = "output_throughput_per_accelerator"  # maximised
+
+
+@dataclass(frozen=True, config=STRICT)
+class SearchInfo:
+    base: str  # simulation config; relative paths resolve against the SPACE file's folder
+    name: str = "search"
+    seed: Annotated[int, Field(ge=0)] | None = None  # overrides run.seed of the base config
+    objective: str = "maximize goodput_per_accelerator"  # "maximize NAME" or "minimize NAME"
+    constraints: tuple[str, ...] = ()  # acceptance-style expressions over METRICS
+    top: Annotated[int, Field(gt=0)] = 5
+    pareto: ParetoAxes = ParetoAxes()
+
+
+@dataclass(frozen=True, config=STRICT)
+class SpaceFile:
+    search: SearchInfo
+    axes: dict[str, list[Any]]
+    fixed: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Space:
+    """A validated SPACE file: the points' configs (as dicts) and what to optimise."""
+
+    source: str
+    info: SearchInfo
+    axes: tuple[tuple[str, tuple[Any, ...]], ...]
+    fixed: tuple[tuple[str, Any], ...]
+    objective_metric: str
+    objective_goal: Literal["max", "min"]
+    constraints: tuple[Criterion, ...]
+    base_dir: Path  # where the base config's relative paths resolve
+    base_name: str
+    points: tuple[dict[str, Any], ...]  # simulation config of each point, as plain data
+    knobs: tuple[tuple[tuple[str, Any], ...], ...]  # each point's axis values
+
+
+# ---- the SPACE file -----------------------------------------------------------------------------
+
+
+def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested tables as dotted keys ({"engine": {"x": 1}} -> {"engine.x": 1}); lists stay values."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flatten(value, dotted + "."))
+        else:
+            out[dotted] = value
+    return out
+
+
+def _path_like(value: Any) -> bool:
+    return isinstance(value, str) and ("/" in value or value.endswith((".toml", ".csv", ".jsonl")))
+
+
+def apply_knob(data: dict[str, Any], knob: str, value: Any, where: str, space_dir: Path) -> None:
+    """Set `knob` (a dotted path of the simulation config, or "pools") in `data`, in place.
+    Path-like strings resolve against the SPACE file's folder."""
+    if _path_like(value):
+        p = Path(value).expanduser()
+        value = str(p if p.is_absolute() else (space_dir / p).resolve())
+    if knob == POOLS:
+        match = re.fullmatch(r"\s*(\d+)\s*:\s*(\d+)\s*", str(value))
+        if not match or data["cluster"]["layout"] != "disaggregated":
+            raise InputError(where, f"bad value {value!r}",
+                             '"P:D" prefill:decode instance counts, for a disaggregated base config')
+        data["cluster"]["prefill_instances"], data["cluster"]["decode_instances"] = map(int, match.groups())
+        return
+    node = data
+    parts = knob.split(".")
+    for part in parts[:-1]:
+        if not isinstance(node.get(part), dict):
+            raise InputError(where, f"unknown key {knob!r}",
+                             "'pools' or a dotted path of the simulation config, e.g. engine.max_batched_tokens")
+        node = node[part]
+    if parts[-1] not in node:
+        raise InputError(where, f"unknown key {knob!r}",
+                         "'pools' or a dotted path of the simulation config, e.g. engine.max_batched_tokens")
+    node[parts[-1]] = value
+
+
+def _objective(text: str, where: str) -> tuple[str, Literal["max", "min"]]:
+    match = re.fullmatch(r"\s*(maximize|minimize|max|min)\s+([A-Za-z0-9_]+)\s*", text)
+    if not match:
+        raise InputError(where, f"bad objective {text!r}", "'maximize NAME' or 'minimize NAME'")
+    goal: Literal["max", "min"] = "max" if match.group(1).startswith("max") else "min"
+    _check_metric(match.group(2), where)
+    return match.group(2), goal
+
+
+def _check_metric(name: str, where: str) -> None:
+    if name not in METRICS:
+        raise InputError(where, f"unknown metric {name!r}", f"one of {', '.join(METRICS)}")
+
+
+def load_space(path: str | Path) -> Space:
+    """Read and validate a SPACE file and every point's config; InputError names file and key."""
+    from infralab.sim.config import SimConfig, check_config, load_config
+
+    path = Path(path)
+    source = str(path)
+    raw = load_toml(path)
+    if isinstance(raw.get("axes"), dict):
+        raw = {**raw, "axes": _flatten(raw["axes"])}
+    if isinstance(raw.get("fixed"), dict):
+        raw = {**raw, "fixed": _flatten(raw["fixed"])}
+    spec = validate(SpaceFile, raw, source)
+    if not spec.axes:
+        raise InputError(f"{source}: axes", "no axes", "at least one `key = [values]` under [axes]")
+    for key, values in spec.axes.items():
+        if not values:
+            raise InputError(f"{source}: axes.{key}", "empty list", "one or more values")
+        if len({repr(v) for v in values}) != len(values):
+            raise InputError(f"{source}: axes.{key}", "repeated values", "each value once")
+    metric, goal = _objective(spec.search.objective, f"{source}: search.objective")
+    _check_metric(spec.search.pareto.x, f"{source}: search.pareto.x")
+    _check_metric(spec.search.pareto.y, f"{source}: search.pareto.y")
+    constraints = []
+    for i, text in enumerate(spec.search.constraints):
+        where = f"{source}: search.constraints[{i}]"
+        crit = parse_criterion(text, where)
+        for name in sorted(crit.names):
+            _check_metric(name, where)
+        constraints.append(crit)
+
+    space_dir = path.resolve().parent
+    base_path = Path(spec.search.base).expanduser()
+    base_path = base_path if base_path.is_absolute() else space_dir / base_path
+    if not base_path.is_file():
+        raise InputError(f"{source}: search.base", f"file not found: {spec.search.base} (resolved to {base_path})",
+                         "a simulation config; relative paths resolve against the SPACE file's folder")
+    base_cfg, base_dir = load_config(base_path)
+    base = dataclasses.asdict(base_cfg)
+    if spec.search.seed is not None:
+        base["run"]["seed"] = spec.search.seed
+    for key, value in spec.fixed.items():
+        apply_knob(base, key, value, f"{source}: fixed.{key}", space_dir)
+
+    axes = tuple((k, tuple(v)) for k, v in spec.axes.items())
+    points, knobs = [], []
+    for combo in itertools.product(*(values for _, values in axes)):
+        data = _deep_copy(base)
+        point = tuple((key, value) for (key, _), value in zip(axes, combo))
+        for key, value in point:
+            apply_knob(data, key, value, f"{source}: axes.{key} = {value!r}", space_dir)
+        try:
+            cfg = validate(SimConfig, data, str(base_path))
+            check_config(cfg, str(base_path), base_dir)
+        except InputError as exc:
+            where = ", ".join(f"{k} = {v!r}" for k, v in point)
+            raise InputError(f"{source}: axes ({where})", f"gives an invalid config: {exc}", exc.expected) from None
+        points.append(data)
+        knobs.append(point)
+    return Space(
+        source=source,
+        info=spec.search,
+        axes=axes,
+        fixed=tuple(spec.fixed.items()),
+        objective_metric=metric,
+        objective_goal=goal,
+        constraints=tuple(constraints),
+        base_dir=base_dir,
+        base_name=base_path.name,
+        points=tuple(points),
+        knobs=tuple(knobs),
+    )
+
+
+def _deep_copy(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _deep_copy(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_deep_copy(v) for v in data]
+    return data
+
+
+# ---- one point ----------------------------------------------------------------------------------
+
+
+def point_metrics(summary: dict[str, Any], accelerators: int) -> dict[str, Any]:
+    """METRICS of one run from its summary (`infralab.sim.metrics.summarize`); None when undefined."""
+    out: dict[str, Any] = {
+        "accelerators": accelerators,
+        "completed": summary["requests"]["completed"],
+        "total_requests": summary["requests"]["total"],
+        "saturated": bool(summary["saturation"]["saturated"]),
+    }
+    for name in PER_ACCELERATOR:
+        out[name] = summary[name]
+        out[f"{name}_per_accelerator"] = summary[name] / accelerators
+    for lat in LATENCIES:
+        dist = summary[f"{lat}_s"]
+        for stat in ("mean", "p50", "p90", "p99"):
+            out[f"{lat}_{stat}_s"] = dist[stat]
+    out["max_instance_busy"] = max((v["busy_fraction"] for v in summary["instances"].values()), default=0.0)
+    out["max_link_busy"] = max((v["busy_fraction"] for v in summary["links"].values()), default=0.0)
+    return out
+
+
+def accelerators_of(cfg: Any) -> int:
+    """Accelerators a config uses: instances (all pools) x tensor-parallel degree."""
+    cluster = cfg.cluster
+    instances = cluster.instances if cluster.layout == "colocated" else cluster.prefill_instances + cluster.decode_instances
+    return instances * cfg.hardware.tp
+
+
+def run_point(data: dict[str, Any], base_dir: str, source: str) -> dict[str, Any]:
+    """Simulate one point's config (plain data) and return its METRICS. Runs in a worker process."""
+    from infralab.sim.config import SimConfig
+    from infralab.sim.metrics import summarize
+    from infralab.sim.run import simulate_config
+
+    cfg = validate(SimConfig, data, source)
+    record = simulate_config(cfg, Path(base_dir), source=source)
+    return point_metrics(summarize(record, cfg.slo), accelerators_of(cfg))
+
+
+def run_points(space: Space, jobs: int = 2, progress: bool = True) -> list[dict[str, Any]]:
+    """Every point's metrics, in point order; `jobs` local processes (1: in this process)."""
+    from tqdm import tqdm
+
+    n = len(space.points)
+    results: list[dict[str, Any] | None] = [None] * n
+    bar = tqdm(total=n, desc=f"search {space.info.name}", unit="config", file=sys.stderr, disable=not progress)
+    with bar:
+        if jobs <= 1:
+            for i, data in enumerate(space.points):
+                results[i] = run_point(data, str(space.base_dir), space.source)
+                bar.update(1)
+        else:
+            with ProcessPoolExecutor(max_workers=jobs) as pool:
+                futures = {pool.submit(run_point, data, str(space.base_dir), space.source): i
+                           for i, data in enumerate(space.points)}
+                try:
+                    for future in as_completed(futures):
+                        results[futures[future]] = future.result()
+                        bar.update(1)
+                except BaseException:
+                    # One point failed (or Ctrl-C): do not wait for the points not started yet.
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    raise
+    return [r for r in results if r is not None]
+
+
+# ---- ranking and the Pareto front ---------------------------------------------------------------
+
+
+def _number(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None if value is None else float(value)
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def pareto_front(points: Sequence[tuple[float, float]], x_goal: str = "min", y_goal: str = "max") -> list[int]:
+    """Indices of the points no other point dominates, sorted by x then index.
+
+    A dominates B when A is at least as good on both axes and strictly better on one (goals
+    "min"/"max" per axis). Equal points do not dominate each other: both stay on the front."""
+    sx = 1.0 if x_goal == "min" else -1.0
+    sy = 1.0 if y_goal == "min" else -1.0
+    keyed = [(sx * x, sy * y) for x, y in points]  # both axes minimised from here on
+    front = []
+    for i, (xi, yi) in enumerate(keyed):
+        dominated = any(
+            xj <= xi and yj <= yi and (xj < xi or yj < yi) for j, (xj, yj) in enumerate(keyed) if j != i
+        )
+        if not dominated:
+            front.append(i)
+    return sorted(front, key=lambda i: (points[i][0], i))
+
+
+def feasibility(space: Space, metrics: dict[str, Any]) -> list[str]:
+    """The constraints `metrics` violates (a constraint on an undefined metric counts as violated)."""
+    violated = []
+    for crit in space.constraints:
+        try:
+            ok = bool(evaluate(crit, metrics))
+        except (TypeError, KeyError):  # a None metric (no finished request) cannot satisfy it
+            ok = False
+        if not ok:
+            violated.append(crit.text)
+    return violated
+
+
+def build_report(space: Space, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The search.json document from the points' metrics."""
+    points = []
+    for i, (knobs, metrics) in enumerate(zip(space.knobs, results)):
+        violated = feasibility(space, metrics)
+        points.append({"index": i, "knobs": dict(knobs), "metrics": metrics, "feasible": not violated,
+                       "violated": violated, "on_pareto_front": False})
+    px, py = space.info.pareto.x, space.info.pareto.y
+    candidates = [p for p in points if p["feasible"] and _number(p["metrics"][px]) is not None
+                  and _number(p["metrics"][py]) is not None]
+    front = pareto_front([(_number(p["metrics"][px]), _number(p["metrics"][py])) for p in candidates], "min", "max")
+    front_indices = [candidates[i]["index"] for i in front]
+    for i in front_indices:
+        points[i]["on_pareto_front"] = True
+    sign = -1.0 if space.objective_goal == "max" else 1.0
+    ranked = sorted(
+        (p for p in points if p["feasible"] and _number(p["metrics"][space.objective_metric]) is not None),
+        key=lambda p: (sign * _number(p["metrics"][space.objective_metric]), p["index"]),
+    )
+    best = [{"rank": r, "index": p["index"], "knobs": p["knobs"], "objective": p["metrics"][space.objective_metric]}
+            for r, p in enumerate(ranked[: space.info.top], start=1)]
+    return {
+        "schema": SCHEMA,
+        "name": space.info.name,
+        "space": Path(space.source).name,
+        "base": space.base_name,
+        "seed": space.info.seed,
+        "axes": [{"key": k, "values": list(v)} for k, v in space.axes],
+        "fixed": dict(space.fixed),
+        "objective": {"metric": space.objective_metric, "goal": space.objective_goal},
+        "constraints": [c.text for c in space.constraints],
+        "pareto_axes": {"x": {"metric": px, "goal": "min"}, "y": {"metric": py, "goal": "max"}},
+        "points": points,
+        "feasible": sum(p["feasible"] for p in points),
+        "best": best,
+        "pareto_front": front_indices,
+    }
+
+
+# ---- outputs ------------------------------------------------------------------------------------
+
+
+def _csv_value(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    return value
+
+
+def write_csv(report: dict[str, Any], path: Path) -> None:
+    """One row per point: index, the axis values, feasible, on_pareto_front, then METRICS."""
+    keys = [a["key"] for a in report["axes"]]
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(["index", *keys, "feasible", "on_pareto_front", *METRICS])
+        for p in report["points"]:
+            writer.writerow([p["index"], *(_csv_value(p["knobs"][k]) for k in keys), p["feasible"],
+                             p["on_pareto_front"], *(_csv_value(p["metrics"][m]) for m in METRICS)])
+
+
+def pareto_figure(report: dict[str, Any], path: Path) -> None:
+    """Every point (feasible: filled, infeasible: grey x), the Pareto front as a line, labels =
+    point index."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    px, py = report["pareto_axes"]["x"]["metric"], report["pareto_axes"]["y"]["metric"]
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for feasible, style in ((False, {"marker": "x", "color": "#999999", "label": "violates a constraint"}),
+                            (True, {"marker": "o", "color": "#4f81bd", "label": "feasible"})):
+        pts = [p for p in report["points"] if p["feasible"] == feasible
+               and _number(p["metrics"][px]) is not None and _number(p["metrics"][py]) is not None]
+        if pts:
+            ax.scatter([p["metrics"][px] for p in pts], [p["metrics"][py] for p in pts], **style)
+            for p in pts:
+                ax.annotate(str(p["index"]), (p["metrics"][px], p["metrics"][py]), fontsize=7,
+                            xytext=(3, 3), textcoords="offset points")
+    front = [report["points"][i] for i in report["pareto_front"]]
+    if front:
+        ax.plot([p["metrics"][px] for p in front], [p["metrics"][py] for p in front], color="#c0504d",
+                drawstyle="steps-post", label="Pareto front")
+    ax.set_xlabel(f"{px} (lower is better)")
+    ax.set_ylabel(f"{py} (higher is better)")
+    ax.set_title(f"search {report['name']}: {report['feasible']}/{len(report['points'])} feasible")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, metadata={"Software": None})
+    plt.close(fig)
+
+
+def format_text(report: dict[str, Any]) -> str:
+    obj = report["objective"]
+    lines = [f"search {report['name']}: {len(report['points'])} configurations of {report['base']}, "
+             f"{report['feasible']} meet the constraints ({'; '.join(report['constraints']) or 'none'})"]
+    lines.append(f"best by {obj['goal']} {obj['metric']}:")
+    for b in report["best"]:
+        knobs = ", ".join(f"{k}={v}" for k, v in b["knobs"].items())
+        lines.append(f"  {b['rank']}. #{b['index']} {knobs}: {b['objective']:.6g}")
+    if not report["best"]:
+        lines.append("  (no configuration meets the constraints)")
+    px, py = report["pareto_axes"]["x"]["metric"], report["pareto_axes"]["y"]["metric"]
+    lines.append(f"Pareto front ({px} min, {py} max):")
+    for i in report["pareto_front"]:
+        p = report["points"][i]
+        knobs = ", ".join(f"{k}={v}" for k, v in p["knobs"].items())
+        lines.append(f"  #{i} {knobs}: {px}={p['metrics'][px]:.6g}, {py}={p['metrics'][py]:.6g}")
+    return "\n".join(lines) + "\n"
+
+
+def run_search(space_path: str | Path, out: str | Path, jobs: int = 2, progress: bool = True) -> dict[str, Any]:
+    """Everything `infralab search` does: validate, run every point, write DIR/search.json,
+    DIR/search.csv and DIR/pareto.png atomically; returns the report."""
+    if jobs < 1:
+        raise InputError("--jobs", f"{jobs}", "a positive number of processes")
+    space = load_space(space_path)
+    with atomic_output_dir(out) as tmp:
+        results = run_points(space, jobs=jobs, progress=progress)
+        report = build_report(space, results)
+        dump_json(report, tmp / "search.json")
+        write_csv(report, tmp / "search.csv")
+        pareto_figure(report, tmp / "pareto.png")
+    return report
