@@ -7,7 +7,8 @@ scenarios and what it writes (the real-threads probe beside the simulator is `gi
   overlap fractions and the attribution of the extra time;
 - `table.md` (also printed), `figures/degradation.png` (per scenario, held vs released, with the
   acceptance line), `timelines/<scenario>-held.json` and `-released.json` (Perfetto, runs with
-  transfer) for the scenarios the experiment names;
+  transfer) and `-held-no-transfer.json`, `-released-no-transfer.json` (the same runs without it)
+  for the scenarios the experiment names;
 - with `--probe`: `probe.json` and `probe_table.md`: the host microbenchmarks, and per schedule
   variant the probe's and the simulator's degradation and overlap side by side, with the errors;
   `timelines/probe-*.json` (real threads) and `timelines/probe-sim-*.json` (simulated) beside
@@ -89,7 +90,10 @@ def load_experiment(path: str | Path) -> GilExperiment:
 # ---- the simulator sweep -------------------------------------------------------------------
 
 
-def _mode_result(built, scenario: Scenario, holds: bool, criterion) -> tuple[dict[str, Any], RunRecord]:
+def _mode_result(
+    built, scenario: Scenario, holds: bool, criterion
+) -> tuple[dict[str, Any], RunRecord, RunRecord]:
+    """One mode's metrics, and the records of its runs with and without transfer."""
     without = run(built, scenario, holds, with_transfer=False)
     with_ = run(built, scenario, holds, with_transfer=True)
     ratio = with_.throughput / without.throughput
@@ -105,7 +109,7 @@ def _mode_result(built, scenario: Scenario, holds: bool, criterion) -> tuple[dic
         "forced_gil_drops": with_.forced_drops,
         "attribution": blame.as_dict(),
     }
-    return result, with_.record
+    return result, with_.record, without.record
 
 
 def sweep(exp: GilExperiment, timeline_dir: Path | None = None) -> list[dict[str, Any]]:
@@ -123,11 +127,13 @@ def sweep(exp: GilExperiment, timeline_dir: Path | None = None) -> list[dict[str
             "nic_bandwidth_Bps": built.nic.bandwidth,
         }
         for mode, holds in MODES.items():
-            result, record = _mode_result(built, scenario, holds, criterion)
+            result, with_record, without_record = _mode_result(built, scenario, holds, criterion)
             row["modes"][mode] = result
             if timeline_dir is not None and scenario.name in exp.experiment.timelines:
-                save_trace(record, timeline_dir / f"{scenario.name}-{mode}.json",
-                           metadata={"scenario": scenario.name, "dispatch_combine": mode, "kv_transfer": True})
+                # Both runs of the pair, so that `infralab explain A --against B` can compare them.
+                for record, transfer, suffix in ((with_record, True, ""), (without_record, False, "-no-transfer")):
+                    save_trace(record, timeline_dir / f"{scenario.name}-{mode}{suffix}.json",
+                               metadata={"scenario": scenario.name, "dispatch_combine": mode, "kv_transfer": transfer})
         rows.append(row)
     return rows
 
