@@ -75,7 +75,8 @@ def test_run_writes_table_figure_timelines_atomically_and_deterministically(tmp_
     written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     assert written == [
         ".infralab-result", "figures/degradation.png", "results.json", "table.md",
-        "timelines/a-held.json", "timelines/a-released.json",
+        "timelines/a-held-no-transfer.json", "timelines/a-held.json",
+        "timelines/a-released-no-transfer.json", "timelines/a-released.json",
     ]
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == []  # no temp folder left
     for row in results["scenarios"]:
