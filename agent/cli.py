@@ -7,8 +7,10 @@ import argparse
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Add this part's subcommands; each sets `handler=` to a function(args) -> exit code."""
+    from infralab.agent import commands as loop_commands
     from infralab.agent import explain_cli
 
+    loop_commands.register(commands)
     _register_gil(commands)
     explain_cli.register(commands)
 

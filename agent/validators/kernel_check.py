@@ -1,0 +1,167 @@
+"""`kernel-check`: numerics of one kernel call under one partitioning, against the unsplit call and
+float64 (the partitioning harness of `infralab.kernels.partition`).
+
+Knobs per arm: kernel, variant (matmul: fp32 | tf32 | 3xtf32), shape ("M=40;N=256;K=2048"), split
+(none | column | row | head | batch), tp (shards), reduction (row splits: sequential | tree). Each of
+the hypothesis's seeds draws other inputs (one sample per seed).
+Metrics (maxima over the kernel's outputs):
+- rel_err: relative Frobenius error of the split result vs float64; rel_err_unsplit: same, unsplit;
+- rel_err_vs_unsplit: split vs unsplit; max_ulp: largest FP32 ULP distance split vs unsplit;
+- max_rel_err, max_abs_err: elementwise maxima vs float64; bitwise_equal: split == unsplit bit for bit.
+The numerics are deterministic for given inputs: repetitions repeat a seed's numbers; several seeds
+give the noise rule a spread over inputs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from infralab.agent.findings import Evidence, Finding, Where
+from infralab.agent.hypothesis import Arm, Hypothesis, setup_of
+from infralab.agent.validators.base import Measurement, sample_keys
+from infralab.errors import InputError
+
+NAME = "kernel-check"
+
+
+def use_interpreter_without_gpu() -> str:
+    """TRITON_INTERPRET=1 when there is no CUDA device (before any kernel module is imported)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"
+        return "cpu (Triton interpreter)"
+    return torch.cuda.get_device_name()
+
+
+def parse_shape(text: str, where: str) -> tuple[tuple[str, int], ...]:
+    """"M=40;N=256;K=2048" -> (("M", 40), ("N", 256), ("K", 2048))."""
+    dims = []
+    for part in text.split(";"):
+        name, _, value = part.partition("=")
+        if not name.strip() or not value.strip().isdigit() or int(value) < 1:
+            raise InputError(where, f"bad shape {text!r}", "NAME=positive-int pairs separated by ';', e.g. M=40;N=256;K=2048")
+        dims.append((name.strip(), int(value)))
+    return tuple(dims)
+
+
+def partitioned_kernel(kernel: str) -> Any:
+    """The partitioning harness's adapter for `kernel` (None when it has none), with the block sizes
+    and ring length `infralab kernels check` uses."""
+    from infralab.kernels import check, partition
+
+    if kernel == "matmul":
+        return partition.MatmulPartition(check.MATMUL_CHECK_BLOCKS)
+    if kernel == "kda_decode" and hasattr(partition, "KdaDecodePartition"):
+        return partition.KdaDecodePartition(getattr(check, "KDA_RING_LEN", 4))
+    if kernel == "paged_decode_attention" and hasattr(partition, "PagedAttentionPartition"):
+        return partition.PagedAttentionPartition()
+    return None
+
+
+def task_of(hyp: Hypothesis, arm: Arm, seed: int) -> Any:
+    """The partition task of `arm` with inputs drawn from `seed`."""
+    from infralab.kernels.partition import PartitionTask, Split
+
+    knobs = arm.config
+    where = f"{hyp.source}: {arm.name}"
+    kind = knobs.get("split", "none")
+    tp = int(knobs.get("tp", 1))
+    if kind == "none":
+        split = Split("none", 1)
+    elif kind == "row":
+        split = Split("row", tp, knobs.get("reduction", "sequential"))
+    else:
+        split = Split(kind, tp)
+    shape = parse_shape(str(knobs["shape"]), f"{where}.shape")
+    dims = setup_of(hyp).dims
+    shape = tuple((name, dims.get(name, size)) for name, size in shape)
+    return PartitionTask(str(knobs["kernel"]), str(knobs["variant"]), "hypothesis", shape, split, tp, seed)
+
+
+class KernelCheck:
+    name = NAME
+
+    def unavailable(self, hyp: Hypothesis) -> str | None:
+        # find_spec, not import: triton must first be imported after TRITON_INTERPRET is decided.
+        import importlib.util
+
+        missing = [m for m in ("torch", "triton") if importlib.util.find_spec(m) is None]
+        return f"not installed: {', '.join(missing)}" if missing else None
+
+    def measure(self, hyp: Hypothesis, workdir: Path | None) -> Measurement:
+        device = use_interpreter_without_gpu()
+        from infralab.kernels.partition import run_task
+
+        cache: dict = {}
+        samples: dict[str, list[dict[str, Any]]] = {}
+        findings: list[Finding] = []
+        notes = [f"device: {device}"]
+        rows = []
+        for arm in hyp.arms:
+            adapter = partitioned_kernel(str(arm.config["kernel"]))
+            if adapter is None:
+                samples[arm.name] = [{} for _ in sample_keys(hyp)]
+                notes.append(f"{arm.name}: no partition adapter for kernel {arm.config['kernel']!r} in infralab.kernels")
+                continue
+            per_seed = {}
+            for seed in hyp.seeds:  # each seed draws other inputs; the numerics are deterministic
+                task = task_of(hyp, arm, seed)
+                try:
+                    result = run_task(task, adapter, cache)
+                except InputError as exc:
+                    raise InputError(f"{hyp.source}: {arm.name}", exc.problem + f" ({exc.where})", exc.expected) from None
+                per_seed[seed] = metrics_of(result)
+                findings += findings_of(arm, result)
+                rows.append({"arm": arm.name, "kernel": task.kernel, "variant": task.variant,
+                             "shape": task.shape_text(), "split": task.split.describe(), "tp": task.tp,
+                             "seed": task.seed, **per_seed[seed]})
+            samples[arm.name] = [dict(per_seed[seed]) for seed, _ in sample_keys(hyp)]
+        return Measurement(NAME, samples, tuple(findings), varies=False, extras={"table": rows}, notes=tuple(notes))
+
+
+def metrics_of(result: Any) -> dict[str, Any]:
+    outs = list(result.split_vs_unsplit)
+    return {
+        "rel_err": max(result.split_vs_float64[o].rel_fro for o in outs),
+        "rel_err_unsplit": max(result.unsplit_vs_float64[o].rel_fro for o in outs),
+        "rel_err_vs_unsplit": max(result.split_vs_unsplit[o].rel_fro for o in outs),
+        "max_rel_err": max(result.split_vs_float64[o].max_rel for o in outs),
+        "max_abs_err": max(result.split_vs_float64[o].max_abs for o in outs),
+        "max_ulp": max(result.split_vs_unsplit[o].max_ulp for o in outs),
+        "bitwise_equal": all(result.split_vs_unsplit[o].bitwise_equal for o in outs),
+    }
+
+
+def findings_of(arm: Arm, result: Any) -> list[Finding]:
+    """One finding per output: where the split result departs most from the unsplit one."""
+    task = result.task
+    out = []
+    for name, vs_unsplit in result.split_vs_unsplit.items():
+        vs_truth = result.split_vs_float64[name]
+        unsplit_truth = result.unsplit_vs_float64[name]
+        if vs_unsplit.bitwise_equal:
+            what = (f"{task.split.describe()} split is bitwise equal to the unsplit call; "
+                    f"rel. error vs float64 {vs_truth.rel_fro:.3g}")
+            worst = vs_truth
+        else:
+            what = (f"{task.split.describe()} split differs from the unsplit call: max {vs_unsplit.max_ulp} ULP, "
+                    f"max abs {vs_unsplit.max_abs:.3g} at {list(vs_unsplit.worst_index)}; rel. error vs float64 "
+                    f"{vs_truth.rel_fro:.3g} (unsplit {unsplit_truth.rel_fro:.3g})")
+            worst = vs_unsplit
+        out.append(Finding(
+            validator=NAME, arm=arm.name,
+            where=Where.of("kernel", kernel=task.kernel, variant=task.variant, shape=task.shape_text(),
+                           split=task.split.describe(), tp=task.tp, output=name, worst_index=worst.worst_index),
+            what=what,
+            evidence=Evidence(
+                numbers={"rel_err": vs_truth.rel_fro, "rel_err_unsplit": unsplit_truth.rel_fro,
+                         "rel_err_vs_unsplit": vs_unsplit.rel_fro, "max_ulp": vs_unsplit.max_ulp,
+                         "max_abs_vs_unsplit": vs_unsplit.max_abs, "bitwise_equal": vs_unsplit.bitwise_equal,
+                         "worst_actual": worst.worst_actual, "worst_expected": worst.worst_expected},
+                reference="the unsplit kernel call and a float64 torch reference, same inputs (seeded)",
+            ),
+        ))
+    return out

@@ -1,0 +1,44 @@
+"""`infralab reproduce --quick`: every study runs through `infralab test`, and the report folder holds
+report.md, report.json, the figures and a verdict per study."""
+
+import argparse
+import json
+
+import pytest
+
+from infralab.agent import commands
+from infralab.agent.reproduce import STUDIES, reproduce
+from infralab.errors import InputError
+
+VERDICTS = {"accepted", "rejected", "inconclusive", "partial", "unmeasured"}
+
+
+def test_quick_reproduce_writes_a_complete_report(tmp_path):
+    out = tmp_path / "results" / "run"
+    report = reproduce(out, quick=True, progress=lambda text: None)
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["run"]  # no temporary folder left
+    on_disk = json.loads((out / "report.json").read_text())
+    assert on_disk == json.loads(json.dumps(report))
+    assert on_disk["schema"] == "infralab.reproduce/1" and on_disk["quick"] is True
+    assert [s["name"] for s in on_disk["studies"]] == [s.name for s in STUDIES]
+    md = (out / "report.md").read_text()
+    for study in on_disk["studies"]:
+        assert study["verdict"] in VERDICTS and study["title"] in md and study["tests"]
+        for test in study["tests"]:
+            assert test["test"]["schema"] == "infralab.test/1" and test["test"]["verdict"] == test["verdict"]
+            assert test["test"]["findings"], test["hypothesis"]
+            assert f"`{test['command']}`" in md
+        for figure in study["figures"]:
+            assert (out / figure).stat().st_size > 0 and f"]({figure})" in md
+    assert all(s["figures"] for s in on_disk["studies"])
+    gil = next(s for s in on_disk["studies"] if s["name"] == "gil_kv_transfer")
+    assert "figures/gil_degradation.png" in gil["figures"]
+    assert (out / "studies" / "gil_kv_transfer" / "sim" / "sim_table.md").exists()
+
+
+def test_unknown_study_is_an_input_error():
+    parser = argparse.ArgumentParser()
+    commands.register(parser.add_subparsers())
+    args = parser.parse_args(["reproduce", "--study", "nope"])
+    with pytest.raises(InputError, match="--study.*'nope'"):
+        args.handler(args)
