@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml setup.py constraints.txt
 setup: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/infralab sim run experiments/sim/mooncake_conv_pd_rdma.toml --out results/mooncake_conv_pd_rdma
+	$(BIN)/infralab reproduce
 
 test: $(STAMP)
 	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -p no:cacheprovider
