@@ -1,0 +1,171 @@
+"""Cluster layouts and the simulator's entry point, `simulate`.
+
+- "colocated": `cluster.instances` engines, each doing prefill and decode; `cluster.router` picks one
+  per request on arrival.
+- "disaggregated": a prefill pool (`cluster.prefill_instances`, picked by `cluster.router`) and a
+  decode pool (`cluster.decode_instances`, picked by `cluster.decode_router`); the KV moves between
+  them over links (`infralab.sim.kv_transfer`): one per prefill instance's NIC
+  ("per_prefill_nic", link "nic-prefill-<i>") or one for the whole cluster ("shared", link
+  "kv-shared").
+
+Every instance has the same hardware: KV capacity = cost.kv_capacity_tokens(gpu_memory_utilization)
+// block_size blocks. The run is deterministic: virtual time only, no randomness, ties broken by
+arrival order and instance index.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import simpy
+
+from infralab.errors import InputError
+from infralab.sim.config import EngineConfig, SimConfig
+from infralab.sim.engine.instance import Instance
+from infralab.sim.engine.request_state import Seq
+from infralab.sim.kv_transfer import KVTransfer
+from infralab.sim.link import Link
+from infralab.sim.records import RequestRecord, RunRecord
+from infralab.sim.routers import make_router
+
+
+def simulate(
+    cfg: SimConfig,
+    requests: Sequence[Any],
+    cost: Any,
+    transfer_link: Any | None = None,
+    *,
+    check_invariants: bool = False,
+) -> RunRecord:
+    """Run `requests` (each with id, arrival_s, prompt_tokens, output_tokens, block_hashes) through
+    the cluster `cfg.cluster`, each step timed by `cost.step(work).total_s` (s); returns the run's
+    record, one RequestRecord per request in the given order. `transfer_link` (a LinkSpec:
+    bandwidth B/s, latency s) is required for disaggregated layouts. `check_invariants` recounts
+    every instance's aggregates after each step (slow; for tests).
+
+    Raises InputError for an engine config or request the cluster can never serve.
+    """
+    engine = cfg.engine
+    capacity = _kv_capacity_blocks(cost, engine)
+    _check_requests(requests, engine, capacity)
+    env = simpy.Environment()
+    record = RunRecord()
+    records = [
+        RequestRecord(id=r.id, arrival_s=r.arrival_s, prompt_tokens=r.prompt_tokens, output_tokens=r.output_tokens)
+        for r in requests
+    ]
+
+    arrivals = _ArrivalClock()
+
+    def instance(name: str, index: int, role: str, listener: Any = None) -> Instance:
+        horizon = None if role == "decode" else arrivals.next_s
+        return Instance(env, name, index, role, engine, cost, capacity, record, listener, check_invariants, horizon)
+
+    cluster = cfg.cluster
+    if cluster.layout == "colocated":
+        front = [instance(f"instance-{i}", i, "colocated") for i in range(cluster.instances)]
+    else:
+        if transfer_link is None:
+            raise ValueError("a disaggregated layout needs transfer_link (the KV-transfer LinkSpec)")
+        decode_pool = [instance(f"decode-{i}", i, "decode") for i in range(cluster.decode_instances)]
+        prefill_names = [f"prefill-{i}" for i in range(cluster.prefill_instances)]
+        if cluster.transfer.topology == "shared":
+            shared = Link(env, transfer_link, "kv-shared", record)
+            links = {name: shared for name in prefill_names}
+        else:
+            links = {name: Link(env, transfer_link, f"nic-{name}", record) for name in prefill_names}
+        transfer = KVTransfer(env, cluster.transfer, cost, links, decode_pool, make_router(cluster.decode_router))
+        front = [instance(name, i, "prefill", transfer) for i, name in enumerate(prefill_names)]
+    record.resources["cluster"] = {"layout": cluster.layout, "kv_capacity_blocks_per_instance": capacity}
+
+    env.process(_arrivals(env, requests, records, make_router(cluster.router), front, arrivals))
+    env.run()
+
+    unfinished = [rec.id for rec in records if math.isnan(rec.finish_s)]
+    if unfinished:
+        raise RuntimeError(f"simulation stalled with {len(unfinished)} unfinished requests, e.g. {unfinished[:5]}")
+    record.requests = records
+    # The last recorded time (SimPy's own clock can differ from it by the rounding of a delay).
+    record.end_s = max([rec.finish_s for rec in records] + [iv.end_s for iv in record.intervals], default=0.0)
+    return record
+
+
+class _ArrivalClock:
+    """When the next request arrives (s); instances stop runs of quiet steps there."""
+
+    def __init__(self) -> None:
+        self.next = 0.0
+
+    def next_s(self) -> float:
+        return self.next
+
+
+def _arrivals(
+    env: simpy.Environment,
+    requests: Sequence[Any],
+    records: list[RequestRecord],
+    router: Any,
+    front: list[Instance],
+    clock: _ArrivalClock,
+):
+    """Hand each request to the front pool at its arrival time (ties: input order)."""
+    order = sorted(range(len(requests)), key=lambda i: requests[i].arrival_s)
+    for pos, i in enumerate(order):
+        request, rec = requests[i], records[i]
+        clock.next = request.arrival_s
+        if request.arrival_s > env.now:
+            yield env.timeout(request.arrival_s - env.now)
+        clock.next = requests[order[pos + 1]].arrival_s if pos + 1 < len(order) else math.inf
+        target = router.choose(request, front)
+        rec.prefill_instance = target.name
+        if target.role == "colocated":
+            rec.decode_instance = target.name
+        target.submit(Seq(request, rec, decodes_here=target.role != "prefill"))
+
+
+def _kv_capacity_blocks(cost: Any, engine: EngineConfig) -> int:
+    if engine.prefix_block_tokens % engine.block_size:
+        raise InputError(
+            "engine.prefix_block_tokens",
+            f"{engine.prefix_block_tokens} is not a multiple of engine.block_size {engine.block_size}",
+            "a prefix block made of whole KV blocks",
+        )
+    tokens = cost.kv_capacity_tokens(engine.gpu_memory_utilization)
+    blocks = int(tokens) // engine.block_size
+    if blocks <= 0:
+        raise InputError(
+            "engine.gpu_memory_utilization",
+            f"no memory is left for the KV cache ({int(tokens)} tokens) after the model's weights",
+            "a larger gpu_memory_utilization, more tensor parallelism (hardware.tp) or a smaller model",
+        )
+    return blocks
+
+
+def _check_requests(requests: Sequence[Any], engine: EngineConfig, capacity_blocks: int) -> None:
+    """Every request must fit one instance's KV cache at its longest (prompt + all outputs but the
+    last, which is never fed back); otherwise it could never finish."""
+    bs = engine.block_size
+    seen: set[int] = set()
+    for r in requests:
+        if r.id in seen:
+            raise InputError(f"request {r.id}", "the id appears more than once", "a unique id per request")
+        seen.add(r.id)
+        if r.prompt_tokens < 1 or r.output_tokens < 1:
+            raise InputError(
+                f"request {r.id}",
+                f"prompt_tokens={r.prompt_tokens}, output_tokens={r.output_tokens}",
+                "at least 1 prompt token and 1 output token",
+            )
+        if not (r.arrival_s >= 0 and math.isfinite(r.arrival_s)):
+            raise InputError(f"request {r.id}", f"arrival_s={r.arrival_s}", "a finite time >= 0 s")
+        tokens = r.prompt_tokens + r.output_tokens - 1
+        if -(-tokens // bs) > capacity_blocks:
+            raise InputError(
+                f"request {r.id}",
+                f"prompt {r.prompt_tokens} + output {r.output_tokens} tokens need {-(-tokens // bs)} KV blocks "
+                f"of {bs} tokens, but an instance holds only {capacity_blocks} blocks ({capacity_blocks * bs} tokens)",
+                "requests that fit one instance's KV cache (clip with workload.max_prompt_tokens, or raise "
+                "hardware.tp or engine.gpu_memory_utilization)",
+            )

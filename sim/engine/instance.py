@@ -1,0 +1,272 @@
+"""One serving instance as a SimPy process: plan a step, hold the cost model's step time, apply it.
+
+The instance sleeps on an event while it has nothing to run (no polling); `submit`, `reserve`,
+`deliver` and `release` wake it. Each step is one `env.timeout`, one "batch" Interval on track
+`instance/<name>`, and CounterSamples ("waiting", "running", "kv_used_blocks", "kv_cached_blocks")
+whenever a value changed.
+
+Speed: a run of identical decode-only steps (nothing to admit, block growth covered by free blocks,
+no finish before its last step; see `scheduler.QuietRun`) is timed with one timeout and recorded as one Interval
+(arg "steps"). Each step still gets its own cost evaluation and end time, so token times are those
+of single steps. The run stops at the first step end at or after the next arrival, and any outside
+event (`_kick`) interrupts it at the step end in progress, exactly where a single step would have
+noticed the event. Block growth inside a run is applied, and counters sampled, at the run's end
+(so "kv_used_blocks" may step up a few steps late). Step ends are accumulated as t_end = t_start + duration (the instance keeps its
+own clock, so SimPy's rounding of relative delays never moves a recorded time).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import simpy
+
+from infralab.sim.config import EngineConfig
+from infralab.sim.cost_model import StepWork
+from infralab.sim.engine.request_state import Seq
+from infralab.sim.engine.scheduler import QuietRun, Scheduler, StepPlan, StepResult
+from infralab.sim.records import CounterSample, Interval, RunRecord
+
+COUNTERS = ("waiting", "running", "kv_used_blocks", "kv_cached_blocks")
+# Longest run of decode-only steps timed with one SimPy event (bounds the cost evaluations wasted
+# when an outside event cuts a run short).
+MAX_QUIET_STEPS = 256
+
+
+class StepListener(Protocol):
+    """Told about prefill work (the KV-transfer orchestration listens on prefill-pool instances)."""
+
+    def step_started(self, instance: Instance, plan: StepPlan, start_s: float, duration_s: float) -> None: ...
+
+    def prefill_done(self, instance: Instance, seq: Seq) -> None: ...
+
+
+class Instance:
+    """An engine instance. `role` is "colocated", "prefill" or "decode"; `cost` needs
+    `step(work).total_s` (seconds)."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        name: str,
+        index: int,
+        role: str,
+        engine: EngineConfig,
+        cost: Any,
+        capacity_blocks: int,
+        record: RunRecord,
+        listener: StepListener | None = None,
+        check_invariants: bool = False,
+        next_arrival_s: Callable[[], float] | None = None,
+    ) -> None:
+        self.env = env
+        self.name = name
+        self.index = index
+        self.role = role
+        self.cost = cost
+        self.record = record
+        self.listener = listener
+        self.track = f"instance/{name}"
+        self.scheduler = Scheduler(
+            max_num_seqs=engine.max_num_seqs,
+            max_batched_tokens=engine.max_batched_tokens,
+            block_size=engine.block_size,
+            capacity_blocks=capacity_blocks,
+            prefix_cache=engine.prefix_cache,
+            prefix_block_tokens=engine.prefix_block_tokens,
+        )
+        self._check = check_invariants
+        # Time of the next request arrival anywhere (s): a run of quiet steps stops there.
+        self._horizon = next_arrival_s or (lambda: math.inf)
+        self._wake: simpy.Event | None = None
+        self._quiet_run = False
+        self._interrupting = False
+        self._run_ends: list[float] = []  # step ends of the run in progress (s)
+        self._run_decode_seqs = 0
+        self._last_counters: list[float] = [-1.0] * len(COUNTERS)
+        record.resources[self.track] = {
+            "kind": "instance",
+            "role": role,
+            "kv_capacity_blocks": capacity_blocks,
+            "block_size": engine.block_size,
+            "max_num_seqs": engine.max_num_seqs,
+            "max_batched_tokens": engine.max_batched_tokens,
+        }
+        self.process = env.process(self._run())
+
+    # ---- what routers read ------------------------------------------------------------------
+
+    @property
+    def outstanding_tokens(self) -> int:
+        """Queued and running work: prefill tokens left + decode steps left (tokens). Inside a run
+        of quiet steps, the steps already over count as done, as they would with single steps."""
+        outstanding = self.scheduler.outstanding
+        if self._quiet_run:
+            outstanding -= self._run_decode_seqs * bisect.bisect_right(self._run_ends, self.env.now)
+        return outstanding
+
+    def cached_prefix_tokens(self, request: Any) -> int:
+        """Prompt tokens of `request` this instance's prefix cache holds now."""
+        return self.scheduler.cached_prefix_tokens(request.block_hashes, request.prompt_tokens)
+
+    # ---- what the cluster calls -------------------------------------------------------------
+
+    def submit(self, seq: Seq) -> None:
+        """Queue a request for prefill (and, unless this is a prefill instance, decode)."""
+        self.scheduler.add_waiting(seq)
+        self._kick()
+
+    def reserve(self, seq: Seq) -> simpy.Event:
+        """Ask for blocks for `seq.target` tokens of incoming KV; the event fires when granted."""
+        granted = self.env.event()
+        self.scheduler.add_reservation(seq, granted)
+        self._kick()
+        return granted
+
+    def deliver(self, seq: Seq) -> None:
+        """The reserved KV of `seq` has arrived: it decodes from the next step on."""
+        self.scheduler.deliver(seq)
+        self._kick()
+
+    def release(self, seq: Seq) -> None:
+        """A handed-off request's KV transfer ended: free its blocks here."""
+        self.scheduler.release(seq)
+        self._kick()
+
+    # ---- the process ------------------------------------------------------------------------
+
+    def _kick(self) -> None:
+        """Something changed from outside: wake the sleeping process, or end a run of quiet steps
+        at the step boundary in progress (so the change is seen exactly when a single step would
+        see it)."""
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+        elif self._quiet_run and not self._interrupting:
+            self._interrupting = True
+            self.process.interrupt()
+
+    def _run(self):
+        env = self.env
+        sched = self.scheduler
+        # End of the last step. After a step the next one starts exactly there: env.now may differ
+        # from it by the rounding of a relative delay, and must not leak into recorded times.
+        clock = env.now
+        self._sample_counters(clock)
+        start = clock
+        while True:
+            plan = sched.plan(start)
+            if plan is None:
+                self._sample_counters(start)
+                self._wake = env.event()
+                yield self._wake
+                self._wake = None
+                start = max(env.now, clock)
+                continue
+            run = sched.quiet_run(plan)
+            ends = self._step_ends(plan, start, run)
+            if self.listener is not None and plan.chunks:
+                self.listener.step_started(self, plan, start, ends[0] - start)
+            self._run_decode_seqs = plan.decode_seqs
+            ends = yield from self._hold(ends)
+            clock = ends[-1]
+            result = sched.finish(plan, ends, run)
+            self._record_batch(plan, start, ends, result)
+            self._sample_counters(clock)
+            if self._check:
+                sched.check_invariants()
+            if self.listener is not None:
+                for seq in result.handed_off:
+                    self.listener.prefill_done(self, seq)
+            start = clock
+
+    def _step_ends(self, plan: StepPlan, start: float, run: QuietRun | None) -> list[float]:
+        """End times (s) of the planned step and of its quiet repeats (`run`), up to the first step
+        that ends at or after the next known arrival."""
+        t = start + self.cost.step(plan.work).total_s
+        ends = [t]
+        if run is None:
+            return ends
+        horizon = self._horizon()
+        seqs = plan.work.decode_seqs
+        context = plan.work.decode_context_tokens
+        step = self.cost.step
+        # Optional fast path of the cost model: decode_step_s(seqs, context_tokens) must equal
+        # step(StepWork.decode(seqs, context_tokens)).total_s (it skips building a StepCost).
+        decode_step_s = getattr(self.cost, "decode_step_s", None)
+        n = plan.step_no
+        while t < horizon and len(ends) < MAX_QUIET_STEPS and run.allows(n + len(ends)):
+            context += seqs
+            if decode_step_s is not None:
+                t = t + decode_step_s(seqs, context)
+                ends.append(t)
+                continue
+            work = StepWork(
+                prefill_seqs=0,
+                prefill_tokens=0,
+                prefill_attn_pairs=0,
+                prefill_context_tokens=0,
+                decode_seqs=seqs,
+                decode_context_tokens=context,
+                output_tokens=seqs,
+            )
+            t = t + step(work).total_s
+            ends.append(t)
+        return ends
+
+    def _hold(self, ends: list[float]):
+        """Wait until the last of `ends`; an interrupt (`_kick`) cuts the run at the first step end
+        not before it. Returns the step ends actually run."""
+        env = self.env
+        self._quiet_run = len(ends) > 1
+        self._run_ends = ends
+        try:
+            while True:
+                try:
+                    if ends[-1] > env.now:
+                        yield env.timeout(ends[-1] - env.now)
+                    return ends
+                except simpy.Interrupt:
+                    self._interrupting = False
+                    ends = self._run_ends = ends[: bisect.bisect_left(ends, env.now) + 1]
+        finally:
+            self._quiet_run = False
+
+    def _record_batch(self, plan: StepPlan, start: float, ends: list[float], result: StepResult) -> None:
+        """One Interval for the step, or for a run of identical decode-only steps ("steps" > 1;
+        decode_context_tokens is then the first step's, output_tokens the run's total)."""
+        work = plan.work
+        self.record.intervals.append(
+            Interval(
+                self.track,
+                "batch",
+                start,
+                ends[-1],
+                (
+                    ("prefill_seqs", work.prefill_seqs),
+                    ("prefill_tokens", work.prefill_tokens),
+                    ("decode_seqs", work.decode_seqs),
+                    ("decode_context_tokens", work.decode_context_tokens),
+                    ("output_tokens", work.output_tokens * len(ends)),
+                    ("steps", len(ends)),
+                    ("preempted", result.preempted),
+                    ("finished", len(result.finished)),
+                ),
+            )
+        )
+
+    def _sample_counters(self, now: float) -> None:
+        sched = self.scheduler
+        values = (
+            len(sched.waiting) + len(sched.inbound),
+            len(sched.running),
+            sched.pool.used,
+            sched.cache.blocks,
+        )
+        last = self._last_counters
+        for i, value in enumerate(values):
+            if value != last[i]:
+                last[i] = value
+                self.record.counters.append(CounterSample(self.track, COUNTERS[i], now, value))

@@ -1,0 +1,113 @@
+"""Prefill/decode disaggregation: KV transfer timing against closed forms (real CostModel, one
+lone request or two equal ones), and where the KV and the request go."""
+
+from __future__ import annotations
+
+import pytest
+
+from infralab.sim.cluster import simulate
+from infralab.sim.config import (
+    ClusterConfig,
+    CostConfig,
+    EngineConfig,
+    FixedLength,
+    HardwareConfig,
+    PoissonArrivals,
+    SimConfig,
+    SyntheticWorkload,
+    TransferConfig,
+)
+from infralab.sim.cost_model import CostModel, StepWork
+from infralab.sim.specs import LinkSpec, load_accelerator, load_model
+from infralab.sim.workloads.request import Request
+
+COST = CostModel(load_model("llama-3-8b"), load_accelerator("H100"), CostConfig())
+LINK = LinkSpec(name="test-rdma", bandwidth=50e9, latency=20e-6)
+WORKLOAD = SyntheticWorkload(
+    kind="synthetic",
+    num_requests=1,
+    arrival=PoissonArrivals(kind="poisson", rate=1.0),
+    prompt=FixedLength(kind="fixed", value=1),
+    output=FixedLength(kind="fixed", value=1),
+)
+
+
+def config(mode: str = "after_prefill", topology: str = "per_prefill_nic", prefill: int = 1, decode: int = 1,
+           groups: int = 4) -> SimConfig:
+    return SimConfig(
+        model="llama-3-8b",
+        hardware=HardwareConfig(accelerator="H100"),
+        workload=WORKLOAD,
+        engine=EngineConfig(),
+        cluster=ClusterConfig(
+            layout="disaggregated",
+            prefill_instances=prefill,
+            decode_instances=decode,
+            router="round_robin",
+            transfer=TransferConfig(mode=mode, topology=topology, layer_groups=groups),
+        ),
+    )
+
+
+def test_after_prefill_decode_starts_when_the_kv_has_crossed_the_link():
+    prompt, output = 3000, 4
+    record = simulate(config(), [Request(0, 0.0, prompt, output)], COST, LINK)
+    rec = record.requests[0]
+    prefill_end = COST.step(StepWork.prefill(prompt)).total_s
+    assert rec.first_token_s == prefill_end  # TTFT is the prefill instance's
+    assert rec.kv_transfer_start_s == prefill_end
+    nbytes = COST.kv_transfer_bytes(prompt)
+    assert rec.kv_transfer_end_s == pytest.approx(prefill_end + LINK.latency + nbytes / LINK.bandwidth, rel=1e-12)
+    # The first decode step starts at the arrival of the KV.
+    decode_start = rec.kv_transfer_end_s
+    assert rec.token_times_s[1] == decode_start + COST.step(StepWork.decode(1, prompt + 1)).total_s
+    assert (rec.prefill_instance, rec.decode_instance) == ("prefill-0", "decode-0")
+    assert len(rec.token_times_s) == output
+    transfers = [iv for iv in record.intervals if iv.track == "link/nic-prefill-0"]
+    assert len(transfers) == 1 and dict(transfers[0].args)["bytes"] == nbytes
+
+
+def test_layerwise_overlaps_prefill_and_finishes_no_later():
+    prompt, output = 3000, 4
+    after = simulate(config("after_prefill"), [Request(0, 0.0, prompt, output)], COST, LINK).requests[0]
+    layer = simulate(config("layerwise", groups=4), [Request(0, 0.0, prompt, output)], COST, LINK).requests[0]
+    prefill_s = COST.step(StepWork.prefill(prompt)).total_s
+    assert layer.first_token_s == after.first_token_s == prefill_s
+    # The first of 4 groups leaves a quarter into the prefill step.
+    assert layer.kv_transfer_start_s == pytest.approx(prefill_s / 4, rel=1e-12)
+    assert layer.kv_transfer_end_s <= after.kv_transfer_end_s
+    assert layer.finish_s <= after.finish_s
+    # Here each group's bytes cross faster than a quarter step, so only the last one is exposed.
+    last_group = LINK.latency + COST.kv_transfer_bytes(prompt) / 4 / LINK.bandwidth
+    assert layer.kv_transfer_end_s == pytest.approx(prefill_s + last_group, rel=1e-9)
+
+
+@pytest.mark.parametrize("topology, share", [("per_prefill_nic", 1), ("shared", 2)])
+def test_two_equal_transfers_share_a_shared_link(topology: str, share: int):
+    prompt = 2000
+    requests = [Request(0, 0.0, prompt, 2), Request(1, 0.0, prompt, 2)]
+    record = simulate(config(topology=topology, prefill=2, decode=2), requests, COST, LINK)
+    nbytes = COST.kv_transfer_bytes(prompt)
+    for rec in record.requests:
+        took = rec.kv_transfer_end_s - rec.kv_transfer_start_s
+        assert took == pytest.approx(LINK.latency + share * nbytes / LINK.bandwidth, rel=1e-9)
+    assert {r.prefill_instance for r in record.requests} == {"prefill-0", "prefill-1"}
+
+
+def test_one_token_requests_need_no_transfer():
+    record = simulate(config(), [Request(0, 0.0, 500, 1)], COST, LINK)
+    rec = record.requests[0]
+    assert rec.finish_s == rec.first_token_s == COST.step(StepWork.prefill(500)).total_s
+    assert rec.decode_instance == "" and rec.kv_transfer_start_s != rec.kv_transfer_start_s  # NaN
+
+
+def test_prefill_instance_holds_kv_until_its_transfer_ends():
+    prompt = 3000
+    slow = LinkSpec(name="slow", bandwidth=1e9, latency=0.0)
+    record = simulate(config(), [Request(0, 0.0, prompt, 3)], COST, slow)
+    rec = record.requests[0]
+    used = [(c.t_s, c.value) for c in record.counters if c.track == "instance/prefill-0" and c.name == "kv_used_blocks"]
+    # Blocks are taken for the prompt and given back exactly when the transfer ends.
+    assert max(v for _, v in used) == -(-prompt // 16)
+    assert used[-1] == (rec.kv_transfer_end_s, 0)
+    assert record.resources["instance/decode-0"]["role"] == "decode"

@@ -1,0 +1,211 @@
+"""Invariants of whole runs over random small clusters and workloads (hypothesis): every request
+completes exactly once, token counts are conserved, KV blocks stay within [0, capacity], time never
+goes backwards, and the same input gives the same record. Every run also recounts each instance's
+aggregates after every step (`check_invariants`), and the engine asserts its block accounting."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+import infralab.sim.engine.instance as instance_module
+from infralab.sim.cluster import simulate
+from infralab.sim.config import (
+    ClusterConfig,
+    EngineConfig,
+    FixedLength,
+    HardwareConfig,
+    PoissonArrivals,
+    SimConfig,
+    SyntheticWorkload,
+    TransferConfig,
+)
+from infralab.sim.specs import LinkSpec
+from infralab.sim.workloads.request import Request
+
+WORKLOAD = SyntheticWorkload(
+    kind="synthetic",
+    num_requests=1,
+    arrival=PoissonArrivals(kind="poisson", rate=1.0),
+    prompt=FixedLength(kind="fixed", value=1),
+    output=FixedLength(kind="fixed", value=1),
+)
+LINK = LinkSpec(name="test", bandwidth=1e6, latency=1e-4)
+
+
+@dataclass(frozen=True)
+class FakeStepCost:
+    total_s: float
+
+
+class FakeCost:
+    """Step time affine in the step's work (with an attention term), KV capacity as given."""
+
+    def __init__(self, capacity_tokens: int) -> None:
+        self.capacity_tokens = capacity_tokens
+
+    def step(self, work) -> FakeStepCost:
+        return FakeStepCost(
+            1e-3 + 2e-5 * work.prefill_tokens + 1e-8 * work.prefill_attn_pairs + 1e-4 * work.decode_seqs
+            + 1e-7 * work.decode_context_tokens
+        )
+
+    def kv_capacity_tokens(self, gpu_memory_utilization: float) -> int:
+        return self.capacity_tokens
+
+    def kv_transfer_bytes(self, tokens: int) -> int:
+        return 100 * tokens
+
+
+@st.composite
+def scenarios(draw):
+    block_size = draw(st.sampled_from([2, 4, 8]))
+    prefix_block = block_size * draw(st.sampled_from([1, 2, 4]))
+    engine = EngineConfig(
+        max_num_seqs=draw(st.integers(1, 6)),
+        max_batched_tokens=draw(st.integers(8, 96)),
+        block_size=block_size,
+        prefix_cache=draw(st.booleans()),
+        prefix_block_tokens=prefix_block,
+    )
+    layout = draw(st.sampled_from(["colocated", "disaggregated"]))
+    cluster = ClusterConfig(
+        layout=layout,
+        instances=draw(st.integers(1, 3)),
+        prefill_instances=draw(st.integers(1, 2)),
+        decode_instances=draw(st.integers(1, 2)),
+        router=draw(st.sampled_from(["round_robin", "least_outstanding_tokens", "prefix_aware"])),
+        decode_router=draw(st.sampled_from(["round_robin", "least_outstanding_tokens"])),
+        transfer=TransferConfig(
+            mode=draw(st.sampled_from(["after_prefill", "layerwise"])),
+            topology=draw(st.sampled_from(["per_prefill_nic", "shared"])),
+            layer_groups=draw(st.integers(1, 3)),
+        ),
+    )
+    n = draw(st.integers(1, 12))
+    requests = []
+    t = 0.0
+    for i in range(n):
+        t += draw(st.sampled_from([0.0, 0.001, 0.01, 0.05]))
+        prompt = draw(st.integers(1, 120))
+        output = draw(st.integers(1, 25))
+        # Hash chains from a tiny alphabet, so prompts share prefixes often.
+        chain, hashes = 0, []
+        for _ in range(prompt // prefix_block + draw(st.integers(0, 1))):
+            chain = chain * 3 + draw(st.integers(1, 2))
+            hashes.append(chain)
+        requests.append(Request(i, t, prompt, output, tuple(hashes)))
+    need = max(-(-(r.prompt_tokens + r.output_tokens - 1) // block_size) for r in requests)
+    capacity = block_size * draw(st.integers(need, 2 * need))  # tight: preemptions happen
+    cfg = SimConfig(
+        model="llama-3-8b", hardware=HardwareConfig(accelerator="H100"), workload=WORKLOAD, engine=engine, cluster=cluster
+    )
+    return cfg, requests, capacity
+
+
+def run(scenario):
+    cfg, requests, capacity = scenario
+    return simulate(cfg, requests, FakeCost(capacity), LINK, check_invariants=True)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_runs_keep_their_invariants(scenario):
+    cfg, requests, capacity = scenario
+    record = run(scenario)
+    event(f"preemptions: {'yes' if any(r.preemptions for r in record.requests) else 'no'}")
+    event(f"prefix hits: {'yes' if any(r.cached_tokens for r in record.requests) else 'no'}")
+    # Every request once, finished, with exactly its output tokens at non-decreasing times.
+    assert [r.id for r in record.requests] == [r.id for r in requests]
+    for req, rec in zip(requests, record.requests):
+        assert not math.isnan(rec.finish_s)
+        times = list(rec.token_times_s)
+        assert len(times) == req.output_tokens
+        assert times == sorted(times)
+        assert rec.arrival_s - 1e-12 <= rec.first_scheduled_s <= rec.first_token_s == times[0]
+        assert rec.finish_s == times[-1] <= record.end_s
+        # A whole prompt can be a hit only when recomputing after a preemption (generated tokens
+        # are still to compute then).
+        assert 0 <= rec.cached_tokens < req.prompt_tokens or (rec.cached_tokens == req.prompt_tokens and rec.preemptions)
+        assert rec.recomputed_tokens >= 0
+        if cfg.cluster.layout == "disaggregated" and req.output_tokens > 1:
+            assert rec.first_token_s <= rec.kv_transfer_end_s <= times[1]
+            assert rec.kv_transfer_start_s <= rec.kv_transfer_end_s
+            assert rec.decode_instance.startswith("decode-")
+    # Prompt tokens computed by the steps = prompt - cached + recomputed, over all requests.
+    computed = sum(dict(iv.args)["prefill_tokens"] for iv in record.intervals if iv.name == "batch")
+    assert computed == sum(r.prompt_tokens - r.cached_tokens + r.recomputed_tokens for r in record.requests)
+    # Steps on one instance never overlap or go back in time; decode output is conserved.
+    last_end = defaultdict(float)
+    for iv in record.intervals:
+        assert iv.start_s <= iv.end_s
+        if iv.name == "batch":
+            assert iv.start_s >= last_end[iv.track]
+            last_end[iv.track] = iv.end_s
+    emitted = sum(dict(iv.args)["output_tokens"] for iv in record.intervals if iv.name == "batch")
+    assert emitted == sum(r.output_tokens for r in requests)
+    # KV blocks within [0, capacity]; counters in time order per track.
+    blocks = capacity // cfg.engine.block_size
+    last_t = defaultdict(float)
+    for c in record.counters:
+        assert c.t_s >= last_t[(c.track, c.name)]
+        last_t[(c.track, c.name)] = c.t_s
+        if c.name in ("kv_used_blocks", "kv_cached_blocks"):
+            assert 0 <= c.value <= blocks
+        if c.name in ("waiting", "running"):
+            assert c.value >= 0
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_same_input_gives_the_same_record(scenario):
+    assert repr(run(scenario)) == repr(run(scenario))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_runs_of_quiet_steps_change_no_request(scenario):
+    """Timing identical decode-only steps together (the engine's speed-up) gives every request
+    exactly the times that single steps give."""
+    together = run(scenario)
+    saved = instance_module.MAX_QUIET_STEPS
+    instance_module.MAX_QUIET_STEPS = 1
+    try:
+        single = run(scenario)
+    finally:
+        instance_module.MAX_QUIET_STEPS = saved
+    assert repr(together.requests) == repr(single.requests)
+    assert together.end_s == single.end_s
+
+
+def test_runs_of_quiet_steps_change_no_request_under_kv_pressure():
+    """A larger fixed case: hundreds of requests, prefix hits, preemptions, both layouts."""
+    rng = np.random.default_rng(5)
+    arrivals = np.cumsum(rng.exponential(0.01, 300))
+    requests = [
+        Request(i, float(arrivals[i]), int(rng.integers(50, 3000)), int(rng.integers(1, 300)),
+                tuple(int(h) for h in np.cumsum(rng.integers(1, 3, size=5))))
+        for i in range(300)
+    ]
+    engine = EngineConfig(max_num_seqs=32, max_batched_tokens=1024)
+    for layout in ("colocated", "disaggregated"):
+        cluster = ClusterConfig(layout=layout, instances=2, prefill_instances=2, decode_instances=1,
+                                router="least_outstanding_tokens")
+        cfg = SimConfig(model="llama-3-8b", hardware=HardwareConfig(accelerator="H100"), workload=WORKLOAD,
+                        engine=engine, cluster=cluster)
+        link = LinkSpec(name="test", bandwidth=5e9, latency=1e-5)
+        together = simulate(cfg, requests, FakeCost(8000), link)
+        assert sum(r.preemptions for r in together.requests) > 0
+        assert sum(r.cached_tokens for r in together.requests) > 0
+        saved = instance_module.MAX_QUIET_STEPS
+        instance_module.MAX_QUIET_STEPS = 1
+        try:
+            single = simulate(cfg, requests, FakeCost(8000), link)
+        finally:
+            instance_module.MAX_QUIET_STEPS = saved
+        assert repr(together.requests) == repr(single.requests)
