@@ -324,6 +324,31 @@ class CostModel:
         )
         return StepCost(device_s=device, host_s=host, total_s=device + host, by_op=by_op)
 
+    def decode_step_s(self, seqs: int, context_tokens: int) -> float:
+        """Seconds of a decode-only step: exactly `step(StepWork.decode(seqs, context_tokens)).total_s`.
+
+        The engine's hot path (runs of identical decode steps) calls this millions of times on a
+        long trace; it skips building the StepWork, the per-op mapping and the StepCost, and adds
+        the same terms in the same order, so the result is bit-identical."""
+        dense = self._dense_cache.get(seqs)
+        moe = self._moe_cache.get(seqs)
+        lm = self._lm_cache.get(seqs)
+        if dense is None or moe is None or lm is None:
+            return self.step(StepWork.decode(seqs, context_tokens)).total_s
+        work = StepWork.decode(seqs, context_tokens)
+        device = (
+            0
+            + dense
+            + self._attention_time(work)
+            + self._linear_attention_time(work)
+            + moe
+            + lm
+            + self._collective_time(seqs, seqs)
+        )
+        host_cfg = self.cfg.host
+        host = host_cfg.per_step_s + host_cfg.per_request_s * seqs + host_cfg.per_output_token_s * seqs
+        return device + host
+
     # -- operators (seconds per step, one rank) --
 
     def _roofline(self, flops: float, nbytes: float, rate: float) -> float:

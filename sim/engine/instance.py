@@ -25,7 +25,6 @@ from typing import Any, Protocol
 import simpy
 
 from infralab.sim.config import EngineConfig
-from infralab.sim.cost_model import StepWork
 from infralab.sim.engine.request_state import Seq
 from infralab.sim.engine.scheduler import QuietRun, Scheduler, StepPlan, StepResult
 from infralab.sim.records import CounterSample, Interval, RunRecord
@@ -192,27 +191,11 @@ class Instance:
         horizon = self._horizon()
         seqs = plan.work.decode_seqs
         context = plan.work.decode_context_tokens
-        step = self.cost.step
-        # Optional fast path of the cost model: decode_step_s(seqs, context_tokens) must equal
-        # step(StepWork.decode(seqs, context_tokens)).total_s (it skips building a StepCost).
-        decode_step_s = getattr(self.cost, "decode_step_s", None)
+        decode_step_s = self.cost.decode_step_s  # == step(StepWork.decode(...)).total_s, faster
         n = plan.step_no
         while t < horizon and len(ends) < MAX_QUIET_STEPS and run.allows(n + len(ends)):
             context += seqs
-            if decode_step_s is not None:
-                t = t + decode_step_s(seqs, context)
-                ends.append(t)
-                continue
-            work = StepWork(
-                prefill_seqs=0,
-                prefill_tokens=0,
-                prefill_attn_pairs=0,
-                prefill_context_tokens=0,
-                decode_seqs=seqs,
-                decode_context_tokens=context,
-                output_tokens=seqs,
-            )
-            t = t + step(work).total_s
+            t = t + decode_step_s(seqs, context)
             ends.append(t)
         return ends
 

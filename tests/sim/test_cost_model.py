@@ -201,3 +201,21 @@ def test_decode_time_grows_with_context(seqs, ctx, more):
     assert cm.step(StepWork.decode(seqs, seqs * (ctx + more))).device_s >= cm.step(
         StepWork.decode(seqs, seqs * ctx)
     ).device_s
+
+
+HOSTED = CostConfig(host=HostOverheadConfig(per_step_s=9e-4, per_request_s=2e-5, per_output_token_s=1e-6))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seqs=st.integers(1, 256),
+    ctx=st.integers(1, 100_000),
+    model=st.sampled_from([LLAMA8, MIXTRAL, KIMI]),
+    tp=st.sampled_from([1, 2]),
+    warm=st.booleans(),
+)
+def test_decode_fast_path_is_bit_identical_to_step(seqs, ctx, model, tp, warm):
+    cm = CostModel(model, H200, HOSTED, tp=tp, tp_link=NVLINK if tp > 1 else None)
+    if warm:  # the fast path reads the per-size caches that step() fills; both states must agree
+        cm.step(StepWork.decode(seqs, seqs))
+    assert cm.decode_step_s(seqs, seqs * ctx) == cm.step(StepWork.decode(seqs, seqs * ctx)).total_s

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from infralab.sim.cost_model import StepWork
 from infralab.errors import InputError
 from infralab.sim.cluster import simulate
 from infralab.sim.config import (
@@ -43,6 +44,9 @@ class FakeCost:
 
     def step(self, work) -> FakeStepCost:
         return FakeStepCost(1e-3 + 1e-5 * work.prefill_tokens + 1e-4 * work.decode_seqs)
+
+    def decode_step_s(self, seqs: int, context_tokens: int) -> float:
+        return self.step(StepWork.decode(seqs, context_tokens)).total_s
 
     def kv_capacity_tokens(self, gpu_memory_utilization: float) -> int:
         return self.capacity_tokens

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import infralab.sim.engine.instance as instance_module
+from infralab.sim.cost_model import StepWork
 from infralab.sim.cluster import simulate
 from infralab.sim.config import (
     ClusterConfig,
@@ -54,6 +55,9 @@ class FakeCost:
             1e-3 + 2e-5 * work.prefill_tokens + 1e-8 * work.prefill_attn_pairs + 1e-4 * work.decode_seqs
             + 1e-7 * work.decode_context_tokens
         )
+
+    def decode_step_s(self, seqs: int, context_tokens: int) -> float:
+        return self.step(StepWork.decode(seqs, context_tokens)).total_s
 
     def kv_capacity_tokens(self, gpu_memory_utilization: float) -> int:
         return self.capacity_tokens
