@@ -8,8 +8,8 @@
   ("per_prefill_nic", link "nic-prefill-<i>") or one for the whole cluster ("shared", link
   "kv-shared").
 
-Every instance has the same hardware: KV capacity = cost.kv_capacity_tokens(gpu_memory_utilization)
-// block_size blocks. The run is deterministic: virtual time only, no randomness, ties broken by
+Every instance has the same hardware: KV capacity = cost.kv_capacity_tokens(gpu_memory_utilization,
+max_num_seqs) // block_size blocks. The run is deterministic: virtual time only, no randomness, ties broken by
 arrival order and instance index.
 """
 
@@ -132,7 +132,7 @@ def _kv_capacity_blocks(cost: Any, engine: EngineConfig) -> int:
             f"{engine.prefix_block_tokens} is not a multiple of engine.block_size {engine.block_size}",
             "a prefix block made of whole KV blocks",
         )
-    tokens = cost.kv_capacity_tokens(engine.gpu_memory_utilization)
+    tokens = cost.kv_capacity_tokens(engine.gpu_memory_utilization, engine.max_num_seqs)
     blocks = int(tokens) // engine.block_size
     if blocks <= 0:
         raise InputError(

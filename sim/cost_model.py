@@ -273,20 +273,25 @@ class CostModel:
         """Bytes of the model's weights in the configured dtype (whole instance)."""
         return self.model.weight_bytes(self.cfg.dtype)
 
-    def kv_capacity_tokens(self, gpu_memory_utilization: float) -> int:
-        """Tokens of KV cache that fit: (utilisation x HBM x tp - weights) / KV bytes per token.
+    def kv_capacity_tokens(self, gpu_memory_utilization: float, max_num_seqs: int = 0) -> int:
+        """Tokens of KV cache that fit: (utilisation x HBM x tp - weights - state slots) / KV bytes
+        per token, where the state slots are `max_num_seqs` x `linear_state_bytes_per_seq()`.
 
-        Activations and the linear-attention state of running sequences are not subtracted here
-        (the engine reserves `linear_state_bytes_per_seq` per running sequence). InputError when
-        the weights alone do not fit."""
+        Hybrid models keep a fixed-size linear-attention state per running sequence; like vLLM's
+        state cache for hybrid models, one slot per possible running sequence is set aside before
+        the paged KV pool is sized. Activations are not subtracted. InputError when the weights
+        (and state slots) alone do not fit."""
         budget = gpu_memory_utilization * self.accel.hbm_capacity * self.tp
-        free = budget - self.weight_bytes()
+        state = max_num_seqs * self.linear_state_bytes_per_seq()
+        free = budget - self.weight_bytes() - state
         if free <= 0:
+            slots = f" and {max_num_seqs} linear-state slots ({state / 1e9:.1f} GB)" if state else ""
             raise InputError(
                 "hardware",
-                f"{self.model.name} weights ({self.weight_bytes() / 1e9:.1f} GB in {self.cfg.dtype}) do not fit in "
+                f"{self.model.name} weights ({self.weight_bytes() / 1e9:.1f} GB in {self.cfg.dtype}){slots} do not fit in "
                 f"{gpu_memory_utilization} x {self.accel.hbm_capacity / 1e9:.0f} GB x tp={self.tp} of {self.accel.name}",
-                "a larger tp, a larger accelerator, a smaller dtype or a higher gpu_memory_utilization",
+                "a larger tp, a larger accelerator, a smaller dtype, fewer engine.max_num_seqs "
+                "or a higher gpu_memory_utilization",
             )
         per_token = self.kv_bytes_per_token()
         if per_token == 0:  # no full-attention layer: KV never limits the batch

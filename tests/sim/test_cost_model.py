@@ -147,6 +147,16 @@ def test_kv_capacity_by_hand():
     assert cost(load_model("llama-3-70b"), tp=2).kv_capacity_tokens(0.9) > 0
 
 
+def test_kv_capacity_sets_aside_a_linear_state_slot_per_running_sequence():
+    model = cost(KIMI, H200)
+    free = 0.9 * H200.hbm_capacity - KIMI.weight_bytes("bf16")
+    assert model.kv_capacity_tokens(0.9) == int(free // 8064)
+    assert model.kv_capacity_tokens(0.9, max_num_seqs=256) == int((free - 256 * 43_417_600) // 8064)
+    assert cost().kv_capacity_tokens(0.9, max_num_seqs=256) == cost().kv_capacity_tokens(0.9)  # no linear layers
+    with pytest.raises(InputError, match="linear-state slots"):
+        model.kv_capacity_tokens(0.9, max_num_seqs=10_000)
+
+
 def test_kv_bytes_per_instance_count_replicas():
     assert cost(tp=8).kv_bytes_per_token() == 131072  # 8 KV heads over 8 ranks: no replica
     assert cost(tp=16).kv_bytes_per_token() == 2 * 131072  # each of 16 ranks keeps one KV head

@@ -93,4 +93,4 @@ def test_batch_intervals_record_the_steps():
     assert batches[-1].end_s == rec.finish_s
     resources = record.resources["instance/instance-0"]
     assert resources["role"] == "colocated"
-    assert resources["kv_capacity_blocks"] == COST.kv_capacity_tokens(0.9) // 16
+    assert resources["kv_capacity_blocks"] == COST.kv_capacity_tokens(0.9, EngineConfig().max_num_seqs) // 16

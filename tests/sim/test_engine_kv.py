@@ -48,7 +48,7 @@ class FakeCost:
     def decode_step_s(self, seqs: int, context_tokens: int) -> float:
         return self.step(StepWork.decode(seqs, context_tokens)).total_s
 
-    def kv_capacity_tokens(self, gpu_memory_utilization: float) -> int:
+    def kv_capacity_tokens(self, gpu_memory_utilization: float, max_num_seqs: int = 0) -> int:
         return self.capacity_tokens
 
     def kv_transfer_bytes(self, tokens: int) -> int:
