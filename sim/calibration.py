@@ -9,60 +9,20 @@ variant wins (a table lists the implementations one could deploy). Units: second
 
 from __future__ import annotations
 
-import csv
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
-from infralab.errors import InputError
+from infralab.calibration_table import COLUMNS, CalibrationRow, Shape, read_table
 
-COLUMNS = (
-    "kernel",
-    "variant",
-    "shape",
-    "dtype",
-    "device",
-    "median_s",
-    "bytes",
-    "flops",
-    "achieved_gbps",
-    "achieved_tflops",
-    "roofline_fraction",
-    "divisions",
-    "transcendentals",
-    "repeated_elementwise",
-)
-
-Shape = tuple[tuple[str, int], ...]  # sorted (name, value) pairs
-
-
-@dataclass(frozen=True, slots=True)
-class CalibrationRow:
-    """One measured call: `median_s` seconds moving `bytes` and doing `flops`."""
-
-    kernel: str
-    variant: str
-    shape: Shape
-    dtype: str
-    device: str
-    median_s: float
-    bytes: int
-    flops: int
-    achieved_gbps: float = 0.0
-    achieved_tflops: float = 0.0
-    roofline_fraction: float = 0.0
-    divisions: int = 0
-    transcendentals: int = 0
-    repeated_elementwise: int = 0
-
-    @property
-    def shape_dict(self) -> dict[str, int]:
-        return dict(self.shape)
+# The format (COLUMNS, CalibrationRow, Shape, reading the CSV) is shared with the kernels' writer in
+# `infralab.calibration_table`; it is re-exported here for the cost model and the tests.
+__all__ = ["COLUMNS", "CalibrationRow", "CalibrationTable", "Shape", "kernel_work", "scale", "shape_key"]
 
 
 def shape_key(shape: Mapping[str, int]) -> Shape:
-    """The canonical (sorted, hashable) form of a shape."""
+    """The canonical (sorted by field name, hashable) form of a shape: rows keep the kernel's field
+    order, exact-shape lookups compare this form."""
     return tuple(sorted((name, int(value)) for name, value in shape.items()))
 
 
@@ -108,21 +68,15 @@ class CalibrationTable:
         for row in self.rows:
             variants = self._groups.setdefault((row.kernel, row.dtype, row.device), {})
             variants.setdefault(row.variant, []).append(row)
-            exact.setdefault((row.kernel, row.dtype, row.device, row.shape), []).append(row.median_s)
+            key = (row.kernel, row.dtype, row.device, shape_key(row.shape_dict))
+            exact.setdefault(key, []).append(row.median_s)
         # Repeated measurements of one shape collapse to the fastest variant's median time.
         self._exact = {key: min(times) for key, times in exact.items()}
 
     @classmethod
     def load(cls, path: str | Path) -> CalibrationTable:
         """Read a calibration CSV; any bad row raises InputError naming file, line and column."""
-        path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise InputError(str(path), "file not found", "a calibration CSV (docs/calibration.md)") from None
-        except UnicodeDecodeError:
-            raise InputError(str(path), "not UTF-8 text", "a calibration CSV (docs/calibration.md)") from None
-        return cls(_parse_rows(text, str(path)), source=str(path))
+        return cls(read_table(path), source=str(Path(path)))
 
     # -- queries --
 
@@ -197,83 +151,3 @@ def scale(row: CalibrationRow, shape: Mapping[str, float], peaks: tuple[float, f
     peak_flops, peak_bw = peaks
     compute_bound = row.flops / peak_flops > row.bytes / peak_bw
     return row.median_s * (flops_ratio if compute_bound else bytes_ratio)
-
-
-# ---- parsing -----------------------------------------------------------------------------------
-
-
-def _parse_rows(text: str, source: str) -> list[CalibrationRow]:
-    numbered = [
-        (number, line)
-        for number, line in enumerate(text.splitlines(), start=1)
-        if line.strip() and not line.lstrip().startswith("#")
-    ]
-    if not numbered:
-        raise InputError(source, "no header line", f"a header with columns {','.join(COLUMNS)}")
-    header_number, header_line = numbered[0]
-    header = [cell.strip() for cell in next(csv.reader([header_line]))]
-    if tuple(header) != COLUMNS:
-        raise InputError(
-            f"{source}:{header_number}", f"header is {','.join(header)}", f"columns {','.join(COLUMNS)}"
-        )
-    rows = []
-    for number, line in numbered[1:]:
-        cells = next(csv.reader([line]))
-        if len(cells) != len(COLUMNS):
-            raise InputError(f"{source}:{number}", f"{len(cells)} columns", f"{len(COLUMNS)} columns")
-        rows.append(_parse_row(dict(zip(COLUMNS, (c.strip() for c in cells))), f"{source}:{number}"))
-    return rows
-
-
-def _parse_row(cells: dict[str, str], where: str) -> CalibrationRow:
-    def text(column: str) -> str:
-        if not cells[column]:
-            raise InputError(f"{where}: column {column}", "empty", "a non-empty name")
-        return cells[column]
-
-    def number(column: str, kind: type, positive: bool = False) -> float:
-        raw = cells[column]
-        try:
-            value = kind(raw)
-        except ValueError:
-            raise InputError(f"{where}: column {column}", f"bad value {raw!r}", f"a {kind.__name__}") from None
-        if not math.isfinite(value) or value < 0 or (positive and value == 0):
-            raise InputError(
-                f"{where}: column {column}", f"bad value {raw!r}", "a positive number" if positive else ">= 0"
-            )
-        return value
-
-    return CalibrationRow(
-        kernel=text("kernel"),
-        variant=text("variant"),
-        shape=_parse_shape(cells["shape"], f"{where}: column shape"),
-        dtype=text("dtype"),
-        device=text("device"),
-        median_s=number("median_s", float, positive=True),
-        bytes=int(number("bytes", int)),
-        flops=int(number("flops", int)),
-        achieved_gbps=number("achieved_gbps", float),
-        achieved_tflops=number("achieved_tflops", float),
-        roofline_fraction=number("roofline_fraction", float),
-        divisions=int(number("divisions", int)),
-        transcendentals=int(number("transcendentals", int)),
-        repeated_elementwise=int(number("repeated_elementwise", int)),
-    )
-
-
-def _parse_shape(raw: str, where: str) -> Shape:
-    expected = "name=value pairs joined by ';' with positive integer values, e.g. M=4096;N=4096;K=4096"
-    if not raw:
-        raise InputError(where, "empty", expected)
-    fields: dict[str, int] = {}
-    for part in raw.split(";"):
-        name, sep, value = part.partition("=")
-        name = name.strip()
-        try:
-            parsed = int(value)
-        except ValueError:
-            parsed = 0
-        if not sep or not name or parsed <= 0 or name in fields:
-            raise InputError(where, f"bad shape {raw!r}", expected)
-        fields[name] = parsed
-    return shape_key(fields)
