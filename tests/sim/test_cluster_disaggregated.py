@@ -4,41 +4,21 @@ lone request or two equal ones), and where the KV and the request go."""
 from __future__ import annotations
 
 import pytest
+from support.sim_fakes import sim_config
 
 from infralab.sim.cluster import simulate
-from infralab.sim.config import (
-    ClusterConfig,
-    CostConfig,
-    EngineConfig,
-    FixedLength,
-    HardwareConfig,
-    PoissonArrivals,
-    SimConfig,
-    SyntheticWorkload,
-    TransferConfig,
-)
+from infralab.sim.config import ClusterConfig, CostConfig, SimConfig, TransferConfig
 from infralab.sim.cost_model import CostModel, StepWork
 from infralab.sim.specs import LinkSpec, load_accelerator, load_model
 from infralab.sim.workloads.request import Request
 
 COST = CostModel(load_model("llama-3-8b"), load_accelerator("H100"), CostConfig())
 LINK = LinkSpec(name="test-rdma", bandwidth=50e9, latency=20e-6)
-WORKLOAD = SyntheticWorkload(
-    kind="synthetic",
-    num_requests=1,
-    arrival=PoissonArrivals(kind="poisson", rate=1.0),
-    prompt=FixedLength(kind="fixed", value=1),
-    output=FixedLength(kind="fixed", value=1),
-)
 
 
 def config(mode: str = "after_prefill", topology: str = "per_prefill_nic", prefill: int = 1, decode: int = 1,
            groups: int = 4) -> SimConfig:
-    return SimConfig(
-        model="llama-3-8b",
-        hardware=HardwareConfig(accelerator="H100"),
-        workload=WORKLOAD,
-        engine=EngineConfig(),
+    return sim_config(
         cluster=ClusterConfig(
             layout="disaggregated",
             prefill_instances=prefill,

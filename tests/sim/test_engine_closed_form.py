@@ -5,46 +5,20 @@ missing work in the engine's StepWork shows up as a mismatch."""
 
 from __future__ import annotations
 
+from support.sim_fakes import sim_config
+
 from infralab.sim.cluster import simulate
-from infralab.sim.config import (
-    ClusterConfig,
-    CostConfig,
-    EngineConfig,
-    FixedLength,
-    HardwareConfig,
-    HostOverheadConfig,
-    PoissonArrivals,
-    SimConfig,
-    SyntheticWorkload,
-)
+from infralab.sim.config import CostConfig, EngineConfig, HostOverheadConfig
 from infralab.sim.cost_model import CostModel, StepWork
 from infralab.sim.specs import load_accelerator, load_model
 from infralab.sim.workloads.request import Request
 
 HOST = HostOverheadConfig(per_step_s=2e-4, per_request_s=1e-5, per_output_token_s=3e-6)
 COST = CostModel(load_model("llama-3-8b"), load_accelerator("H100"), CostConfig(host=HOST))
-# simulate() takes its requests from the caller; the config's workload is not read.
-WORKLOAD = SyntheticWorkload(
-    kind="synthetic",
-    num_requests=1,
-    arrival=PoissonArrivals(kind="poisson", rate=1.0),
-    prompt=FixedLength(kind="fixed", value=1),
-    output=FixedLength(kind="fixed", value=1),
-)
-
-
-def config(**engine: object) -> SimConfig:
-    return SimConfig(
-        model="llama-3-8b",
-        hardware=HardwareConfig(accelerator="H100"),
-        workload=WORKLOAD,
-        engine=EngineConfig(**engine),
-        cluster=ClusterConfig(),
-    )
 
 
 def run_one(prompt: int, output: int, **engine: object):
-    record = simulate(config(**engine), [Request(0, 0.0, prompt, output)], COST)
+    record = simulate(sim_config(engine=EngineConfig(**engine)), [Request(0, 0.0, prompt, output)], COST)
     return record, record.requests[0]
 
 

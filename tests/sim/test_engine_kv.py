@@ -1,68 +1,21 @@
 """The engine's KV blocks, prefix cache, preemption and routers, on small hand-checked cases with a
-tiny linear fake cost model (so that KV capacity can be made small)."""
+tiny linear fake cost model (so that KV capacity can be made small): FakeCost's defaults, 1 ms per
+step + 10 us per prefill token + 0.1 ms per decode sequence, 1000 bytes of KV per token."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
+from support.sim_fakes import FakeCost, sim_config
 
-from infralab.sim.cost_model import StepWork
 from infralab.errors import InputError
 from infralab.sim.cluster import simulate
-from infralab.sim.config import (
-    ClusterConfig,
-    EngineConfig,
-    FixedLength,
-    HardwareConfig,
-    PoissonArrivals,
-    SimConfig,
-    SyntheticWorkload,
-)
+from infralab.sim.config import ClusterConfig, EngineConfig, SimConfig
 from infralab.sim.engine.prefix_cache import PrefixCache
 from infralab.sim.workloads.request import Request
 
-WORKLOAD = SyntheticWorkload(
-    kind="synthetic",
-    num_requests=1,
-    arrival=PoissonArrivals(kind="poisson", rate=1.0),
-    prompt=FixedLength(kind="fixed", value=1),
-    output=FixedLength(kind="fixed", value=1),
-)
-
-
-@dataclass(frozen=True)
-class FakeStepCost:
-    total_s: float
-
-
-class FakeCost:
-    """1 ms per step + 10 us per prefill token + 0.1 ms per decode sequence; KV capacity as given."""
-
-    def __init__(self, capacity_tokens: int) -> None:
-        self.capacity_tokens = capacity_tokens
-
-    def step(self, work) -> FakeStepCost:
-        return FakeStepCost(1e-3 + 1e-5 * work.prefill_tokens + 1e-4 * work.decode_seqs)
-
-    def decode_step_s(self, seqs: int, context_tokens: int) -> float:
-        return self.step(StepWork.decode(seqs, context_tokens)).total_s
-
-    def kv_capacity_tokens(self, gpu_memory_utilization: float, max_num_seqs: int = 0) -> int:
-        return self.capacity_tokens
-
-    def kv_transfer_bytes(self, tokens: int) -> int:
-        return 1000 * tokens
-
 
 def config(router: str = "round_robin", instances: int = 1, **engine: object) -> SimConfig:
-    return SimConfig(
-        model="llama-3-8b",
-        hardware=HardwareConfig(accelerator="H100"),
-        workload=WORKLOAD,
-        engine=EngineConfig(**engine),
-        cluster=ClusterConfig(instances=instances, router=router),
-    )
+    return sim_config(engine=EngineConfig(**engine), cluster=ClusterConfig(instances=instances, router=router))
 
 
 def prefill_tokens_computed(record) -> int:

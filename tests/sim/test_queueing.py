@@ -18,38 +18,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from support.sim_fakes import sim_config
 
 from infralab.sim.cluster import simulate
-from infralab.sim.config import (
-    ClusterConfig,
-    CostConfig,
-    EngineConfig,
-    FixedLength,
-    HardwareConfig,
-    PoissonArrivals,
-    SimConfig,
-    SyntheticWorkload,
-)
+from infralab.sim.config import CostConfig, EngineConfig
 from infralab.sim.cost_model import CostModel, StepWork
 from infralab.sim.random_streams import stream
 from infralab.sim.specs import load_accelerator, load_model
 from infralab.sim.workloads.request import Request
 
 COST = CostModel(load_model("llama-3-8b"), load_accelerator("H100"), CostConfig())
-WORKLOAD = SyntheticWorkload(
-    kind="synthetic",
-    num_requests=1,
-    arrival=PoissonArrivals(kind="poisson", rate=1.0),
-    prompt=FixedLength(kind="fixed", value=1),
-    output=FixedLength(kind="fixed", value=1),
-)
-CONFIG = SimConfig(
-    model="llama-3-8b",
-    hardware=HardwareConfig(accelerator="H100"),
-    workload=WORKLOAD,
-    engine=EngineConfig(max_num_seqs=1, max_batched_tokens=4096, prefix_cache=False),
-    cluster=ClusterConfig(),
-)
+CONFIG = sim_config(engine=EngineConfig(max_num_seqs=1, max_batched_tokens=4096, prefix_cache=False))
 N = 100_000
 
 

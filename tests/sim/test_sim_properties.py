@@ -7,63 +7,32 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
 
 import numpy as np
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from support.sim_fakes import FakeCost, sim_config
 
 import infralab.sim.engine.instance as instance_module
-from infralab.sim.cost_model import StepWork
 from infralab.sim.cluster import simulate
-from infralab.sim.config import (
-    ClusterConfig,
-    EngineConfig,
-    FixedLength,
-    HardwareConfig,
-    PoissonArrivals,
-    SimConfig,
-    SyntheticWorkload,
-    TransferConfig,
-)
+from infralab.sim.config import ClusterConfig, EngineConfig, TransferConfig
 from infralab.sim.specs import LinkSpec
 from infralab.sim.workloads.request import Request
 
-WORKLOAD = SyntheticWorkload(
-    kind="synthetic",
-    num_requests=1,
-    arrival=PoissonArrivals(kind="poisson", rate=1.0),
-    prompt=FixedLength(kind="fixed", value=1),
-    output=FixedLength(kind="fixed", value=1),
-)
 LINK = LinkSpec(name="test", bandwidth=1e6, latency=1e-4)
 
 
-@dataclass(frozen=True)
-class FakeStepCost:
-    total_s: float
-
-
-class FakeCost:
-    """Step time affine in the step's work (with an attention term), KV capacity as given."""
-
-    def __init__(self, capacity_tokens: int) -> None:
-        self.capacity_tokens = capacity_tokens
-
-    def step(self, work) -> FakeStepCost:
-        return FakeStepCost(
-            1e-3 + 2e-5 * work.prefill_tokens + 1e-8 * work.prefill_attn_pairs + 1e-4 * work.decode_seqs
-            + 1e-7 * work.decode_context_tokens
-        )
-
-    def decode_step_s(self, seqs: int, context_tokens: int) -> float:
-        return self.step(StepWork.decode(seqs, context_tokens)).total_s
-
-    def kv_capacity_tokens(self, gpu_memory_utilization: float, max_num_seqs: int = 0) -> int:
-        return self.capacity_tokens
-
-    def kv_transfer_bytes(self, tokens: int) -> int:
-        return 100 * tokens
+def fake_cost(capacity_tokens: int) -> FakeCost:
+    """Step time affine in the step's work, with attention and decode-context terms; KV as given."""
+    return FakeCost(
+        capacity_tokens,
+        per_step_s=1e-3,
+        per_prefill_token_s=2e-5,
+        per_attn_pair_s=1e-8,
+        per_decode_seq_s=1e-4,
+        per_context_token_s=1e-7,
+        transfer_bytes_per_token=100,
+    )
 
 
 @st.composite
@@ -106,15 +75,12 @@ def scenarios(draw):
         requests.append(Request(i, t, prompt, output, tuple(hashes)))
     need = max(-(-(r.prompt_tokens + r.output_tokens - 1) // block_size) for r in requests)
     capacity = block_size * draw(st.integers(need, 2 * need))  # tight: preemptions happen
-    cfg = SimConfig(
-        model="llama-3-8b", hardware=HardwareConfig(accelerator="H100"), workload=WORKLOAD, engine=engine, cluster=cluster
-    )
-    return cfg, requests, capacity
+    return sim_config(engine=engine, cluster=cluster), requests, capacity
 
 
 def run(scenario):
     cfg, requests, capacity = scenario
-    return simulate(cfg, requests, FakeCost(capacity), LINK, check_invariants=True)
+    return simulate(cfg, requests, fake_cost(capacity), LINK, check_invariants=True)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -200,16 +166,15 @@ def test_runs_of_quiet_steps_change_no_request_under_kv_pressure():
     for layout in ("colocated", "disaggregated"):
         cluster = ClusterConfig(layout=layout, instances=2, prefill_instances=2, decode_instances=1,
                                 router="least_outstanding_tokens")
-        cfg = SimConfig(model="llama-3-8b", hardware=HardwareConfig(accelerator="H100"), workload=WORKLOAD,
-                        engine=engine, cluster=cluster)
+        cfg = sim_config(engine=engine, cluster=cluster)
         link = LinkSpec(name="test", bandwidth=5e9, latency=1e-5)
-        together = simulate(cfg, requests, FakeCost(8000), link)
+        together = simulate(cfg, requests, fake_cost(8000), link)
         assert sum(r.preemptions for r in together.requests) > 0
         assert sum(r.cached_tokens for r in together.requests) > 0
         saved = instance_module.MAX_QUIET_STEPS
         instance_module.MAX_QUIET_STEPS = 1
         try:
-            single = simulate(cfg, requests, FakeCost(8000), link)
+            single = simulate(cfg, requests, fake_cost(8000), link)
         finally:
             instance_module.MAX_QUIET_STEPS = saved
         assert repr(together.requests) == repr(single.requests)
