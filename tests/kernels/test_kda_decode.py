@@ -3,7 +3,6 @@ with non-power-of-two head dims, out-of-bounds poison and bad inputs."""
 
 import os
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (conftest may do it too)
 
 import pytest
 import torch

@@ -1,10 +1,10 @@
-"""KV-cache quantisation per (token, head), bytes per token, and the paged cache builder."""
+"""KV-cache quantisation per (token, head), bytes per token, and the paged cache builder.
+
+Pure torch (no Triton kernel is called here), so everything runs on the CPU, where torch's float8 cast
+serves as the oracle. The paged-attention tests build caches on the kernel's device.
+"""
 
 from __future__ import annotations
-
-import os
-
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (no GPU here)
 
 import pytest
 import torch

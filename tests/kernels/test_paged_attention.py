@@ -1,10 +1,12 @@
-"""Paged decode attention over quantised caches: kernel vs reference, head split, guards, bad input."""
+"""Paged decode attention over quantised caches: kernel vs reference, head split, guards, bad input.
+
+Inputs are drawn on the CPU (seeded) and moved to DEVICE (the GPU when Triton compiles for one, else the
+CPU under the interpreter); caches are built there, and the torch references run on the same device.
+"""
 
 from __future__ import annotations
 
 import os
-
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (no GPU here)
 
 import pytest
 import torch
@@ -19,16 +21,18 @@ from infralab.kernels.paged_attention import (
     run_paged,
 )
 
+DEVICE = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
+
 LENS = (37, 16, 100, 5, 1)  # ragged, one exact block, one single token
 
 
 def _problem(kv_dtype: str, heads: int = 8, kv_heads: int = 2, d: int = 96, lens=LENS, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     batch, max_len = len(lens), max(lens)
-    q = torch.randn(batch, heads, d, generator=g)
-    k = torch.randn(batch, max_len, kv_heads, d, generator=g)
-    v = torch.randn(batch, max_len, kv_heads, d, generator=g)
-    cache = build_paged_cache(k, v, torch.tensor(lens, dtype=torch.int32), kv_dtype, spare_blocks=2,
+    q = torch.randn(batch, heads, d, generator=g).to(DEVICE)
+    k = torch.randn(batch, max_len, kv_heads, d, generator=g).to(DEVICE)
+    v = torch.randn(batch, max_len, kv_heads, d, generator=g).to(DEVICE)
+    cache = build_paged_cache(k, v, torch.tensor(lens, dtype=torch.int32, device=DEVICE), kv_dtype, spare_blocks=2,
                               generator=torch.Generator().manual_seed(seed + 1))
     return q, k, v, cache
 
@@ -76,7 +80,7 @@ def test_head_split_is_bitwise_equal(kv_dtype):
 
 def test_writes_only_inside_out():
     q, _, _, cache = _problem("int8", lens=(20, 7))
-    big = torch.full((3, 10, 100), float("nan"))
+    big = torch.full((3, 10, 100), float("nan"), device=DEVICE)
     paged_decode_attention(q, cache.k_cache, cache.v_cache, cache.k_scale, cache.v_scale, cache.block_table,
                            cache.context_lens, "int8", out=big[:2, :8, :96])
     assert torch.equal(big[:2, :8, :96], run_paged(q, cache))
@@ -91,7 +95,8 @@ def test_unchecked_tables_give_the_same_result():
 
 
 def test_report_orders_formats_by_precision_and_size():
-    rows = {r["kv_dtype"]: r for r in kv_quant_report(batch=2, heads=4, kv_heads=2, head_dim=96, context_lens=(70, 9))}
+    rows = {r["kv_dtype"]: r for r in kv_quant_report(batch=2, heads=4, kv_heads=2, head_dim=96, context_lens=(70, 9),
+                                                    device=DEVICE)}
     assert list(rows) == list(KV_DTYPES)
     errors = [rows[k]["rel_fro"] for k in ("fp32", "bf16", "int8", "fp8e4m3")]
     assert errors == sorted(errors) and errors[0] < 1e-6 and errors[-1] < 0.1
@@ -116,10 +121,10 @@ def _call(**changes):
     (dict(v_cache=lambda a: a["v_cache"][:, :, :, :64]), "v_cache"),
     (dict(k_scale=None), "k_scale"),
     (dict(block_table=lambda a: a["block_table"].long()), "block_table"),
-    (dict(context_lens=lambda a: torch.tensor([20, 33], dtype=torch.int32)), "context_lens"),
-    (dict(context_lens=lambda a: torch.tensor([20, 0], dtype=torch.int32)), "context_lens"),
+    (dict(context_lens=lambda a: torch.tensor([20, 33], dtype=torch.int32, device=DEVICE)), "context_lens"),
+    (dict(context_lens=lambda a: torch.tensor([20, 0], dtype=torch.int32, device=DEVICE)), "context_lens"),
     (dict(block_table=lambda a: a["block_table"].clone().fill_(99)), "block_table"),
-    (dict(out=torch.zeros(2, 8, 95)), "out"),
+    (dict(out=torch.zeros(2, 8, 95, device=DEVICE)), "out"),
 ])
 def test_bad_input_is_rejected_naming_the_argument(changes, name):
     with pytest.raises(InputError, match=rf": {name}: .*expected"):

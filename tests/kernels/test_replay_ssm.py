@@ -3,7 +3,6 @@ plus the memory accounting worked out by hand."""
 
 import os
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (conftest may do it too)
 
 import pytest
 import torch

@@ -1,10 +1,6 @@
 """Static work counts: the KDA tuning story (v1 -> v2 cuts divisions, v2 -> v3 cuts repeated work)
 as numbers worked out by hand, invariants over shapes, and their tie to the kernels' tiling."""
 
-import os
-
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (conftest may do it too)
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
