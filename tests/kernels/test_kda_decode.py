@@ -3,7 +3,6 @@ with non-power-of-two head dims, out-of-bounds poison and bad inputs."""
 
 import os
 
-
 import pytest
 import torch
 

@@ -3,7 +3,6 @@ plus the memory accounting worked out by hand."""
 
 import os
 
-
 import pytest
 import torch
 
