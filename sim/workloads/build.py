@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from infralab.sim.config import SyntheticWorkload, TraceWorkload
+from infralab.sim.config import SyntheticWorkload, TraceWorkload, resolve_path
 from infralab.sim.random_streams import stream
 from infralab.sim.workloads.arrivals import arrival_times
 from infralab.sim.workloads.lengths import sample_lengths
 from infralab.sim.workloads.request import Request
-from infralab.sim.workloads.traces import read_trace, resolve_trace_path
+from infralab.sim.workloads.traces import read_trace
 
 
 def build_workload(spec: TraceWorkload | SyntheticWorkload, base_dir: Path, seed: int) -> list[Request]:
@@ -23,7 +23,7 @@ def build_workload(spec: TraceWorkload | SyntheticWorkload, base_dir: Path, seed
     """
     if isinstance(spec, TraceWorkload):
         return read_trace(
-            resolve_trace_path(spec.path, base_dir),
+            resolve_path(spec.path, Path(base_dir)),
             spec.format,
             rate_scale=spec.rate_scale,
             start_s=spec.start_s,

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from infralab.errors import InputError
-from infralab.sim.config import EmpiricalLength, FixedLength, LogNormalLength, UniformLength
-from infralab.sim.workloads.traces import read_trace_column, resolve_trace_path
+from infralab.sim.config import EmpiricalLength, FixedLength, LogNormalLength, UniformLength, resolve_path
+from infralab.sim.workloads.traces import read_trace_column
 
 LengthSpec = FixedLength | UniformLength | LogNormalLength | EmpiricalLength
 
@@ -32,7 +32,7 @@ def sample_lengths(
     if isinstance(spec, LogNormalLength):
         return lognormal_lengths(spec.median, spec.sigma, spec.max, n, rng)
     if isinstance(spec, EmpiricalLength):
-        pool = read_trace_column(resolve_trace_path(spec.path, base_dir), spec.format, spec.column)
+        pool = read_trace_column(resolve_path(spec.path, Path(base_dir)), spec.format, spec.column)
         return rng.choice(pool, size=n, replace=True)
     raise TypeError(f"unknown length spec {spec!r}")
 

@@ -109,12 +109,6 @@ def read_trace_column(
     return np.asarray(values, dtype=np.int64)
 
 
-def resolve_trace_path(value: str | Path, base_dir: str | Path) -> Path:
-    """A trace path from a config: absolute (or ~) as written, relative against `base_dir`."""
-    path = Path(value).expanduser()
-    return path if path.is_absolute() else Path(base_dir) / path
-
-
 def parse_trace(path: Path, format: TraceFormat) -> TraceColumns:
     """Parse a whole trace file into columns; every problem is an InputError naming the line."""
     parsers = {"mooncake": _parse_mooncake, "azure": _parse_azure, "vidur": _parse_vidur}
