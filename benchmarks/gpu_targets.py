@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -264,7 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=None, help="folder for targets.json (default: print only)")
     args = parser.parse_args(argv)
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    from infralab.kernels.interpreter import interpreting
+
+    if interpreting():
         print("error: TRITON_INTERPRET is set; the GPU targets need compiled kernels", file=sys.stderr)
         return 2
     import torch

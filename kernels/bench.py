@@ -14,7 +14,6 @@ Runs without the `infralab` CLI hub too (the GPU script uses this, since the hub
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 from infralab.errors import InputError
 from infralab.kernels.bench_cases import GRIDS, KERNELS, TORCH_BASELINE, BenchCase, ShapeGrid, cases_for, prepare
 from infralab.kernels.calibration import CalibrationRow, DevicePeaks, WorkCounts, make_row, write_table
+from infralab.kernels.interpreter import kernel_device
 
 Timer = Callable[[Callable[[], object]], float]
 """Takes a zero-argument callable, returns the median seconds of one call."""
@@ -58,17 +58,6 @@ def parse_grid(text: str) -> ShapeGrid:
 
 
 # ---- device and timers ---------------------------------------------------------------------------
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-def pick_device() -> str:
-    """"cuda" when a GPU is present and Triton compiles for it, else "cpu" (torch references)."""
-    import torch
-
-    return "cuda" if torch.cuda.is_available() and not _interpreting() else "cpu"
 
 
 def device_label(device: str) -> str:
@@ -275,7 +264,7 @@ def bench_command(kernels_flag: str | None, grid_flag: str, out: str | None, pro
     grid = parse_grid(grid_flag)
     if out is not None and not out.endswith(".csv"):
         raise InputError("--out", f"got {out!r}", "a file path ending in .csv")
-    device = pick_device()
+    device = kernel_device()
     label = device_label(device)
     from infralab.kernels.device_peaks import peaks_for
 

@@ -6,7 +6,7 @@ TP degree. A kernel's verdict is PASS when all its findings pass. Shapes are sma
 run finishes in a couple of minutes in Triton's CPU interpreter.
 
 Importing this module imports triton (through the partition harness), so decide on the interpreter
-first: TRITON_INTERPRET=1 when there is no GPU (`infralab.kernels.cli.use_interpreter_without_gpu`).
+first: TRITON_INTERPRET=1 when there is no GPU (`infralab.kernels.interpreter.use_interpreter_without_gpu`).
 The KDA, attention and W8A8 modules are imported inside their suites.
 """
 
@@ -397,7 +397,7 @@ def w8a8_suite(tp_degrees: Sequence[int]) -> tuple[list[Finding], dict]:
 
 
 def _device() -> str:
-    from infralab.kernels.partition import kernel_device
+    from infralab.kernels.interpreter import kernel_device
 
     return kernel_device()
 

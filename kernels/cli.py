@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
 from infralab.errors import InputError
 from infralab.kernels.bench_cli import register_bench
+from infralab.kernels.interpreter import use_interpreter_without_gpu
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -43,20 +43,6 @@ def parse_tp_degrees(text: str) -> tuple[int, ...]:
     if bad:
         raise InputError("--tp", f"contains {bad}", "degrees among 1, 2, 4, 8")
     return degrees
-
-
-def use_interpreter_without_gpu() -> str:
-    """Run Triton in its CPU interpreter when there is no CUDA device; returns the device label.
-
-    Must run before any kernel module is imported (triton.jit reads TRITON_INTERPRET at definition).
-    """
-    import torch
-
-    if not torch.cuda.is_available():
-        os.environ["TRITON_INTERPRET"] = "1"
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-        return "cpu (Triton interpreter)"
-    return torch.cuda.get_device_name()
 
 
 def _run_check(args: argparse.Namespace) -> int:

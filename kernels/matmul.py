@@ -25,7 +25,6 @@ for "tf32"/"3xtf32" (three times as many for 3xtf32) and FP32 FMAs for "fp32"
 
 from __future__ import annotations
 
-import os
 from typing import Literal
 
 import torch
@@ -33,6 +32,7 @@ import triton
 import triton.language as tl
 
 from infralab.errors import InputError
+from infralab.kernels.interpreter import interpreting
 from infralab.kernels.tf32 import round_to_tf32, split_3xtf32, tf32_round, tf32_split
 
 Precision = Literal["fp32", "tf32", "3xtf32"]
@@ -81,11 +81,6 @@ def _matmul_kernel(
             acc += part
     c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
     tl.store(c_ptrs, acc, mask=row_ok[:, None] & col_ok[None, :])
-
-
-def interpreting() -> bool:
-    """True when Triton kernels run in the CPU interpreter (TRITON_INTERPRET=1)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def _check_operand(name: str, x: object) -> torch.Tensor:

@@ -32,7 +32,8 @@ import torch
 
 from infralab.errors import InputError
 from infralab.kernels.compare import Comparison, compare
-from infralab.kernels.matmul import PRECISIONS, interpreting, matmul, matmul_float64
+from infralab.kernels.interpreter import kernel_device
+from infralab.kernels.matmul import PRECISIONS, matmul, matmul_float64
 
 SplitKind = Literal["none", "column", "row", "head", "batch"]
 Reduction = Literal["concat", "sequential", "tree"]
@@ -357,11 +358,6 @@ class PagedAttentionPartition:
 
     def expects_bitwise(self, split: Split, dims: Mapping[str, int]) -> bool:
         return split.kind in ("none", "head", "batch")
-
-
-def kernel_device() -> str:
-    """Where kernel inputs live: the GPU when Triton compiles for one, else the CPU (interpreter)."""
-    return "cpu" if interpreting() or not torch.cuda.is_available() else "cuda"
 
 
 @dataclass(frozen=True)

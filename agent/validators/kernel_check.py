@@ -14,37 +14,17 @@ give the noise rule a spread over inputs.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 from infralab.agent.findings import Evidence, Finding, Where
 from infralab.agent.hypothesis import Arm, Hypothesis, setup_of
 from infralab.agent.validators.base import Measurement, sample_keys
+from infralab.calibration_table import parse_shape
 from infralab.errors import InputError
+from infralab.kernels.interpreter import use_interpreter_without_gpu
 
 NAME = "kernel-check"
-
-
-def use_interpreter_without_gpu() -> str:
-    """TRITON_INTERPRET=1 when there is no CUDA device (before any kernel module is imported)."""
-    import torch
-
-    if not torch.cuda.is_available():
-        os.environ["TRITON_INTERPRET"] = "1"
-        return "cpu (Triton interpreter)"
-    return torch.cuda.get_device_name()
-
-
-def parse_shape(text: str, where: str) -> tuple[tuple[str, int], ...]:
-    """"M=40;N=256;K=2048" -> (("M", 40), ("N", 256), ("K", 2048))."""
-    dims = []
-    for part in text.split(";"):
-        name, _, value = part.partition("=")
-        if not name.strip() or not value.strip().isdigit() or int(value) < 1:
-            raise InputError(where, f"bad shape {text!r}", "NAME=positive-int pairs separated by ';', e.g. M=40;N=256;K=2048")
-        dims.append((name.strip(), int(value)))
-    return tuple(dims)
 
 
 def partitioned_kernel(kernel: str) -> Any:

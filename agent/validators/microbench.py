@@ -20,7 +20,7 @@ from typing import Any
 from infralab.agent.findings import Evidence, Finding, Where
 from infralab.agent.hypothesis import Arm, Hypothesis
 from infralab.agent.validators.base import Measurement, sample_keys
-from infralab.agent.validators.kernel_check import parse_shape
+from infralab.calibration_table import parse_shape
 
 NAME = "microbench"
 DEFAULT_RING_LEN = 8
