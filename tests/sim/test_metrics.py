@@ -234,3 +234,20 @@ def test_summary_from_json_rejects_other_documents():
     del doc["ttft_s"]
     with pytest.raises(InputError, match="not a run summary"):
         RunSummary.from_json(doc, source="x/summary.json")
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(0.0, 100.0), st.lists(st.floats(0.001, 2.0), min_size=1, max_size=5)),
+        max_size=15,
+    )
+)
+def test_summary_json_round_trip_on_random_runs(requests):
+    run = RunRecord(
+        requests=[finished(i, a, 10, list(a + np.cumsum(gaps))) for i, (a, gaps) in enumerate(requests)]
+    )
+    summary = summarize(run, SLOConfig())
+    doc = json.loads(json.dumps(summary.to_json(), allow_nan=False))
+    assert RunSummary.from_json(doc) == summary
+    assert RunSummary.from_json(doc).to_json() == doc
