@@ -21,12 +21,16 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infralab.config_io import validate
 from infralab.errors import InputError
 from infralab.sim.config import SimConfig, check_config, load_config, looks_like_path
+from infralab.sim.records import RunRecord
 from infralab.sim.summary import Metric, RunSummary
+
+if TYPE_CHECKING:  # the hypothesis module imports this one (for its setup check)
+    from infralab.agent.hypothesis import Arm, ClusterSetup, Hypothesis
 
 POOLS = "pools"
 KNOB_EXPECTED = "'pools' or a dotted path of the simulation config, e.g. engine.max_batched_tokens"
@@ -79,7 +83,9 @@ def checked_config(data: Mapping[str, Any], source: str, base_dir: Path) -> SimC
     return cfg
 
 
-def arm_config(hyp: Any, setup: Any, arm: Any, where: Callable[[str], str]) -> tuple[SimConfig, Path]:
+def arm_config(
+    hyp: Hypothesis, setup: ClusterSetup, arm: Arm, where: Callable[[str], str]
+) -> tuple[SimConfig, Path]:
     """The simulation config of a `cluster` hypothesis arm: the setup's config with its trace window
     and the arm's knobs applied, validated. Returns (config, the folder its paths resolve against);
     `where(knob)` names the hypothesis key in errors."""
@@ -123,7 +129,7 @@ def accelerator_count(cfg: SimConfig) -> int:
 
 # What a caller wants from a run besides its summary (e.g. the worst request), computed in the
 # worker from the run's records: a module-level function, so that it can be sent to a process.
-Inspect = Callable[[Any, RunSummary], Any]
+Inspect = Callable[[RunRecord, RunSummary], Any]
 
 
 @dataclasses.dataclass(frozen=True)

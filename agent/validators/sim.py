@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from infralab.agent.findings import Evidence, Finding, Where
 from infralab.agent.hypothesis import Arm, ClusterSetup, HostConcurrencySetup, Hypothesis, setup_of
 from infralab.agent.validators.base import Measurement, sample_keys
-from infralab.sim.summary import metric_names
+from infralab.sim.records import RunRecord
+from infralab.sim.summary import Metric, ResourceStats, RunSummary, metric_names
 
 NAME = "sim"
 
@@ -193,7 +195,7 @@ def measure_cluster(hyp: Hypothesis, setup: ClusterSetup, workdir: Path | None) 
                        notes=(f"iteration-level cluster model, {len(jobs)} runs over {setup.processes} processes",))
 
 
-def cluster_metrics(flat: Any) -> dict[str, Any]:
+def cluster_metrics(flat: Mapping[str, Metric]) -> dict[str, Metric]:
     """CLUSTER_METRICS of a run, from its flat metrics (`RunSummary.flat_metrics` with the
     config's instance count)."""
     return {name: flat[name] for name in CLUSTER_METRICS}
@@ -203,12 +205,12 @@ def _nan_none(x: float) -> float | None:
     return None if isinstance(x, float) and math.isnan(x) else x
 
 
-def cluster_details(run: Any, summary: Any) -> dict[str, Any]:
+def cluster_details(run: RunRecord, summary: RunSummary) -> dict[str, Any]:
     """The busiest instance and link, and the worst-TTFT request with its phases (seconds).
     Runs in the pool's worker (`run`: the RunRecord, `summary`: its RunSummary)."""
     from infralab.sim.metrics import is_finished, queue_phase_s
 
-    def busiest(table: Any) -> dict[str, Any] | None:
+    def busiest(table: Mapping[str, ResourceStats]) -> dict[str, Any] | None:
         if not table:
             return None
         track, stats = max(table.items(), key=lambda kv: kv[1].busy_fraction)
