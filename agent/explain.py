@@ -29,8 +29,9 @@ from infralab.agent.run_dir import LoadedRun
 from infralab.errors import InputError
 from infralab.sim.host.overlap import intersection, merge, total
 from infralab.sim.host.thread import GIL_WAIT, NATIVE_HOLD, PYTHON
-from infralab.sim.metrics import is_finished
+from infralab.sim.metrics import is_finished, queue_end_s
 from infralab.sim.records import Interval, RequestRecord
+from infralab.sim.summary import LATENCIES, LATENCY_STATS, Metric, RunSummary, metric_names
 
 SCHEMA = "infralab.explain/1"
 PHASES = ("queue", "prefill", "kv_wait", "kv_transfer", "decode")
@@ -115,13 +116,14 @@ def _delta(run: float, base: float | None) -> float | None:
 def request_phases(req: RequestRecord) -> dict[str, float]:
     """A finished request's life split into PHASES (seconds); they sum to E2E exactly.
 
-    queue: arrival -> first scheduled step; prefill: -> first token; kv_wait: -> KV transfer
-    start, when it starts after the first token; kv_transfer: -> KV transfer end (the part after
-    the first token: a layerwise transfer hidden under prefill costs no latency); decode: -> finish.
-    Boundaries are clamped to be non-decreasing, so a missing (NaN) time gives a zero phase.
+    queue: arrival -> first scheduled step (the simulator's queue phase, `queue_end_s`); prefill:
+    -> first token; kv_wait: -> KV transfer start, when it starts after the first token;
+    kv_transfer: -> KV transfer end (the part after the first token: a layerwise transfer hidden
+    under prefill costs no latency); decode: -> finish. Boundaries are clamped to be
+    non-decreasing, so a missing (NaN) time gives a zero phase.
     """
-    marks = [req.arrival_s]
-    for t in (req.first_scheduled_s, req.first_token_s, req.kv_transfer_start_s, req.kv_transfer_end_s, req.finish_s):
+    marks = [req.arrival_s, max(req.arrival_s, queue_end_s(req))]
+    for t in (req.first_token_s, req.kv_transfer_start_s, req.kv_transfer_end_s, req.finish_s):
         marks.append(marks[-1] if math.isnan(t) else max(marks[-1], t))
     return {name: marks[i + 1] - marks[i] for i, name in enumerate(PHASES)}
 
@@ -273,9 +275,9 @@ def resource_usage(run: LoadedRun) -> dict[str, dict[str, Any]]:
     (first arrival to last finish) when it has a summary (whose busy fractions are used as they
     are: they are not cut by timeline truncation), else the span of its timeline."""
     tracks = run.by_track()
-    summary = run.summary or {}
-    known = {**summary.get("instances", {}), **summary.get("links", {})}
-    duration = summary.get("duration_s")
+    summary = run_summary(run)
+    known = {**summary.instances, **summary.links} if summary is not None else {}
+    duration = summary.duration_s if summary is not None else None
     lo, hi = (
         (min(iv.start_s for iv in run.intervals), max(iv.end_s for iv in run.intervals)) if run.intervals else (0.0, 0.0)
     )
@@ -285,7 +287,7 @@ def resource_usage(run: LoadedRun) -> dict[str, dict[str, Any]]:
         if kind not in ("instance", "link", "stream"):
             continue
         if track in known and duration:
-            fraction = float(known[track]["busy_fraction"])
+            fraction = float(known[track].busy_fraction)
             out[track] = {"kind": kind, "busy_s": fraction * float(duration), "busy_fraction": fraction}
             continue
         ivs = [iv for iv in tracks.get(track, []) if kind != "instance" or iv.name == "batch"]
@@ -296,36 +298,41 @@ def resource_usage(run: LoadedRun) -> dict[str, dict[str, Any]]:
 
 # ---- summary metrics ----------------------------------------------------------------------------
 
-SUMMARY_METRICS = (
+# Flat metric names of the run summary (infralab.sim.summary, docs/sim.md) that explain compares.
+SUMMARY_METRICS = metric_names(
     "request_throughput",
     "output_throughput",
     "total_token_throughput",
     "goodput",
     "duration_s",
-    "requests.completed",
-    "saturation.saturated",
-    *(f"{m}.{s}" for m in ("ttft_s", "tpot_s", "itl_s", "e2e_s", "queueing_delay_s") for s in ("mean", "p50", "p90", "p99")),
+    "completed",
+    "saturated",
+    *(f"{lat}_{stat}_s" for lat in LATENCIES for stat in LATENCY_STATS),
 )
 
 
-def _lookup(data: dict[str, Any], dotted: str) -> Any:
-    node: Any = data
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    if isinstance(node, bool):
-        return node
-    return float(node) if isinstance(node, (int, float)) else None
+def run_summary(run: LoadedRun) -> RunSummary | None:
+    """The run's summary.json as a typed summary; None for a timeline."""
+    if run.summary is None:
+        return None
+    return RunSummary.from_json(run.summary, source=f"{run.source}/summary.json")
+
+
+def _as_number(value: Metric) -> float | bool | None:
+    """A metric for the document: flags as they are, counts and times as floats."""
+    return value if value is None or isinstance(value, bool) else float(value)
 
 
 def summary_metrics(run: LoadedRun, base: LoadedRun | None) -> list[dict[str, Any]]:
-    if run.summary is None:
+    mine = run_summary(run)
+    if mine is None:
         return []
+    theirs = run_summary(base) if base is not None else None
+    run_flat = mine.flat_metrics()
+    base_flat = theirs.flat_metrics() if theirs is not None else {}
     out = []
     for name in SUMMARY_METRICS:
-        r = _lookup(run.summary, name)
-        b = _lookup(base.summary, name) if base is not None and base.summary is not None else None
+        r, b = _as_number(run_flat[name]), _as_number(base_flat.get(name))
         if r is None and b is None:
             continue
         delta = None

@@ -87,8 +87,8 @@ KINDS: Mapping[str, KindSpec] = {
     ),
     "cluster": KindSpec(
         validators=("sim",),
-        metrics=("goodput", "goodput_per_instance", "request_throughput", "output_throughput", "ttft_p50",
-                 "ttft_p90", "ttft_p99", "tpot_p90", "e2e_p90", "saturated", "completed", "max_instance_busy",
+        metrics=("goodput", "goodput_per_instance", "request_throughput", "output_throughput", "ttft_p50_s",
+                 "ttft_p90_s", "ttft_p99_s", "tpot_p90_s", "e2e_p90_s", "saturated", "completed", "max_instance_busy",
                  "max_link_busy"),
         knobs=None,
     ),
@@ -366,7 +366,7 @@ def check_setup(hyp: Hypothesis, where: _Locator) -> None:
                 raise where.error("setup.scenarios", f"unknown scenario {name!r}", f"one of {', '.join(names)}",
                                   needle=name)
     if isinstance(setup, ClusterSetup):
-        from infralab.agent.cluster_knobs import arm_config
+        from infralab.agent.sim_pool import arm_config
         from infralab.sim.config import load_config
 
         try:

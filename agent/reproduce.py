@@ -196,7 +196,7 @@ def whatif_extras(results: list[TestResult], out: Path) -> tuple[list[str], str]
     arms = [a for a in result.hypothesis.arms if a.name in means]
     if not arms:
         return [], "No simulator measurements.\n"
-    keys = ("goodput", "goodput_per_instance", "request_throughput", "ttft_p90", "tpot_p90", "max_link_busy",
+    keys = ("goodput", "goodput_per_instance", "request_throughput", "ttft_p90_s", "tpot_p90_s", "max_link_busy",
             "max_instance_busy", "saturated")
     rows = [[a.name, a.describe(), *[means[a.name][k] for k in keys]] for a in arms]
     for row in rows:
@@ -207,7 +207,7 @@ def whatif_extras(results: list[TestResult], out: Path) -> tuple[list[str], str]
     fig, ax = plt.subplots(figsize=(8, 4))
     bars = ax.bar([a.name for a in arms], [means[a.name]["goodput"] for a in arms], color="#4f81bd")
     for bar, a in zip(bars, arms):
-        ax.annotate(f"p90 TTFT {means[a.name]['ttft_p90']:.2f} s", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+        ax.annotate(f"p90 TTFT {means[a.name]['ttft_p90_s']:.2f} s", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                     ha="center", va="bottom", fontsize=7)
     ax.set_ylabel("goodput (req/s within TTFT and TPOT SLOs)")
     window = result.hypothesis.setup.get("window_s")

@@ -3,10 +3,11 @@ constraints; report the best configurations and the Pareto front of throughput p
 latency. The SPACE file format and the JSON schema are in docs/explain.md ("search").
 
 Every point of the space (the Cartesian product of the axes, last axis fastest) is the base
-simulation config with the `[fixed]` changes and the point's axis values applied, validated as a
-whole before anything runs. Points run in parallel over local processes; results are ordered by
-point index, never by completion, and hold no wall-clock times, so the same SPACE file (and seed)
-gives byte-identical search.json and search.csv.
+simulation config with the `[fixed]` changes and the point's axis values applied (knobs as in
+agent/sim_pool.py), validated as a whole before anything runs. Points run through the agent's one
+simulation pool (`infralab.agent.sim_pool.run_pool`, also the `cluster` validator's) over local
+processes; results are ordered by point index, never by completion, and hold no wall-clock times,
+so the same SPACE file (and seed) gives byte-identical search.json and search.csv.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import math
 import re
 import sys
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -26,24 +26,24 @@ from pydantic import Field
 from pydantic.dataclasses import dataclass
 
 from infralab.agent.acceptance import Criterion, evaluate, parse_criterion
+from infralab.agent.sim_pool import SimJob, apply_knob, checked_config, run_pool
 from infralab.config_io import STRICT, load_toml, validate
 from infralab.errors import InputError
 from infralab.results import atomic_output_dir, dump_json
+from infralab.sim.summary import LATENCY_STATS, RATES, metric_names
 
 SCHEMA = "infralab.search/1"
-POOLS = "pools"  # named knob "P:D": prefill and decode pool sizes of a disaggregated layout
 
-# Metrics of one point, the names constraints, the objective and the Pareto axes may use.
-PER_ACCELERATOR = ("goodput", "request_throughput", "output_throughput", "total_token_throughput")
-LATENCIES = ("ttft", "tpot", "itl", "e2e")
-METRICS = (
+# Metrics of one point (flat metric names of infralab.sim.summary, docs/sim.md), the names
+# constraints, the objective and the Pareto axes may use; also the columns of search.csv.
+METRICS = metric_names(
     "accelerators",
     "completed",
     "total_requests",
     "saturated",
-    *PER_ACCELERATOR,
-    *(f"{m}_per_accelerator" for m in PER_ACCELERATOR),
-    *(f"{lat}_{s}_s" for lat in LATENCIES for s in ("mean", "p50", "p90", "p99")),
+    *RATES,
+    *(f"{m}_per_accelerator" for m in RATES),
+    *(f"{lat}_{s}_s" for lat in ("ttft", "tpot", "itl", "e2e") for s in LATENCY_STATS),
     "max_instance_busy",
     "max_link_busy",
 )
@@ -105,36 +105,6 @@ def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _path_like(value: Any) -> bool:
-    return isinstance(value, str) and ("/" in value or value.endswith((".toml", ".csv", ".jsonl")))
-
-
-def apply_knob(data: dict[str, Any], knob: str, value: Any, where: str, space_dir: Path) -> None:
-    """Set `knob` (a dotted path of the simulation config, or "pools") in `data`, in place.
-    Path-like strings resolve against the SPACE file's folder."""
-    if _path_like(value):
-        p = Path(value).expanduser()
-        value = str(p if p.is_absolute() else (space_dir / p).resolve())
-    if knob == POOLS:
-        match = re.fullmatch(r"\s*(\d+)\s*:\s*(\d+)\s*", str(value))
-        if not match or data["cluster"]["layout"] != "disaggregated":
-            raise InputError(where, f"bad value {value!r}",
-                             '"P:D" prefill:decode instance counts, for a disaggregated base config')
-        data["cluster"]["prefill_instances"], data["cluster"]["decode_instances"] = map(int, match.groups())
-        return
-    node = data
-    parts = knob.split(".")
-    for part in parts[:-1]:
-        if not isinstance(node.get(part), dict):
-            raise InputError(where, f"unknown key {knob!r}",
-                             "'pools' or a dotted path of the simulation config, e.g. engine.max_batched_tokens")
-        node = node[part]
-    if parts[-1] not in node:
-        raise InputError(where, f"unknown key {knob!r}",
-                         "'pools' or a dotted path of the simulation config, e.g. engine.max_batched_tokens")
-    node[parts[-1]] = value
-
-
 def _objective(text: str, where: str) -> tuple[str, Literal["max", "min"]]:
     match = re.fullmatch(r"\s*(maximize|minimize|max|min)\s+([A-Za-z0-9_]+)\s*", text)
     if not match:
@@ -151,7 +121,7 @@ def _check_metric(name: str, where: str) -> None:
 
 def load_space(path: str | Path) -> Space:
     """Read and validate a SPACE file and every point's config; InputError names file and key."""
-    from infralab.sim.config import SimConfig, check_config, load_config
+    from infralab.sim.config import load_config
 
     path = Path(path)
     source = str(path)
@@ -200,8 +170,7 @@ def load_space(path: str | Path) -> Space:
         for key, value in point:
             apply_knob(data, key, value, f"{source}: axes.{key} = {value!r}", space_dir)
         try:
-            cfg = validate(SimConfig, data, str(base_path))
-            check_config(cfg, str(base_path), base_dir)
+            checked_config(data, str(base_path), base_dir)
         except InputError as exc:
             where = ", ".join(f"{k} = {v!r}" for k, v in point)
             raise InputError(f"{source}: axes ({where})", f"gives an invalid config: {exc}", exc.expected) from None
@@ -233,69 +202,16 @@ def _deep_copy(data: Any) -> Any:
 # ---- one point ----------------------------------------------------------------------------------
 
 
-def point_metrics(summary: dict[str, Any], accelerators: int) -> dict[str, Any]:
-    """METRICS of one run from its summary (`infralab.sim.metrics.summarize`); None when undefined."""
-    out: dict[str, Any] = {
-        "accelerators": accelerators,
-        "completed": summary["requests"]["completed"],
-        "total_requests": summary["requests"]["total"],
-        "saturated": bool(summary["saturation"]["saturated"]),
-    }
-    for name in PER_ACCELERATOR:
-        out[name] = summary[name]
-        out[f"{name}_per_accelerator"] = summary[name] / accelerators
-    for lat in LATENCIES:
-        dist = summary[f"{lat}_s"]
-        for stat in ("mean", "p50", "p90", "p99"):
-            out[f"{lat}_{stat}_s"] = dist[stat]
-    out["max_instance_busy"] = max((v["busy_fraction"] for v in summary["instances"].values()), default=0.0)
-    out["max_link_busy"] = max((v["busy_fraction"] for v in summary["links"].values()), default=0.0)
-    return out
-
-
-def accelerators_of(cfg: Any) -> int:
-    """Accelerators a config uses: instances (all pools) x tensor-parallel degree."""
-    cluster = cfg.cluster
-    instances = cluster.instances if cluster.layout == "colocated" else cluster.prefill_instances + cluster.decode_instances
-    return instances * cfg.hardware.tp
-
-
-def run_point(data: dict[str, Any], base_dir: str, source: str) -> dict[str, Any]:
-    """Simulate one point's config (plain data) and return its METRICS. Runs in a worker process."""
-    from infralab.sim.config import SimConfig
-    from infralab.sim.metrics import summarize
-    from infralab.sim.run import simulate_config
-
-    cfg = validate(SimConfig, data, source)
-    record = simulate_config(cfg, Path(base_dir), source=source)
-    return point_metrics(summarize(record, cfg.slo), accelerators_of(cfg))
-
-
 def run_points(space: Space, jobs: int = 2, progress: bool = True) -> list[dict[str, Any]]:
-    """Every point's metrics, in point order; `jobs` local processes (1: in this process)."""
+    """Every point's METRICS, in point order; `jobs` local processes (1: in this process)."""
     from tqdm import tqdm
 
-    n = len(space.points)
-    results: list[dict[str, Any] | None] = [None] * n
-    bar = tqdm(total=n, desc=f"search {space.info.name}", unit="config", file=sys.stderr, disable=not progress)
+    sims = [SimJob(config=data, base_dir=str(space.base_dir), source=space.source) for data in space.points]
+    bar = tqdm(total=len(sims), desc=f"search {space.info.name}", unit="config", file=sys.stderr,
+               disable=not progress)
     with bar:
-        if jobs <= 1:
-            for i, data in enumerate(space.points):
-                results[i] = run_point(data, str(space.base_dir), space.source)
-                bar.update(1)
-        else:
-            with ProcessPoolExecutor(max_workers=jobs) as pool:
-                futures = {pool.submit(run_point, data, str(space.base_dir), space.source): i
-                           for i, data in enumerate(space.points)}
-                try:
-                    for future in as_completed(futures):
-                        results[futures[future]] = future.result()
-                        bar.update(1)
-                except BaseException:
-                    # One point failed (or Ctrl-C): do not wait for the points not started yet.
-                    pool.shutdown(wait=False, cancel_futures=True)
-                    raise
-    return [r for r in results if r is not None]
+        results = run_pool(sims, processes=jobs, on_done=lambda: bar.update(1))
+    return [{name: result.metrics[name] for name in METRICS} for result in results]
 
 
 # ---- ranking and the Pareto front ---------------------------------------------------------------

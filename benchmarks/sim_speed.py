@@ -56,8 +56,7 @@ def measure_one(config: Path, fraction: float) -> dict:
     t0, cpu0 = time.perf_counter(), time.process_time()
     run = simulate_config(cfg, base_dir, source=str(config))
     t1, cpu1 = time.perf_counter(), time.process_time()
-    summary = summarize(run, cfg.slo)
-    summary["run"] = run_facts(cfg, config)
+    summary = summarize(run, cfg.slo).with_run(run_facts(cfg, config))
     t2 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         write_results(Path(tmp), config, run, summary, max_trace_events=DEFAULT_MAX_EVENTS)
@@ -67,7 +66,7 @@ def measure_one(config: Path, fraction: float) -> dict:
         "config": config.name,
         "fraction": fraction,
         "requests": len(run.requests),
-        "completed": summary["requests"]["completed"],
+        "completed": summary.requests.completed,
         "simulate_s": t1 - t0,
         "summarize_s": t2 - t1,
         "write_s": t3 - t2,
@@ -81,7 +80,7 @@ def measure_one(config: Path, fraction: float) -> dict:
         "intervals": len(run.intervals),
         "counters": len(run.counters),
         "trace_json_mb": trace_mb,
-        "saturated": summary["saturation"]["saturated"],
+        "saturated": summary.saturation.saturated,
     }
 
 

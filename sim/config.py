@@ -8,7 +8,7 @@ Units: seconds, bytes, tokens, requests per second.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Union, get_args
 
 from pydantic import Field
 from pydantic.dataclasses import dataclass
@@ -21,6 +21,10 @@ NonNegInt = Annotated[int, Field(ge=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 NonNegFloat = Annotated[float, Field(ge=0)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
+
+# The trace formats the workload readers parse (infralab.sim.workloads.traces), named once here.
+TraceFormat = Literal["mooncake", "azure", "vidur"]
+TRACE_FORMATS: tuple[str, ...] = get_args(TraceFormat)
 
 
 # ---- lengths and arrivals (synthetic workloads) ---------------------------------------------
@@ -55,7 +59,7 @@ class EmpiricalLength:
 
     kind: Literal["empirical"]
     path: str  # relative paths resolve against the config file's folder
-    format: Literal["mooncake", "azure", "vidur"]
+    format: TraceFormat
     column: Literal["input", "output"]
 
 
@@ -91,7 +95,7 @@ class TraceWorkload:
 
     kind: Literal["trace"]
     path: str  # relative paths resolve against the config file's folder
-    format: Literal["mooncake", "azure", "vidur"]
+    format: TraceFormat
     rate_scale: PositiveFloat = 1.0  # >1 compresses inter-arrival times (more load)
     start_s: NonNegFloat = 0.0  # time window, seconds from the trace's first request
     end_s: PositiveFloat | None = None
@@ -242,9 +246,15 @@ def _require_file(value: str, base_dir: Path, where: str, what: str) -> None:
         )
 
 
-def looks_like_path(value: str) -> bool:
-    # Catalog names ("H100", "llama-3-8b") never contain a separator or a .toml suffix.
-    return "/" in value or "\\" in value or value.endswith(".toml")
+# File suffixes that make a value a path even without a separator ("trace.jsonl", "h100.toml").
+PATH_SUFFIXES = (".toml", ".csv", ".jsonl", ".json")
+
+
+def looks_like_path(value: Any) -> bool:
+    """Whether a config or knob value names a file rather than a catalog entry or a plain value:
+    a string with a path separator or a file suffix (PATH_SUFFIXES). Catalog names ("H100",
+    "llama-3-8b") never have either. The one definition of "is this a path"."""
+    return isinstance(value, str) and ("/" in value or "\\" in value or value.endswith(PATH_SUFFIXES))
 
 
 def check_config(cfg: SimConfig, source: str, base_dir: Path) -> None:

@@ -15,7 +15,9 @@ Resource statistics: busy fraction of each instance (union of its "batch" interv
 of all its intervals) over the duration window, bytes moved per link, and the time-weighted mean and
 the maximum of every counter (e.g. "waiting", "running") per track.
 
-The saturation flag is described at `saturation`.
+The saturation flag is described at `saturation`. `summarize` returns a typed `RunSummary`
+(infralab.sim.summary: its JSON form is summary.json, its `flat_metrics` the metric names that
+search, the cluster validator and explain use).
 """
 
 from __future__ import annotations
@@ -30,8 +32,18 @@ import numpy as np
 
 from infralab.sim.config import SLOConfig
 from infralab.sim.records import CounterSample, Interval, RequestRecord, RunRecord
-
-PERCENTILES = (50, 90, 99)
+from infralab.sim.summary import (
+    PERCENTILES,
+    CounterStats,
+    Distribution,
+    Goodput,
+    Latencies,
+    RequestCounts,
+    ResourceStats,
+    RunSummary,
+    Saturation,
+    Throughput,
+)
 
 # Saturation rule (see `saturation`): thresholds, chosen as round numbers, not fitted to any run.
 SATURATION_MIN_REQUESTS = 10
@@ -61,28 +73,36 @@ def request_metrics(req: RequestRecord) -> RequestMetrics:
     return RequestMetrics(ttft_s=ttft, tpot_s=tpot, e2e_s=e2e)
 
 
+def queue_end_s(req: RequestRecord) -> float:
+    """When a request's queue phase ends (seconds): its first scheduled step, or its arrival when
+    it was never scheduled. The queue phase is arrival -> queue_end_s, everywhere (explain's
+    phases, the cluster validator's worst request, `queueing_delay_s`)."""
+    return req.arrival_s if math.isnan(req.first_scheduled_s) else req.first_scheduled_s
+
+
+def queue_phase_s(req: RequestRecord) -> float:
+    """Seconds from arrival to the first scheduled step (0 when never scheduled)."""
+    return queue_end_s(req) - req.arrival_s
+
+
 def queueing_delay_s(req: RequestRecord) -> float:
-    """Time a request waited for service: arrival to its first scheduled step, plus, in
+    """Time a request waited for service: its queue phase (`queue_phase_s`), plus, in
     disaggregated layouts, the wait between its KV arriving and its second token (which includes
     one decode step, bounded while the decode pool keeps up)."""
-    delay = req.first_scheduled_s - req.arrival_s if not math.isnan(req.first_scheduled_s) else 0.0
+    delay = queue_phase_s(req)
     if not math.isnan(req.kv_transfer_end_s) and len(req.token_times_s) > 1:
         delay += max(0.0, req.token_times_s[1] - req.kv_transfer_end_s)
     return delay
 
 
-def distribution(values: np.ndarray) -> dict[str, float | None]:
+def distribution(values: np.ndarray) -> Distribution:
     """mean, median, std and p50/p90/p99 (numpy linear percentiles); None when empty."""
     if len(values) == 0:
-        return {"mean": None, "median": None, "std": None, **{f"p{p}": None for p in PERCENTILES}}
-    out = {
-        "mean": float(np.mean(values)),
-        "median": float(np.median(values)),
-        "std": float(np.std(values)),
-    }
-    for p, v in zip(PERCENTILES, np.percentile(values, PERCENTILES)):
-        out[f"p{p}"] = float(v)
-    return out
+        return Distribution(None, None, None, None, None, None)
+    percentiles = {f"p{p}": float(v) for p, v in zip(PERCENTILES, np.percentile(values, PERCENTILES))}
+    return Distribution(
+        mean=float(np.mean(values)), median=float(np.median(values)), std=float(np.std(values)), **percentiles
+    )
 
 
 def busy_time_s(spans: list[tuple[float, float]] | np.ndarray, lo: float, hi: float) -> float:
@@ -104,7 +124,7 @@ def busy_time_s(spans: list[tuple[float, float]] | np.ndarray, lo: float, hi: fl
     return float(np.sum(period_ends - starts[new_period]))
 
 
-def counter_stats(samples: list[CounterSample], lo: float, hi: float) -> dict[str, float]:
+def counter_stats(samples: list[CounterSample], lo: float, hi: float) -> CounterStats:
     """Time-weighted mean over [lo, hi] of a step-function counter (0 before its first sample),
     and its maximum."""
     times = np.fromiter((s.t_s for s in samples), dtype=float, count=len(samples))
@@ -114,13 +134,10 @@ def counter_stats(samples: list[CounterSample], lo: float, hi: float) -> dict[st
     edges = np.append(times, hi)
     weighted = float(np.sum(values * np.diff(edges)))
     span = hi - lo
-    return {
-        "mean": weighted / span if span > 0 else float(values[-1]),
-        "max": float(values.max()),
-    }
+    return CounterStats(mean=weighted / span if span > 0 else float(values[-1]), max=float(values.max()))
 
 
-def saturation(arrivals: np.ndarray, delays: np.ndarray) -> dict[str, Any]:
+def saturation(arrivals: np.ndarray, delays: np.ndarray) -> Saturation:
     """Do queues grow without bound? Looks at queueing delay against arrival time.
 
     Rule: with requests ordered by arrival, `saturated` is True when BOTH
@@ -138,7 +155,7 @@ def saturation(arrivals: np.ndarray, delays: np.ndarray) -> dict[str, Any]:
     )
     n = len(delays)
     if n < SATURATION_MIN_REQUESTS:
-        return {"saturated": False, "slope": None, "tail_head_ratio": None, "rule": rule}
+        return Saturation(saturated=False, slope=None, tail_head_ratio=None, rule=rule)
     order = np.argsort(arrivals, kind="stable")
     x, y = arrivals[order], delays[order]
     var = float(np.var(x))
@@ -146,14 +163,14 @@ def saturation(arrivals: np.ndarray, delays: np.ndarray) -> dict[str, Any]:
     quarter = max(1, n // 4)
     head = max(float(np.mean(y[:quarter])), SATURATION_DELAY_FLOOR_S)
     ratio = float(np.mean(y[-quarter:])) / head
-    return {
-        "saturated": bool(slope > SATURATION_SLOPE and ratio > SATURATION_TAIL_HEAD_RATIO),
-        "slope": slope,
-        "tail_head_ratio": ratio,
-        "head_mean_delay_s": float(np.mean(y[:quarter])),
-        "tail_mean_delay_s": float(np.mean(y[-quarter:])),
-        "rule": rule,
-    }
+    return Saturation(
+        saturated=bool(slope > SATURATION_SLOPE and ratio > SATURATION_TAIL_HEAD_RATIO),
+        slope=slope,
+        tail_head_ratio=ratio,
+        rule=rule,
+        head_mean_delay_s=float(np.mean(y[:quarter])),
+        tail_mean_delay_s=float(np.mean(y[-quarter:])),
+    )
 
 
 def _group_intervals(intervals: list[Interval]) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -173,7 +190,9 @@ def _group_intervals(intervals: list[Interval]) -> tuple[dict[str, np.ndarray], 
     return {track: np.flatnonzero(np.isin(code, cs)) for track, cs in wanted.items()}, bounds
 
 
-def _resource_stats(run: RunRecord, lo: float, hi: float) -> tuple[dict, dict]:
+def _resource_stats(
+    run: RunRecord, lo: float, hi: float
+) -> tuple[dict[str, ResourceStats], dict[str, ResourceStats]]:
     """Per-instance and per-link busy fractions, link bytes, counter statistics."""
     members, bounds = _group_intervals(run.intervals)
     spans = {track: bounds[idx] for track, idx in members.items()}
@@ -187,29 +206,24 @@ def _resource_stats(run: RunRecord, lo: float, hi: float) -> tuple[dict, dict]:
         by_track[c.track][c.name].append(c)
     tracks = set(spans) | set(by_track) | set(run.resources)
     span = hi - lo
-    instances, links = {}, {}
+    instances: dict[str, ResourceStats] = {}
+    links: dict[str, ResourceStats] = {}
     for track in sorted(tracks):
         if not track.startswith(("instance/", "link/")):
             continue
         busy = busy_time_s(spans.get(track, np.empty((0, 2))), lo, hi)
-        counters = by_track.get(track, {})
-        stats: dict[str, Any] = {
-            "busy_fraction": busy / span if span > 0 else 0.0,
-            "counters": {name: counter_stats(s, lo, hi) for name, s in sorted(counters.items())},
-        }
+        fraction = busy / span if span > 0 else 0.0
+        counters = {name: counter_stats(s, lo, hi) for name, s in sorted(by_track.get(track, {}).items())}
         if track.startswith("link/"):
-            stats["bytes"] = link_bytes.get(track, 0.0)
-            links[track] = stats
+            links[track] = ResourceStats(fraction, counters, bytes=link_bytes.get(track, 0.0))
         else:
-            role = run.resources.get(track, {}).get("role")
-            if role is not None:
-                stats["role"] = role
-            instances[track] = stats
+            instances[track] = ResourceStats(fraction, counters, role=run.resources.get(track, {}).get("role"))
     return instances, links
 
 
-def summarize(run: RunRecord, slo: SLOConfig) -> dict[str, Any]:
-    """The run's summary as a JSON-able dict; times in seconds, throughputs per second."""
+def summarize(run: RunRecord, slo: SLOConfig) -> RunSummary:
+    """The run's summary; times in seconds, throughputs per second (`RunSummary.to_json` is
+    summary.json)."""
     done = [r for r in run.requests if is_finished(r)]
     per_req = [request_metrics(r) for r in done]
     ttft = np.array([m.ttft_s for m in per_req], dtype=float)
@@ -233,35 +247,34 @@ def summarize(run: RunRecord, slo: SLOConfig) -> dict[str, Any]:
     instances, links = _resource_stats(run, first_arrival, last_finish)
     arrivals = np.array([r.arrival_s for r in done], dtype=float)
     delays = np.array([queueing_delay_s(r) for r in done], dtype=float)
-    return {
-        "requests": {"total": len(run.requests), "completed": len(done)},
-        "duration_s": duration,
-        "total_input_tokens": input_tokens,
-        "total_output_tokens": output_tokens,
-        "request_throughput": per_s(len(done)),
-        "output_throughput": per_s(output_tokens),
-        "total_token_throughput": per_s(input_tokens + output_tokens),
-        "goodput": per_s(good),
-        "good_requests": good,
-        "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s},
-        "ttft_s": distribution(ttft),
-        "tpot_s": distribution(tpot),
-        "itl_s": distribution(itl),
-        "e2e_s": distribution(e2e),
-        "queueing_delay_s": distribution(delays),
-        "percentile_method": "numpy.percentile, linear interpolation (as vllm bench serve)",
-        "instances": instances,
-        "links": links,
-        "saturation": saturation(arrivals, delays),
-        "simulated_end_s": run.end_s,
-    }
+    return RunSummary(
+        requests=RequestCounts(total=len(run.requests), completed=len(done)),
+        duration_s=duration,
+        total_input_tokens=input_tokens,
+        total_output_tokens=output_tokens,
+        throughput=Throughput(
+            request=per_s(len(done)), output=per_s(output_tokens), total_token=per_s(input_tokens + output_tokens)
+        ),
+        goodput=Goodput(per_s=per_s(good), good_requests=good, slo_ttft_s=slo.ttft_s, slo_tpot_s=slo.tpot_s),
+        latency=Latencies(
+            ttft_s=distribution(ttft),
+            tpot_s=distribution(tpot),
+            itl_s=distribution(itl),
+            e2e_s=distribution(e2e),
+            queueing_delay_s=distribution(delays),
+        ),
+        instances=instances,
+        links=links,
+        saturation=saturation(arrivals, delays),
+        simulated_end_s=run.end_s,
+    )
 
 
 def _ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 1e3:.2f}"
 
 
-def print_summary(summary: dict[str, Any], file: TextIO = sys.stdout) -> None:
+def print_summary(summary: RunSummary, file: TextIO = sys.stdout) -> None:
     """Print the summary as a table laid out like `vllm bench serve`'s (latencies in ms)."""
     width = 50
 
@@ -272,41 +285,40 @@ def print_summary(summary: dict[str, Any], file: TextIO = sys.stdout) -> None:
         print(f"{title:-^{width}}", file=file)
 
     print(f"{' Simulated Serving Benchmark Result ':=^{width}}", file=file)
-    line("Successful requests:", summary["requests"]["completed"])
-    line("Total requests:", summary["requests"]["total"])
-    line("Benchmark duration (s):", f"{summary['duration_s']:.2f}")
-    line("Total input tokens:", summary["total_input_tokens"])
-    line("Total generated tokens:", summary["total_output_tokens"])
-    line("Request throughput (req/s):", f"{summary['request_throughput']:.2f}")
-    slo = summary["slo"]
-    line("Request goodput (req/s):", f"{summary['goodput']:.2f}")
-    line("  SLOs: TTFT, TPOT (ms):", f"{slo['ttft_s'] * 1e3:g}, {slo['tpot_s'] * 1e3:g}")
-    line("Output token throughput (tok/s):", f"{summary['output_throughput']:.2f}")
-    line("Total Token throughput (tok/s):", f"{summary['total_token_throughput']:.2f}")
-    for key, title, short in (
-        ("ttft_s", "Time to First Token", "TTFT"),
-        ("tpot_s", "Time per Output Token (excl. 1st token)", "TPOT"),
-        ("itl_s", "Inter-token Latency", "ITL"),
-        ("e2e_s", "End-to-end Latency", "E2EL"),
+    line("Successful requests:", summary.requests.completed)
+    line("Total requests:", summary.requests.total)
+    line("Benchmark duration (s):", f"{summary.duration_s:.2f}")
+    line("Total input tokens:", summary.total_input_tokens)
+    line("Total generated tokens:", summary.total_output_tokens)
+    line("Request throughput (req/s):", f"{summary.throughput.request:.2f}")
+    good = summary.goodput
+    line("Request goodput (req/s):", f"{good.per_s:.2f}")
+    line("  SLOs: TTFT, TPOT (ms):", f"{good.slo_ttft_s * 1e3:g}, {good.slo_tpot_s * 1e3:g}")
+    line("Output token throughput (tok/s):", f"{summary.throughput.output:.2f}")
+    line("Total Token throughput (tok/s):", f"{summary.throughput.total_token:.2f}")
+    for latency, title, short in (
+        ("ttft", "Time to First Token", "TTFT"),
+        ("tpot", "Time per Output Token (excl. 1st token)", "TPOT"),
+        ("itl", "Inter-token Latency", "ITL"),
+        ("e2e", "End-to-end Latency", "E2EL"),
     ):
         rule(title)
-        d = summary[key]
-        line(f"Mean {short} (ms):", _ms(d["mean"]))
-        line(f"Median {short} (ms):", _ms(d["median"]))
+        d = summary.latency.of(latency)
+        line(f"Mean {short} (ms):", _ms(d.mean))
+        line(f"Median {short} (ms):", _ms(d.median))
         for p in PERCENTILES[1:]:  # P50 is the median, printed above
-            line(f"P{p} {short} (ms):", _ms(d[f"p{p}"]))
+            line(f"P{p} {short} (ms):", _ms(d.stat(f"p{p}")))
     rule("Resources")
-    for track, stats in summary["instances"].items():
-        waiting = stats["counters"].get("waiting")
-        queue = f", queue mean {waiting['mean']:.1f} max {waiting['max']:.0f}" if waiting else ""
-        print(f"{track:<28}busy {stats['busy_fraction'] * 100:5.1f}%{queue}", file=file)
-    for track, stats in summary["links"].items():
+    for track, stats in summary.instances.items():
+        waiting = stats.counters.get("waiting")
+        queue = f", queue mean {waiting.mean:.1f} max {waiting.max:.0f}" if waiting else ""
+        print(f"{track:<28}busy {stats.busy_fraction * 100:5.1f}%{queue}", file=file)
+    for track, stats in summary.links.items():
         print(
-            f"{track:<28}busy {stats['busy_fraction'] * 100:5.1f}%, "
-            f"{stats['bytes'] / 1e9:.2f} GB moved",
+            f"{track:<28}busy {stats.busy_fraction * 100:5.1f}%, "
+            f"{(stats.bytes or 0.0) / 1e9:.2f} GB moved",
             file=file,
         )
-    sat = summary["saturation"]
-    verdict = "YES (queues grow without bound)" if sat["saturated"] else "no"
+    verdict = "YES (queues grow without bound)" if summary.saturation.saturated else "no"
     line("Saturated:", verdict)
     print("=" * width, file=file)

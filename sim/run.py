@@ -2,7 +2,8 @@
 the results folder (`infralab sim run CONFIG.toml --out DIR`).
 
 The results folder holds:
-- summary.json: the metrics summary (`infralab.sim.metrics.summarize`) plus what was run;
+- summary.json: the metrics summary (`infralab.sim.metrics.summarize`, `RunSummary.to_json`) plus
+  what was run;
 - requests.csv: one row per request, every `RequestRecord` field but the token times, plus the
   derived ttft_s, tpot_s, e2e_s (seconds; empty when not defined);
 - trace.json: the Perfetto timeline (`infralab.sim.timeline`);
@@ -30,6 +31,7 @@ from infralab.sim.config import SimConfig, load_config, looks_like_path, resolve
 from infralab.sim.cost_model import CostModel
 from infralab.sim.metrics import is_finished, print_summary, request_metrics, summarize
 from infralab.sim.records import RequestRecord, RunRecord
+from infralab.sim.summary import RunSummary
 from infralab.sim.specs import load_accelerator, load_link, load_model
 from infralab.sim.timeline import DEFAULT_MAX_EVENTS, save_trace
 from infralab.sim.workloads import build_workload
@@ -89,7 +91,7 @@ def _config_fields_of(source: str) -> Iterator[None]:
     try:
         yield
     except InputError as exc:
-        if exc.where.startswith(source) or "/" in exc.where or "\\" in exc.where:
+        if exc.where.startswith(source) or looks_like_path(exc.where):
             raise
         raise InputError(f"{source}: {exc.where}", exc.problem, exc.expected) from None
 
@@ -123,10 +125,10 @@ def run_config_file(
     seed: int | None = None,
     max_trace_events: int = DEFAULT_MAX_EVENTS,
     stdout: TextIO | None = None,
-) -> dict[str, Any]:
+) -> RunSummary:
     """Run the config at `config_path`, print the summary table, write the results folder.
 
-    Returns the summary dict (as written to summary.json). Bad input raises InputError before any
+    Returns the summary (its `to_json()` is summary.json). Bad input raises InputError before any
     folder is created; a failure mid-run leaves no folder behind.
     """
     config_path = Path(config_path)
@@ -135,8 +137,7 @@ def run_config_file(
     # Enter the output folder first: a folder that is not ours is refused before the (long) run.
     with atomic_output_dir(out_dir) as tmp:
         run = simulate_config(cfg, base_dir, source=str(config_path))
-        summary = summarize(run, cfg.slo)
-        summary["run"] = run_facts(cfg, config_path)
+        summary = summarize(run, cfg.slo).with_run(run_facts(cfg, config_path))
         write_results(tmp, config_path, run, summary, max_trace_events)
     print_summary(summary, file=stdout or sys.stdout)
     return summary
@@ -156,10 +157,10 @@ def run_facts(cfg: SimConfig, config_path: Path) -> dict[str, Any]:
 
 
 def write_results(
-    folder: Path, config_path: Path, run: RunRecord, summary: dict[str, Any], max_trace_events: int
+    folder: Path, config_path: Path, run: RunRecord, summary: RunSummary, max_trace_events: int
 ) -> None:
     """Write config.toml, summary.json, requests.csv and trace.json into `folder`."""
     (folder / "config.toml").write_bytes(config_path.read_bytes())
-    dump_json(summary, folder / "summary.json")
+    dump_json(summary.to_json(), folder / "summary.json")
     write_requests_csv(run, folder / "requests.csv")
-    save_trace(run, folder / "trace.json", max_events=max_trace_events, metadata={"run": summary["run"]})
+    save_trace(run, folder / "trace.json", max_events=max_trace_events, metadata={"run": summary.run})

@@ -27,6 +27,7 @@ from pydantic.dataclasses import dataclass
 
 from infralab.config_io import STRICT, load_toml, validate
 from infralab.errors import InputError
+from infralab.sim.config import looks_like_path
 
 PositiveInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -347,13 +348,9 @@ def catalog_names() -> dict[str, list[str]]:
 catalog = catalog_names  # short alias used by `infralab sim catalog`
 
 
-def _is_path(name_or_path: str) -> bool:
-    return "/" in name_or_path or "\\" in name_or_path or name_or_path.endswith(".toml")
-
-
 def _read_spec(kind: str, name_or_path: str, base_dir: Path | None) -> tuple[dict[str, Any], str]:
     """The TOML table for a catalog name or a file path, and a label naming it in errors."""
-    if _is_path(name_or_path):
+    if looks_like_path(name_or_path):
         path = Path(name_or_path).expanduser()
         if not path.is_absolute() and base_dir is not None:
             path = Path(base_dir) / path

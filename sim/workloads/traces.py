@@ -34,10 +34,9 @@ from typing import Literal
 import numpy as np
 
 from infralab.errors import InputError
+from infralab.sim.config import TRACE_FORMATS, TraceFormat
 from infralab.sim.workloads.request import Request
 
-TraceFormat = Literal["mooncake", "azure", "vidur"]
-TRACE_FORMATS: tuple[str, ...] = ("mooncake", "azure", "vidur")
 
 # Mooncake's hash_ids each cover this many prompt tokens.
 MOONCAKE_BLOCK_TOKENS = 512

@@ -23,7 +23,8 @@ from infralab.sim.timeline import save_trace
 
 from infralab.results import dump_json
 from infralab.sim.config import SLOConfig
-from infralab.sim.metrics import summarize
+from infralab.sim.metrics import queue_phase_s, summarize
+from infralab.sim.summary import RunSummary
 from infralab.sim.run import write_requests_csv
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def write_run_folder(folder: Path, run: RunRecord) -> Path:
     """A results folder as `infralab sim run` writes it (summary.json, requests.csv, trace.json)."""
     folder.mkdir(parents=True)
-    dump_json(summarize(run, SLOConfig()), folder / "summary.json")
+    dump_json(summarize(run, SLOConfig()).to_json(), folder / "summary.json")
     write_requests_csv(run, folder / "requests.csv")
     save_trace(run, folder / "trace.json")
     return folder
@@ -142,6 +143,7 @@ def test_phases_add_up_to_e2e(gaps, layerwise):
     assert set(ph) == set(PHASES) and min(ph.values()) >= 0
     assert sum(ph.values()) == pytest.approx(finish - arrival, abs=1e-9)
     assert ph["queue"] + ph["prefill"] == pytest.approx(first - arrival, abs=1e-9)
+    assert ph["queue"] == queue_phase_s(req)  # the simulator's one definition of the queue phase
     colocated = dataclasses.replace(req, kv_transfer_start_s=math.nan, kv_transfer_end_s=math.nan)
     assert request_phases(colocated)["kv_transfer"] == 0.0
 
@@ -360,6 +362,17 @@ def check_schema(doc):
             for c in doc["causes"]]
     assert keys == sorted(keys)
     json.dumps(doc, allow_nan=False)
+
+
+def test_summary_metrics_are_the_flat_metric_names(slower_transfer):
+    run, base = slower_transfer
+    doc = explain(run, base)
+    mine = RunSummary.from_json(run.summary).flat_metrics()
+    theirs = RunSummary.from_json(base.summary).flat_metrics()
+    names = [x["name"] for x in doc["metrics"]]
+    assert {"goodput", "completed", "saturated", "ttft_p90_s", "queueing_delay_mean_s"} <= set(names)
+    for x in doc["metrics"]:
+        assert x["run"] == mine[x["name"]] and x["baseline"] == theirs[x["name"]], x["name"]
 
 
 def test_schema_of_every_kind_of_explanation(slower_transfer):

@@ -152,9 +152,9 @@ CLUSTER = '''
 name = "tiny_cluster"
 claim = "one running sequence at a time hurts p90 TTFT"
 kind = "cluster"
-metrics = ["ttft_p90", "goodput"]
+metrics = ["ttft_p90_s", "goodput"]
 validators = ["sim"]
-acceptance = ["serial.ttft_p90 > baseline.ttft_p90"]
+acceptance = ["serial.ttft_p90_s > baseline.ttft_p90_s"]
 seeds = [0, 1]
 
 [setup]

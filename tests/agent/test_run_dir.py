@@ -22,7 +22,7 @@ from infralab.sim.timeline import save_trace
 def write_run_folder(folder: Path, run: RunRecord) -> Path:
     """A results folder as `infralab sim run` writes it (summary.json, requests.csv, trace.json)."""
     folder.mkdir(parents=True, exist_ok=True)
-    dump_json(summarize(run, SLOConfig()), folder / "summary.json")
+    dump_json(summarize(run, SLOConfig()).to_json(), folder / "summary.json")
     write_requests_csv(run, folder / "requests.csv")
     save_trace(run, folder / "trace.json")
     return folder

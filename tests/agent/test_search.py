@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infralab.agent.search import METRICS, build_report, load_space, pareto_front, run_search
+from infralab.agent.search import METRICS, build_report, load_space, pareto_front, run_points, run_search
 from infralab.errors import InputError
 
 BASE = """
@@ -175,3 +175,52 @@ def test_missing_axes_and_bad_toml(tmp_path):
     path.write_text("[search\n")
     with pytest.raises(InputError, match="TOML"):
         load_space(path)
+
+
+# ---- one pipeline: search and the cluster validator agree --------------------------------------
+
+CLUSTER_HYPOTHESIS = """
+[hypothesis]
+name = "same_numbers"
+claim = "two instances serve the tiny workload"
+kind = "cluster"
+metrics = ["goodput", "ttft_p90_s"]
+validators = ["sim"]
+acceptance = ["baseline.goodput > 0"]
+seeds = [3]
+
+[setup]
+config = "base.toml"
+processes = 1
+
+[baseline]
+"cluster.instances" = 2
+"engine.max_num_seqs" = 2
+"workload.num_requests" = 10
+"""
+
+
+def test_search_and_cluster_validator_give_the_same_numbers(tmp_path):
+    from infralab.agent.hypothesis import load_hypothesis, setup_of
+    from infralab.agent.validators.sim import CLUSTER_METRICS, measure_cluster
+
+    space = load_space(write_space(tmp_path))  # point 2: cluster.instances = 2, max_num_seqs = 2
+    point = dict(space.knobs[2])
+    assert point == {"cluster.instances": 2, "engine.max_num_seqs": 2}
+    searched = run_points(space, jobs=1, progress=False)[2]
+
+    (tmp_path / "h.toml").write_text(CLUSTER_HYPOTHESIS)
+    hyp = load_hypothesis(tmp_path / "h.toml")
+    measured = measure_cluster(hyp, setup_of(hyp), None).samples["baseline"][0]
+
+    shared = [name for name in CLUSTER_METRICS if name in METRICS]
+    assert len(shared) >= 10 and "ttft_p90_s" in shared and "goodput" in shared
+    assert {name: measured[name] for name in shared} == {name: searched[name] for name in shared}
+    # tp = 1: per instance and per accelerator are the same division
+    assert measured["goodput_per_instance"] == searched["goodput_per_accelerator"]
+
+
+def test_search_metric_names_are_flat_summary_names():
+    from infralab.sim.summary import ALL_METRIC_NAMES
+
+    assert set(METRICS) <= set(ALL_METRIC_NAMES)

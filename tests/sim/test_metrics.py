@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from infralab.errors import InputError
 from infralab.sim.config import SLOConfig
 from infralab.sim.metrics import (
     busy_time_s,
@@ -22,6 +23,13 @@ from infralab.sim.metrics import (
     summarize,
 )
 from infralab.sim.records import CounterSample, Interval, RequestRecord, RunRecord
+from infralab.sim.summary import (
+    ACCELERATOR_METRIC_NAMES,
+    INSTANCE_METRIC_NAMES,
+    METRIC_NAMES,
+    RequestCounts,
+    RunSummary,
+)
 
 
 def finished(rid: int, arrival: float, prompt: int, token_times: list[float], start=None) -> RequestRecord:
@@ -68,7 +76,7 @@ def test_request_metrics_follow_vllm_definitions():
 
 
 def test_summary_known_answers():
-    s = summarize(two_request_run(), SLOConfig(ttft_s=1.5, tpot_s=1.0))
+    s = summarize(two_request_run(), SLOConfig(ttft_s=1.5, tpot_s=1.0)).to_json()  # summary.json's form
     assert s["requests"] == {"total": 2, "completed": 2}
     assert s["duration_s"] == 3.0  # last finish 3.0 - first arrival 0.0
     assert s["request_throughput"] == pytest.approx(2 / 3)
@@ -95,21 +103,21 @@ def test_summary_known_answers():
 
 def test_goodput_counts_one_token_requests_as_meeting_tpot():
     s = summarize(two_request_run(), SLOConfig(ttft_s=5.0, tpot_s=0.1))
-    assert s["good_requests"] == 1  # r0's TPOT 0.75 > 0.1 fails; r1 has one token and passes
+    assert s.goodput.good_requests == 1  # r0's TPOT 0.75 > 0.1 fails; r1 has one token and passes
 
 
 def test_unfinished_requests_are_not_completed():
     run = two_request_run()
     run.requests.append(RequestRecord(id=2, arrival_s=2.0, prompt_tokens=10, output_tokens=5))
     s = summarize(run, SLOConfig())
-    assert s["requests"] == {"total": 3, "completed": 2}
-    assert s["duration_s"] == 3.0
+    assert s.requests == RequestCounts(total=3, completed=2)
+    assert s.duration_s == 3.0
 
 
 def test_empty_run_summary_is_json_and_prints():
     s = summarize(RunRecord(), SLOConfig())
-    assert s["ttft_s"]["mean"] is None and s["request_throughput"] == 0.0
-    json.dumps(s, allow_nan=False)
+    assert s.latency.ttft_s.mean is None and s.throughput.request == 0.0
+    json.dumps(s.to_json(), allow_nan=False)
     print_summary(s, file=io.StringIO())
 
 
@@ -130,7 +138,7 @@ def test_busy_time_merges_overlaps_and_clips():
 def test_counter_stats_step_function():
     samples = [CounterSample("t", "q", 1.0, 4.0), CounterSample("t", "q", 3.0, 1.0)]
     stats = counter_stats(samples, 0.0, 4.0)  # 0 on [0,1), 4 on [1,3), 1 on [3,4]
-    assert stats == {"mean": pytest.approx(9 / 4), "max": 4.0}
+    assert (stats.mean, stats.max) == (pytest.approx(9 / 4), 4.0)
 
 
 def queue_run(arrival_rate: float, service_s: float, n: int = 400) -> RunRecord:
@@ -145,23 +153,23 @@ def queue_run(arrival_rate: float, service_s: float, n: int = 400) -> RunRecord:
 
 
 def test_saturation_false_for_light_load_true_for_overload():
-    light = summarize(queue_run(arrival_rate=5.0, service_s=0.1), SLOConfig())["saturation"]
-    over = summarize(queue_run(arrival_rate=15.0, service_s=0.1), SLOConfig())["saturation"]
-    assert light["saturated"] is False
-    assert over["saturated"] is True
-    assert over["slope"] == pytest.approx(0.5, rel=0.05)  # waits grow at lambda/mu - 1 = 15/10 - 1
-    assert over["tail_head_ratio"] > 2
+    light = summarize(queue_run(arrival_rate=5.0, service_s=0.1), SLOConfig()).saturation
+    over = summarize(queue_run(arrival_rate=15.0, service_s=0.1), SLOConfig()).saturation
+    assert light.saturated is False
+    assert over.saturated is True
+    assert over.slope == pytest.approx(0.5, rel=0.05)  # waits grow at lambda/mu - 1 = 15/10 - 1
+    assert over.tail_head_ratio > 2
 
 
 def test_saturation_ignores_a_burst_that_drains():
     # A queue that builds during the first half then drains: delays rise then fall back to zero.
     arrivals = np.linspace(0, 100, 200)
     delays = np.where(arrivals < 50, arrivals * 0.2, np.maximum(0.0, 10 - (arrivals - 50) * 0.5))
-    assert saturation(arrivals, delays)["saturated"] is False
+    assert saturation(arrivals, delays).saturated is False
 
 
 def test_saturation_needs_enough_requests():
-    assert saturation(np.arange(5.0), np.arange(5.0) * 10)["saturated"] is False
+    assert saturation(np.arange(5.0), np.arange(5.0) * 10).saturated is False
 
 
 @settings(max_examples=40, deadline=None)
@@ -172,7 +180,74 @@ def test_saturation_needs_enough_requests():
 )
 def test_tpot_is_mean_itl_of_one_request(gaps, arrival, ttft):
     times = list(arrival + ttft + np.cumsum([0.0] + gaps))
-    s = summarize(RunRecord(requests=[finished(0, arrival, 5, times)]), SLOConfig())
-    assert s["tpot_s"]["mean"] == pytest.approx(s["itl_s"]["mean"], rel=1e-9)
-    assert s["ttft_s"]["mean"] == pytest.approx(ttft, rel=1e-9, abs=1e-9)
-    assert not math.isnan(s["e2e_s"]["p99"])
+    s = summarize(RunRecord(requests=[finished(0, arrival, 5, times)]), SLOConfig()).flat_metrics()
+    assert s["tpot_mean_s"] == pytest.approx(s["itl_mean_s"], rel=1e-9)
+    assert s["ttft_mean_s"] == pytest.approx(ttft, rel=1e-9, abs=1e-9)
+    assert not math.isnan(s["e2e_p99_s"])
+
+
+# ---- the typed summary: its one flattening and its JSON form -----------------------------------
+
+
+def test_flat_metrics_names_and_values():
+    s = summarize(two_request_run(), SLOConfig(ttft_s=1.5, tpot_s=1.0))
+    flat = s.flat_metrics()
+    assert tuple(flat) == METRIC_NAMES  # no per-instance/accelerator names without the counts
+    assert flat["completed"] == 2 and flat["total_requests"] == 2 and flat["saturated"] is False
+    assert flat["duration_s"] == 3.0
+    assert flat["goodput"] == pytest.approx(1 / 3) and flat["request_throughput"] == pytest.approx(2 / 3)
+    assert flat["ttft_p90_s"] == pytest.approx(1.9) and flat["ttft_mean_s"] == 1.5
+    assert flat["tpot_mean_s"] == 0.75 and flat["itl_p50_s"] == 0.75 and flat["e2e_mean_s"] == 2.25
+    # queueing delays: r0 waits 0.2 s (arrival 0, scheduled 0.2), r1 1.5 s (arrival 1, scheduled 2.5)
+    assert flat["queueing_delay_mean_s"] == pytest.approx(0.85)
+    assert flat["max_instance_busy"] == pytest.approx(1.3 / 3.0)
+    assert flat["max_link_busy"] == pytest.approx(1.5 / 3.0)
+
+    scaled = s.flat_metrics(instances=1, accelerators=4)
+    assert tuple(scaled) == METRIC_NAMES + INSTANCE_METRIC_NAMES + ACCELERATOR_METRIC_NAMES
+    assert scaled["instances"] == 1 and scaled["accelerators"] == 4
+    assert scaled["goodput_per_instance"] == scaled["goodput"]
+    assert scaled["output_throughput_per_accelerator"] == pytest.approx((4 / 3) / 4)
+
+
+def test_flat_metrics_of_an_empty_run_are_none_or_zero():
+    flat = summarize(RunRecord(), SLOConfig()).flat_metrics()
+    assert flat["ttft_p90_s"] is None and flat["goodput"] == 0.0 and flat["completed"] == 0
+    assert flat["max_instance_busy"] == 0.0 and flat["max_link_busy"] == 0.0
+
+
+@pytest.mark.parametrize(
+    "run",
+    [two_request_run(), RunRecord(), queue_run(arrival_rate=15.0, service_s=0.1, n=40)],
+    ids=["two-requests", "empty", "saturated"],
+)
+def test_summary_json_round_trip(run):
+    summary = summarize(run, SLOConfig()).with_run({"name": "x", "seed": 3})
+    text = json.dumps(summary.to_json(), sort_keys=True, indent=2, allow_nan=False)
+    back = RunSummary.from_json(json.loads(text))
+    assert back == summary
+    assert json.dumps(back.to_json(), sort_keys=True, indent=2, allow_nan=False) == text
+
+
+def test_summary_from_json_rejects_other_documents():
+    doc = summarize(two_request_run(), SLOConfig()).to_json()
+    del doc["ttft_s"]
+    with pytest.raises(InputError, match="not a run summary"):
+        RunSummary.from_json(doc, source="x/summary.json")
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(0.0, 100.0), st.lists(st.floats(0.001, 2.0), min_size=1, max_size=5)),
+        max_size=15,
+    )
+)
+def test_summary_json_round_trip_on_random_runs(requests):
+    run = RunRecord(
+        requests=[finished(i, a, 10, list(a + np.cumsum(gaps))) for i, (a, gaps) in enumerate(requests)]
+    )
+    summary = summarize(run, SLOConfig())
+    doc = json.loads(json.dumps(summary.to_json(), allow_nan=False))
+    assert RunSummary.from_json(doc) == summary
+    assert RunSummary.from_json(doc).to_json() == doc

@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from infralab.cli import main
-from infralab.results import MARKER
+from infralab.results import MARKER, dump_json
 from infralab.sim import run as sim_run
+from infralab.sim.config import looks_like_path, resolve_path
 from infralab.sim.records import CounterSample, Interval, RequestRecord, RunRecord
+from infralab.sim.summary import RunSummary
 
 TINY = """\
 model = "llama-3-8b"
@@ -182,6 +184,10 @@ def test_same_seed_gives_identical_bytes(tmp_path, capsys, layout):
     if layout == "disaggregated":
         assert any(t.startswith("link/") for t in tracks)
         assert summary["links"] and all(s["bytes"] > 0 for s in summary["links"].values())
+    # summary.json -> RunSummary -> the same bytes
+    written = (tmp_path / "a" / "summary.json").read_bytes()
+    dump_json(RunSummary.from_json(json.loads(written)).to_json(), tmp_path / "again.json")
+    assert (tmp_path / "again.json").read_bytes() == written
 
 
 def test_catalog_lists_shipped_specs(capsys):
@@ -190,3 +196,45 @@ def test_catalog_lists_shipped_specs(capsys):
     out = capsys.readouterr().out
     for name in ("llama-3-8b", "H100", "H200", "A100", "rdma-400g"):
         assert name in out
+
+
+@pytest.mark.parametrize(
+    "value, is_path",
+    [
+        ("H100", False), ("llama-3-8b", False), ("rdma-400g", False), ("round_robin", False),
+        ("specs/h100.toml", True), ("h100.toml", True), ("C:\\specs\\x", True),
+        ("trace.jsonl", True), ("azure.csv", True), ("cal.json", True),
+        (4096, False), (None, False), ("4:2", False),
+    ],
+)
+def test_one_path_detection_for_configs_specs_and_knobs(tmp_path, value, is_path):
+    from infralab.agent.sim_pool import resolve_value
+
+    assert looks_like_path(value) is is_path
+    # Knob values go through the same test: paths resolve against the naming file's folder.
+    resolved = resolve_value(value, tmp_path)
+    if is_path and "\\" not in str(value):
+        assert resolved == str(resolve_path(value, tmp_path).resolve())
+    elif not is_path:
+        assert resolved == value
+
+
+def test_a_spec_file_without_a_separator_is_read_as_a_file(tmp_path):
+    """sim.specs uses the same path test: "h.toml" (no "/") names a file, not a catalog entry."""
+    from infralab.errors import InputError
+    from infralab.sim.specs import load_accelerator
+
+    with pytest.raises(InputError) as err:
+        load_accelerator("missing-spec.toml", tmp_path)
+    assert "missing-spec.toml" in err.value.where
+
+
+def test_trace_format_names_are_one_tuple():
+    from infralab.errors import InputError
+    from infralab.sim import config, workloads
+    from infralab.sim.workloads.traces import parse_trace
+
+    assert workloads.TRACE_FORMATS is config.TRACE_FORMATS == ("mooncake", "azure", "vidur")
+    with pytest.raises(InputError) as err:
+        parse_trace(Path("x"), "bogus")
+    assert err.value.expected == " / ".join(config.TRACE_FORMATS)
