@@ -1,55 +1,137 @@
 """`microbench`: the work and (on a GPU) the time of one kernel variant at one shape.
 
-Knobs per arm: kernel ("kda_decode"), variant (v1 | v2 | v3 | replay), shape ("B=64;H=32;K=128;V=128"),
-ring_len (replay's ring length L, default 8).
-Metrics, per decode step (a ReplaySSM ring cycle is divided by its L steps):
+Knobs per arm: kernel, variant (the kernels and variants `kernel_names()` offers), shape
+("B=64;H=32;K=128;V=128"), ring_len (a ring-buffer variant's ring length L, default 8).
+Metrics, per step (a kernel call that runs several steps is divided by them):
 - static work counts, everywhere (`infralab.kernels.work_counts`): bytes, bytes_loaded, flops,
   divisions, transcendentals, repeated_elementwise, programs; and state_bytes_per_seq (the
-  recurrent memory one sequence keeps: K*V*4 per head, or ReplaySSM's checkpoint + ring);
+  recurrent memory one sequence keeps);
 - time_s and achieved_gbps, only where a GPU is present (`triton.testing.do_bench`, one median per
   repetition). On a CPU there is no honest time for the Triton variants (the interpreter is a
-  correctness tool, and v1/v2/v3 share one torch reference), so times are reported as not measured.
+  correctness tool), so times are reported as not measured.
 Work counts are deterministic; times vary, so time criteria need repetitions >= 2.
+
+What is kernel-specific (its shape's dimensions, its work and state formulas, its bench case) is
+reached through `kernel_names`, `kernel_work` and `bench_case` only: the kernels registry will
+supply them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pydantic.dataclasses import dataclass
+
 from infralab.agent.findings import Evidence, Finding, Where
 from infralab.agent.hypothesis import Arm, Hypothesis
-from infralab.agent.validators.base import Measurement, sample_keys
+from infralab.agent.validators.base import Declaration, KnobSpec, Measurement, sample_keys
 from infralab.calibration_table import parse_shape
+from infralab.config_io import STRICT
+from infralab.errors import InputError
 
 NAME = "microbench"
+KIND = "kernel-performance"
 DEFAULT_RING_LEN = 8
 WORK_METRICS = ("bytes", "bytes_loaded", "flops", "divisions", "transcendentals", "repeated_elementwise", "programs")
+METRICS = (*WORK_METRICS, "state_bytes_per_seq", "time_s", "achieved_gbps")
+
+
+def kernel_names() -> Mapping[str, tuple[str, ...]] | None:
+    """The kernels with static work counts, each with its variants; None without torch/triton.
+
+    The one place that asks the kernels package (to become `infralab.kernels.registry.OPS`)."""
+    try:
+        from infralab.kernels.interpreter import use_interpreter_without_gpu
+
+        use_interpreter_without_gpu()  # before triton loads the kernel modules
+        from infralab.kernels.work_counts import WORK_COUNTS
+    except ImportError:
+        return None
+    out: dict[str, tuple[str, ...]] = {}
+    for kernel, variant in WORK_COUNTS:
+        out[kernel] = (*out.get(kernel, ()), variant)
+    return out
+
+
+def _kernels(knobs: Mapping[str, Any]) -> tuple[str, ...] | None:
+    names = kernel_names()
+    return None if names is None else tuple(names)
+
+
+def _variants(knobs: Mapping[str, Any]) -> tuple[str, ...] | None:
+    names = kernel_names()
+    return None if names is None else names.get(str(knobs.get("kernel")), ())
+
+
+@dataclass(frozen=True, config=STRICT)
+class NoSetup:
+    """Microbenchmarks need no shared context."""
+
+
+DECLARATIONS = (Declaration(
+    KIND, METRICS,
+    knobs={"kernel": KnobSpec(str, choices=_kernels), "variant": KnobSpec(str, choices=_variants),
+           "shape": KnobSpec(str, describe="a shape such as \"B=64;H=32;K=128;V=128\""), "ring_len": KnobSpec(int)},
+    setup=NoSetup, required=("kernel", "variant", "shape"),
+),)
+
+
+# ---- what is kernel-specific (the kernels registry will supply it) ------------------------------
+
+_STATE_DIMS = ("B", "H", "K", "V")  # the recurrent-state kernels' shape: batch, heads, key and value dims
 
 
 def _dims(hyp: Hypothesis, arm: Arm) -> dict[str, int]:
     dims = dict(parse_shape(str(arm.config["shape"]), f"{hyp.source}: {arm.name}.shape"))
-    missing = [d for d in ("B", "H", "K", "V") if d not in dims]
+    missing = [d for d in _STATE_DIMS if d not in dims]
     if missing:
-        from infralab.errors import InputError
-
         raise InputError(f"{hyp.source}: {arm.name}.shape", f"lacks {', '.join(missing)}", "B=..;H=..;K=..;V=..")
     return dims
 
 
-def work_metrics(hyp: Hypothesis, arm: Arm) -> dict[str, Any]:
-    """Per-step work counts and state memory of `arm` (no device needed)."""
+def _ring_len(arm: Arm) -> int | None:
+    """The ring length of a ring-buffer (ReplaySSM) variant, None for the others."""
+    return int(arm.config.get("ring_len", DEFAULT_RING_LEN)) if arm.config["variant"] == "replay" else None
+
+
+def kernel_work(hyp: Hypothesis, arm: Arm) -> tuple[Any, int]:
+    """The static work counts of `arm`'s kernel call and the state bytes one sequence keeps."""
     from infralab.kernels.replay_ssm import replay_ssm_memory
     from infralab.kernels.work_counts import work_counts
 
     d = _dims(hyp, arm)
-    variant = str(arm.config["variant"])
     shape = {"batch": d["B"], "heads": d["H"], "head_k": d["K"], "head_v": d["V"]}
-    if variant == "replay":
-        shape["ring_len"] = int(arm.config.get("ring_len", DEFAULT_RING_LEN))
-    counts = work_counts(str(arm.config["kernel"]), variant, **shape)
+    ring = _ring_len(arm)
+    if ring is not None:
+        shape["ring_len"] = ring
+    counts = work_counts(str(arm.config["kernel"]), str(arm.config["variant"]), **shape)
+    if ring is not None:
+        return counts, replay_ssm_memory(d["K"], d["V"], ring, d["H"]).total_bytes
+    return counts, d["H"] * d["K"] * d["V"] * 4
+
+
+def bench_case(hyp: Hypothesis, arm: Arm) -> Any:
+    """The bench case that times `arm`'s kernel call on a GPU."""
+    from infralab.kernels.bench_cases import BenchCase
+
+    d = _dims(hyp, arm)
+    shape = tuple((k, d[k]) for k in _STATE_DIMS)
+    ring = _ring_len(arm)
+    if ring is not None:
+        return BenchCase(str(arm.config["kernel"]), "replay", "fp32", (*shape, ("L", ring)), "fp32", "replay_ref")
+    return BenchCase(str(arm.config["kernel"]), str(arm.config["variant"]), "fp32", shape, "fp32", "kda_ref")
+
+
+# ---- generic -------------------------------------------------------------------------------------
+
+
+def work_metrics(hyp: Hypothesis, arm: Arm) -> dict[str, Any]:
+    """Per-step work counts and state memory of `arm` (no device needed)."""
+    counts, state_bytes = kernel_work(hyp, arm)
     steps = counts.steps
-    metrics: dict[str, Any] = {
+    return {
         "bytes": counts.bytes / steps,
         "bytes_loaded": counts.bytes_loaded / steps,
         "flops": counts.flops / steps,
@@ -57,29 +139,17 @@ def work_metrics(hyp: Hypothesis, arm: Arm) -> dict[str, Any]:
         "transcendentals": counts.transcendentals.total / steps,
         "repeated_elementwise": counts.repeated_elementwise / steps,
         "programs": counts.programs / steps,
+        "state_bytes_per_seq": state_bytes,
     }
-    if variant == "replay":
-        metrics["state_bytes_per_seq"] = replay_ssm_memory(d["K"], d["V"], shape["ring_len"], d["H"]).total_bytes
-    else:
-        metrics["state_bytes_per_seq"] = d["H"] * d["K"] * d["V"] * 4
-    return metrics
 
 
 def gpu_times(hyp: Hypothesis, arm: Arm, repetitions: int) -> list[float]:
-    """Median seconds per decode step of the Triton kernel, one per repetition (GPU only)."""
+    """Median seconds per step of the Triton kernel, one per repetition (GPU only)."""
     from infralab.kernels.bench import gpu_timer
-    from infralab.kernels.bench_cases import BenchCase, prepare
+    from infralab.kernels.bench_cases import prepare
 
-    d = _dims(hyp, arm)
-    variant = str(arm.config["variant"])
-    shape = (("B", d["B"]), ("H", d["H"]), ("K", d["K"]), ("V", d["V"]))
-    reference = "kda_ref"
-    if variant == "replay":
-        shape += (("L", int(arm.config.get("ring_len", DEFAULT_RING_LEN))),)
-        reference = "replay_ref"
-    case = BenchCase("kda_decode", variant, "fp32", shape, "fp32", reference)
     timer = gpu_timer()
-    fn = prepare(case, "cuda", 0)
+    fn = prepare(bench_case(hyp, arm), "cuda", 0)
     calls = getattr(fn, "calls_per_run", 1)
     return [timer(fn) / calls for _ in range(repetitions)]
 
@@ -92,6 +162,9 @@ def _on_gpu() -> bool:
 
 class Microbench:
     name = NAME
+
+    def declarations(self) -> tuple[Declaration, ...]:
+        return DECLARATIONS
 
     def unavailable(self, hyp: Hypothesis) -> str | None:
         return None  # work counts need no device
