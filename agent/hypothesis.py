@@ -195,9 +195,9 @@ class Allowed:
 
 def declarations_of(name: str) -> tuple[Any, ...]:
     """The declarations of validator `name` (one per kind of hypothesis it answers)."""
-    from infralab.agent.validators.ladder import make_validator
+    from infralab.agent.validators.ladder import validator_class
 
-    return make_validator(name).declarations()
+    return validator_class(name)().declarations()
 
 
 def allowed_for(kind: str, validators: tuple[str, ...], where: Locator | None = None) -> Allowed:
