@@ -3,10 +3,10 @@
 
     experiments/<name>/study.toml
       [study]
-      title = "KV transfer vs prefill: the GIL case"
-      order = 2                    # place in `infralab reproduce` (then by name)
-      hypotheses = ["../gil_kv_transfer_hypothesis.toml"]   # relative to this folder
-      confirm = true               # also run the next rung (the real run) after the first decision
+      title = "Routing on the Azure conversation trace"
+      order = 5                    # place in `infralab reproduce` (then by name)
+      hypotheses = ["hypothesis.toml"]   # relative to this folder
+      confirm = false              # true: also run the next rung (a real run) after the first decision
       chart = true                 # generic report: a chart of the first criterion's metric per arm
 
     experiments/<name>/hook.py     # optional

@@ -15,7 +15,7 @@ give the noise rule a spread over inputs.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -35,18 +35,30 @@ KIND = "kernel-numerics"
 METRICS = ("rel_err", "rel_err_unsplit", "rel_err_vs_unsplit", "max_rel_err", "max_abs_err", "max_ulp", "bitwise_equal")
 
 
-def kernel_names() -> Mapping[str, tuple[str, ...]] | None:
-    """The kernels this validator can check, each with its variants; None without torch/triton.
+def kernel_ops() -> Mapping[str, tuple[tuple[str, ...], Callable[[], Any]]] | None:
+    """kernel -> (its variants, a factory of its partitioning adapter with the block sizes and ring
+    length `infralab kernels check` uses); None without torch/triton.
 
-    The one place that asks the kernels package (to become `infralab.kernels.registry.OPS`). Picks
-    where kernels run first: triton reads TRITON_INTERPRET when the kernel modules are imported."""
+    The one place that asks the kernels package what it offers (to become
+    `infralab.kernels.registry.OPS`). Picks where kernels run first: triton reads TRITON_INTERPRET
+    when the kernel modules are imported."""
     try:
         use_interpreter_without_gpu()
-        from infralab.kernels import bench_cases, kda_decode
+        from infralab.kernels import bench_cases, check, kda_decode, partition
     except ImportError:
         return None
-    return {"matmul": bench_cases.MATMUL_PRECISIONS, "kda_decode": (*kda_decode.VARIANTS, "replay"),
-            "paged_decode_attention": bench_cases.KV_DTYPES}
+    return {
+        "matmul": (bench_cases.MATMUL_PRECISIONS, lambda: partition.MatmulPartition(check.MATMUL_CHECK_BLOCKS)),
+        "kda_decode": ((*kda_decode.VARIANTS, "replay"),
+                       lambda: partition.KdaDecodePartition(getattr(check, "KDA_RING_LEN", 4))),
+        "paged_decode_attention": (bench_cases.KV_DTYPES, partition.PagedAttentionPartition),
+    }
+
+
+def kernel_names() -> Mapping[str, tuple[str, ...]] | None:
+    """The kernels this validator can check, each with its variants (None: cannot tell here)."""
+    ops = kernel_ops()
+    return None if ops is None else {name: variants for name, (variants, _) in ops.items()}
 
 
 def _kernels(knobs: Mapping[str, Any]) -> tuple[str, ...] | None:
@@ -78,17 +90,9 @@ DECLARATIONS = (Declaration(
 
 
 def partitioned_kernel(kernel: str) -> Any:
-    """The partitioning harness's adapter for `kernel` (None when it has none), with the block sizes
-    and ring length `infralab kernels check` uses."""
-    from infralab.kernels import check, partition
-
-    if kernel == "matmul":
-        return partition.MatmulPartition(check.MATMUL_CHECK_BLOCKS)
-    if kernel == "kda_decode" and hasattr(partition, "KdaDecodePartition"):
-        return partition.KdaDecodePartition(getattr(check, "KDA_RING_LEN", 4))
-    if kernel == "paged_decode_attention" and hasattr(partition, "PagedAttentionPartition"):
-        return partition.PagedAttentionPartition()
-    return None
+    """The partitioning harness's adapter for `kernel` (None when it has none)."""
+    op = (kernel_ops() or {}).get(kernel)
+    return None if op is None else op[1]()
 
 
 def task_of(hyp: Hypothesis, arm: Arm, seed: int) -> Any:
