@@ -159,7 +159,7 @@ def load_hypothesis(path: str | Path, quick: bool = False) -> Hypothesis:
         raise where.error("hypothesis.metrics", "is empty", "at least one metric the claim is about")
     for i, metric in enumerate(info.metrics):
         if metric not in allowed.metrics:
-            raise where.error(f"hypothesis.metrics[{i}]", f"unknown metric {metric!r} for {_names(info.validators)}",
+            raise where.error(f"hypothesis.metrics[{i}]", f"unknown metric {metric!r} for {', '.join(info.validators)}",
                               f"one of {', '.join(allowed.metrics)}", needle=f'"{metric}"')
     if not info.seeds:
         raise where.error("hypothesis.seeds", "is empty", "at least one seed, e.g. [0]")
@@ -221,9 +221,6 @@ def allowed_for(kind: str, validators: tuple[str, ...], where: Locator | None = 
     required = tuple(dict.fromkeys(k for d in decls for k in d.required))
     return Allowed(kind, metrics, knobs, required, tuple(decls))
 
-
-def _names(validators: tuple[str, ...]) -> str:
-    return ", ".join(validators)
 
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

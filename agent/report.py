@@ -106,9 +106,10 @@ def arm_means(result: TestResult, validator: str) -> dict[str, dict[str, Any]]:
 
 
 def chart_metric(result: TestResult) -> str:
-    """The metric of the first acceptance criterion (the first it reads, by name)."""
-    names = sorted(result.hypothesis.acceptance[0].names)
-    return names[0].split(".", 1)[1]
+    """The metric of the first acceptance criterion (the first `<arm>.<metric>` in its text)."""
+    criterion = result.hypothesis.acceptance[0]
+    first = min(criterion.names, key=lambda name: (criterion.text.find(name), name))
+    return first.split(".", 1)[1]
 
 
 def study_tables_and_chart(results: list[TestResult], out: Path, chart: bool) -> tuple[list[str], str]:
