@@ -12,13 +12,13 @@ Metrics, per step (a kernel call that runs several steps is divided by them):
 Work counts are deterministic; times vary, so time criteria need repetitions >= 2.
 
 What is kernel-specific (its shape's dimensions, its work and state formulas, its bench case) is
-reached through `kernel_names`, `kernel_work` and `bench_case` only: the kernels registry will
-supply them.
+reached through `kernel_ops()` only: the kernels registry will supply it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +38,23 @@ WORK_METRICS = ("bytes", "bytes_loaded", "flops", "divisions", "transcendentals"
 METRICS = (*WORK_METRICS, "state_bytes_per_seq", "time_s", "achieved_gbps")
 
 
-def kernel_names() -> Mapping[str, tuple[str, ...]] | None:
-    """The kernels with static work counts, each with its variants; None without torch/triton.
+@dataclasses.dataclass(frozen=True)
+class PerfOp:
+    """What microbench needs of one kernel: its variants, the shape dimensions an arm must give, and,
+    given (dims, variant, ring_len): `work`, its static work counts and the state bytes one sequence
+    keeps, and `bench_case`, the case that times it on a GPU."""
 
-    The one place that asks the kernels package (to become `infralab.kernels.registry.OPS`)."""
+    variants: tuple[str, ...]
+    dims: tuple[str, ...]
+    work: Callable[[Mapping[str, int], str, int], tuple[Any, int]]
+    bench_case: Callable[[Mapping[str, int], str, int], Any]
+
+
+def kernel_ops() -> Mapping[str, PerfOp] | None:
+    """The kernels with static work counts; None without torch/triton.
+
+    The one place that asks the kernels package what it offers (to become
+    `infralab.kernels.registry.OPS`, which will supply the work counts too)."""
     try:
         from infralab.kernels.interpreter import use_interpreter_without_gpu
 
@@ -49,10 +62,17 @@ def kernel_names() -> Mapping[str, tuple[str, ...]] | None:
         from infralab.kernels.work_counts import WORK_COUNTS
     except ImportError:
         return None
-    out: dict[str, tuple[str, ...]] = {}
+    variants: dict[str, tuple[str, ...]] = {}
     for kernel, variant in WORK_COUNTS:
-        out[kernel] = (*out.get(kernel, ()), variant)
-    return out
+        variants[kernel] = (*variants.get(kernel, ()), variant)
+    known = {"kda_decode": (("B", "H", "K", "V"), _kda_work, _kda_bench_case)}
+    return {k: PerfOp(v, *known[k]) for k, v in variants.items() if k in known}
+
+
+def kernel_names() -> Mapping[str, tuple[str, ...]] | None:
+    """The kernels microbench can measure, each with its variants (None: cannot tell here)."""
+    ops = kernel_ops()
+    return None if ops is None else {name: op.variants for name, op in ops.items()}
 
 
 def _kernels(knobs: Mapping[str, Any]) -> tuple[str, ...] | None:
@@ -78,58 +98,54 @@ DECLARATIONS = (Declaration(
 ),)
 
 
-# ---- what is kernel-specific (the kernels registry will supply it) ------------------------------
-
-_STATE_DIMS = ("B", "H", "K", "V")  # the recurrent-state kernels' shape: batch, heads, key and value dims
+# ---- KDA decode and ReplaySSM (until the kernels registry supplies these) ------------------------
 
 
-def _dims(hyp: Hypothesis, arm: Arm) -> dict[str, int]:
-    dims = dict(parse_shape(str(arm.config["shape"]), f"{hyp.source}: {arm.name}.shape"))
-    missing = [d for d in _STATE_DIMS if d not in dims]
-    if missing:
-        raise InputError(f"{hyp.source}: {arm.name}.shape", f"lacks {', '.join(missing)}", "B=..;H=..;K=..;V=..")
-    return dims
-
-
-def _ring_len(arm: Arm) -> int | None:
-    """The ring length of a ring-buffer (ReplaySSM) variant, None for the others."""
-    return int(arm.config.get("ring_len", DEFAULT_RING_LEN)) if arm.config["variant"] == "replay" else None
-
-
-def kernel_work(hyp: Hypothesis, arm: Arm) -> tuple[Any, int]:
-    """The static work counts of `arm`'s kernel call and the state bytes one sequence keeps."""
+def _kda_work(d: Mapping[str, int], variant: str, ring_len: int) -> tuple[Any, int]:
     from infralab.kernels.replay_ssm import replay_ssm_memory
     from infralab.kernels.work_counts import work_counts
 
-    d = _dims(hyp, arm)
     shape = {"batch": d["B"], "heads": d["H"], "head_k": d["K"], "head_v": d["V"]}
-    ring = _ring_len(arm)
-    if ring is not None:
-        shape["ring_len"] = ring
-    counts = work_counts(str(arm.config["kernel"]), str(arm.config["variant"]), **shape)
-    if ring is not None:
-        return counts, replay_ssm_memory(d["K"], d["V"], ring, d["H"]).total_bytes
-    return counts, d["H"] * d["K"] * d["V"] * 4
+    if variant == "replay":
+        counts = work_counts("kda_decode", variant, **shape, ring_len=ring_len)
+        return counts, replay_ssm_memory(d["K"], d["V"], ring_len, d["H"]).total_bytes
+    return work_counts("kda_decode", variant, **shape), d["H"] * d["K"] * d["V"] * 4
 
 
-def bench_case(hyp: Hypothesis, arm: Arm) -> Any:
-    """The bench case that times `arm`'s kernel call on a GPU."""
+def _kda_bench_case(d: Mapping[str, int], variant: str, ring_len: int) -> Any:
     from infralab.kernels.bench_cases import BenchCase
 
-    d = _dims(hyp, arm)
-    shape = tuple((k, d[k]) for k in _STATE_DIMS)
-    ring = _ring_len(arm)
-    if ring is not None:
-        return BenchCase(str(arm.config["kernel"]), "replay", "fp32", (*shape, ("L", ring)), "fp32", "replay_ref")
-    return BenchCase(str(arm.config["kernel"]), str(arm.config["variant"]), "fp32", shape, "fp32", "kda_ref")
+    shape = tuple((k, d[k]) for k in ("B", "H", "K", "V"))
+    if variant == "replay":
+        return BenchCase("kda_decode", "replay", "fp32", (*shape, ("L", ring_len)), "fp32", "replay_ref")
+    return BenchCase("kda_decode", variant, "fp32", shape, "fp32", "kda_ref")
 
 
 # ---- generic -------------------------------------------------------------------------------------
 
 
+def _op_and_dims(hyp: Hypothesis, arm: Arm) -> tuple[PerfOp, dict[str, int]]:
+    kernel = str(arm.config["kernel"])
+    op = (kernel_ops() or {}).get(kernel)
+    if op is None:
+        raise InputError(f"{hyp.source}: {arm.name}.kernel", f"no work counts for {kernel!r} here",
+                         f"one of {', '.join(kernel_names() or ())}")
+    dims = dict(parse_shape(str(arm.config["shape"]), f"{hyp.source}: {arm.name}.shape"))
+    missing = [d for d in op.dims if d not in dims]
+    if missing:
+        raise InputError(f"{hyp.source}: {arm.name}.shape", f"lacks {', '.join(missing)}",
+                         ";".join(f"{d}=.." for d in op.dims))
+    return op, dims
+
+
+def _ring_len(arm: Arm) -> int:
+    return int(arm.config.get("ring_len", DEFAULT_RING_LEN))
+
+
 def work_metrics(hyp: Hypothesis, arm: Arm) -> dict[str, Any]:
     """Per-step work counts and state memory of `arm` (no device needed)."""
-    counts, state_bytes = kernel_work(hyp, arm)
+    op, dims = _op_and_dims(hyp, arm)
+    counts, state_bytes = op.work(dims, str(arm.config["variant"]), _ring_len(arm))
     steps = counts.steps
     return {
         "bytes": counts.bytes / steps,
@@ -149,7 +165,8 @@ def gpu_times(hyp: Hypothesis, arm: Arm, repetitions: int) -> list[float]:
     from infralab.kernels.bench_cases import prepare
 
     timer = gpu_timer()
-    fn = prepare(bench_case(hyp, arm), "cuda", 0)
+    op, dims = _op_and_dims(hyp, arm)
+    fn = prepare(op.bench_case(dims, str(arm.config["variant"]), _ring_len(arm)), "cuda", 0)
     calls = getattr(fn, "calls_per_run", 1)
     return [timer(fn) / calls for _ in range(repetitions)]
 
