@@ -208,19 +208,15 @@ def allowed_for(kind: str, validators: tuple[str, ...], where: Locator | None = 
     if kind not in kinds:
         raise where.error("hypothesis.kind", f"unknown kind {kind!r}", f"one of {', '.join(kinds)}")
     able = [name for name in LADDER if kind in every[name]]
-    decls = []
     for i, name in enumerate(validators):
         if kind not in every[name]:
             raise where.error(f"hypothesis.validators[{i}]", f"validator {name!r} cannot answer a {kind!r} hypothesis",
                               f"one of {', '.join(able)}", needle=f'"{name}"')
-    for name in LADDER:
-        if name in validators:
-            decls.append(every[name][kind])
+    decls = [every[name][kind] for name in LADDER if name in validators]
     metrics = tuple(dict.fromkeys(m for d in decls for m in d.metrics))
     knobs = None if any(d.knobs is None for d in decls) else {k: v for d in reversed(decls) for k, v in d.knobs.items()}
     required = tuple(dict.fromkeys(k for d in decls for k in d.required))
     return Allowed(kind, metrics, knobs, required, tuple(decls))
-
 
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
