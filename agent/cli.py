@@ -26,7 +26,10 @@ def _register_gil(commands: argparse._SubParsersAction) -> None:
 
 
 def _gil_run(args: argparse.Namespace) -> int:
-    from infralab.agent.gil_case import run_experiment
+    from infralab.agent.studies import load_hook
+    from infralab.locations import experiments_dir
 
-    run_experiment(args.experiment, args.out, with_probe=args.probe)
+    # The GIL study's own code (experiments/gil_kv_transfer/hook.py) runs its experiment format.
+    hook = load_hook(experiments_dir() / "gil_kv_transfer" / "hook.py")
+    hook.run_experiment(args.experiment, args.out, with_probe=args.probe)
     return 0

@@ -29,12 +29,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     test.add_argument("--out", help="also write result.json, report.md and raw files here (atomically)")
     test.set_defaults(handler=_test)
 
-    rep = commands.add_parser("reproduce", help="run the published case studies and write results/<timestamp>/report.md")
+    rep = commands.add_parser("reproduce", help="run the studies under experiments/ and write results/<timestamp>/report.md")
     rep.add_argument("--out", help="result folder (default results/<UTC timestamp>)")
     rep.add_argument("--quick", action="store_true", help="smoke-test sizes (each hypothesis file's [quick] table)")
     rep.add_argument("--study", action="append", metavar="NAME",
-                     help="run only this study (repeatable): partition_correctness, gil_kv_transfer, kda_tuning, "
-                          "whatif_mooncake_pd")
+                     help="run only this study (repeatable): a folder of experiments/ holding a study.toml")
     rep.set_defaults(handler=_reproduce)
 
 

@@ -2,28 +2,31 @@
 acceptance criteria, in TOML (format documented in docs/agent.md).
 
     [hypothesis]
-    name = "gil_release"
-    claim = "Releasing the GIL in dispatch/combine keeps KV transfer's prefill cost within 5 %"
-    kind = "host-concurrency"           # what the knobs describe; decides which validators can answer
-    metrics = ["max_degradation"]
-    validators = ["sim", "real"]        # which rungs of the ladder may answer, cheapest first
-    acceptance = ["released.max_degradation <= 0.05"]
+    name = "least_outstanding"
+    claim = "Routing to the instance with the fewest outstanding tokens cuts p90 TTFT against round-robin"
+    kind = "cluster"                     # the validators' vocabulary: which of their declarations applies
+    metrics = ["ttft_p90_s"]
+    validators = ["sim"]                 # which rungs of the ladder may answer, cheapest first
+    acceptance = ["least.ttft_p90_s < baseline.ttft_p90_s"]
     seeds = [0]
-    repetitions = 3
+    repetitions = 1
 
-    [setup]                              # fixed context shared by every arm (per kind)
-    experiment = "gil_kv_transfer.toml"
+    [setup]                              # fixed context shared by every arm (the validators' schema)
+    config = "sim/azure_conv_colocated.toml"
 
     [baseline]                           # the knobs of the baseline arm
-    dispatch_combine_gil = "held"
+    "cluster.router" = "round_robin"
 
     [[variant]]                          # each variant changes ONE knob of its parent
-    name = "released"
-    change = { dispatch_combine_gil = "released" }
+    name = "least"
+    change = { "cluster.router" = "least_outstanding_tokens" }
     # from = "baseline"                  # or an earlier variant: v1 -> v2 -> v3 chains
 
-Acceptance expressions read `<arm>.<metric>` (arm = "baseline" or a variant name). Every problem is
-one `InputError` naming the file, the line (where it can be found in the text) and the key.
+Acceptance expressions read `<arm>.<metric>` (arm = "baseline" or a variant name). What a file may
+say (kinds, knobs and their values, metrics, setup keys) is derived from the declarations of the
+validators it names (`infralab.agent.validators.base.Declaration`); nothing here knows a study.
+Every problem is one `InputError` naming the file, the line (where it can be found in the text),
+the key and the allowed values.
 """
 
 from __future__ import annotations
@@ -45,54 +48,9 @@ ValidatorName = Literal["kernel-check", "microbench", "sim", "real"]
 LADDER: tuple[str, ...] = ("kernel-check", "microbench", "sim", "real")
 """The validators, cheapest first."""
 
-Kind = Literal["kernel-numerics", "kernel-performance", "host-concurrency", "cluster"]
 Knob = Union[bool, int, float, str]
 NonNegInt = Annotated[int, Field(ge=0)]
 PositiveInt = Annotated[int, Field(gt=0)]
-
-
-@dataclasses.dataclass(frozen=True)
-class KindSpec:
-    """What a kind of hypothesis may say: its knobs (None: any dotted sim-config path), metrics,
-    the validators that can measure it, and the knobs the baseline must set."""
-
-    validators: tuple[str, ...]
-    metrics: tuple[str, ...]
-    knobs: Mapping[str, tuple[Any, ...] | type] | None
-    required: tuple[str, ...] = ()
-
-
-KINDS: Mapping[str, KindSpec] = {
-    "kernel-numerics": KindSpec(
-        validators=("kernel-check",),
-        metrics=("rel_err", "rel_err_unsplit", "rel_err_vs_unsplit", "max_rel_err", "max_abs_err", "max_ulp",
-                 "bitwise_equal"),
-        knobs={"kernel": str, "variant": str, "shape": str, "split": ("none", "column", "row", "head", "batch"),
-               "tp": int, "reduction": ("sequential", "tree")},
-        required=("kernel", "variant", "shape"),
-    ),
-    "kernel-performance": KindSpec(
-        validators=("microbench",),
-        metrics=("bytes", "bytes_loaded", "flops", "divisions", "transcendentals", "repeated_elementwise",
-                 "programs", "state_bytes_per_seq", "time_s", "achieved_gbps"),
-        knobs={"kernel": ("kda_decode",), "variant": ("v1", "v2", "v3", "replay"), "shape": str, "ring_len": int},
-        required=("kernel", "variant", "shape"),
-    ),
-    "host-concurrency": KindSpec(
-        validators=("sim", "real"),
-        metrics=("degradation", "max_degradation", "mean_degradation", "kv_python_over_comm",
-                 "min_kv_python_over_comm", "main_gil_wait_s"),
-        knobs={"dispatch_combine_gil": ("held", "released")},
-        required=("dispatch_combine_gil",),
-    ),
-    "cluster": KindSpec(
-        validators=("sim",),
-        metrics=("goodput", "goodput_per_instance", "request_throughput", "output_throughput", "ttft_p50_s",
-                 "ttft_p90_s", "ttft_p99_s", "tpot_p90_s", "e2e_p90_s", "saturated", "completed", "max_instance_busy",
-                 "max_link_busy"),
-        knobs=None,
-    ),
-}
 
 
 # ---- the file, as pydantic validates it --------------------------------------------------------
@@ -102,7 +60,7 @@ KINDS: Mapping[str, KindSpec] = {
 class HypothesisTable:
     name: str
     claim: str
-    kind: Kind
+    kind: str
     metrics: tuple[str, ...]
     validators: tuple[ValidatorName, ...]
     acceptance: tuple[str, ...]
@@ -192,27 +150,23 @@ def load_hypothesis(path: str | Path, quick: bool = False) -> Hypothesis:
         spec = validate(HypothesisFile, raw, source)
     except InputError as exc:
         raise _with_line(exc, text, source) from None
-    where = _Locator(text, source)
+    where = Locator(text, source)
     info = spec.hypothesis
-    kind = KINDS[info.kind]
+    if not info.validators:
+        raise where.error("hypothesis.validators", "is empty", f"some of {', '.join(LADDER)}")
+    allowed = allowed_for(info.kind, info.validators, where)
     if not info.metrics:
         raise where.error("hypothesis.metrics", "is empty", "at least one metric the claim is about")
     for i, metric in enumerate(info.metrics):
-        if metric not in kind.metrics:
-            raise where.error(f"hypothesis.metrics[{i}]", f"unknown metric {metric!r} for kind {info.kind!r}",
-                              f"one of {', '.join(kind.metrics)}", needle=f'"{metric}"')
-    if not info.validators:
-        raise where.error("hypothesis.validators", "is empty", f"some of {', '.join(kind.validators)}")
-    for i, name in enumerate(info.validators):
-        if name not in kind.validators:
-            raise where.error(f"hypothesis.validators[{i}]", f"validator {name!r} cannot answer a {info.kind!r} hypothesis",
-                              f"one of {', '.join(kind.validators)}", needle=f'"{name}"')
+        if metric not in allowed.metrics:
+            raise where.error(f"hypothesis.metrics[{i}]", f"unknown metric {metric!r} for {', '.join(info.validators)}",
+                              f"one of {', '.join(allowed.metrics)}", needle=f'"{metric}"')
     if not info.seeds:
         raise where.error("hypothesis.seeds", "is empty", "at least one seed, e.g. [0]")
     setup = dict(spec.setup)
     if quick:
         setup.update(spec.quick)
-    arms = _arms(spec, kind, where)
+    arms = _arms(spec, allowed, where)
     criteria = _criteria(info, arms, where)
     validators = tuple(v for v in LADDER if v in info.validators)
     hyp = Hypothesis(
@@ -220,17 +174,58 @@ def load_hypothesis(path: str | Path, quick: bool = False) -> Hypothesis:
         acceptance=criteria, seeds=info.seeds, repetitions=info.repetitions, arms=arms, setup=setup,
         source=source, base_dir=path.resolve().parent,
     )
-    check_setup(hyp, where)
+    check_setup(hyp, allowed, where)
     return hyp
+
+
+# ---- what the named validators allow -------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Allowed:
+    """What a hypothesis of `kind` answered by some validators may say: the union of their
+    declarations' metrics, knobs and required knobs (None knobs: checked by the declarations' `check`)."""
+
+    kind: str
+    metrics: tuple[str, ...]
+    knobs: Mapping[str, Any] | None
+    required: tuple[str, ...]
+    declarations: tuple[Any, ...]  # validators.base.Declaration, in ladder order
+
+
+def declarations_of(name: str) -> tuple[Any, ...]:
+    """The declarations of validator `name` (one per kind of hypothesis it answers)."""
+    from infralab.agent.validators.ladder import validator_class
+
+    return validator_class(name)().declarations()
+
+
+def allowed_for(kind: str, validators: tuple[str, ...], where: Locator | None = None) -> Allowed:
+    """Derive what a file may say from the declarations of `validators` for `kind`."""
+    where = where or Locator("", "hypothesis")
+    every = {name: {d.kind: d for d in declarations_of(name)} for name in LADDER}
+    kinds = sorted({k for by_kind in every.values() for k in by_kind})
+    if kind not in kinds:
+        raise where.error("hypothesis.kind", f"unknown kind {kind!r}", f"one of {', '.join(kinds)}")
+    able = [name for name in LADDER if kind in every[name]]
+    for i, name in enumerate(validators):
+        if kind not in every[name]:
+            raise where.error(f"hypothesis.validators[{i}]", f"validator {name!r} cannot answer a {kind!r} hypothesis",
+                              f"one of {', '.join(able)}", needle=f'"{name}"')
+    decls = [every[name][kind] for name in LADDER if name in validators]
+    metrics = tuple(dict.fromkeys(m for d in decls for m in d.metrics))
+    knobs = None if any(d.knobs is None for d in decls) else {k: v for d in reversed(decls) for k, v in d.knobs.items()}
+    required = tuple(dict.fromkeys(k for d in decls for k in d.required))
+    return Allowed(kind, metrics, knobs, required, tuple(decls))
 
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def _arms(spec: HypothesisFile, kind: KindSpec, where: _Locator) -> tuple[Arm, ...]:
+def _arms(spec: HypothesisFile, allowed: Allowed, where: Locator) -> tuple[Arm, ...]:
     for knob, value in spec.baseline.items():
-        _check_knob(kind, knob, value, f"baseline.{knob}", where)
-    for knob in kind.required:
+        _check_knob(allowed, knob, value, spec.baseline, f"baseline.{knob}", where)
+    for knob in allowed.required:
         if knob not in spec.baseline:
             raise where.error("baseline", f"missing required knob {knob!r}", f"{knob} = ... in [baseline]",
                               needle="[baseline]")
@@ -254,32 +249,60 @@ def _arms(spec: HypothesisFile, kind: KindSpec, where: _Locator) -> tuple[Arm, .
                               "exactly one knob per variant; chain variants with `from` to change more",
                               needle=f'name = "{variant.name}"')
         (knob, value), = variant.change.items()
-        _check_knob(kind, knob, value, f"{key}.change.{knob}", where)
         parent = next(a for a in arms if a.name == variant.parent)
+        knobs = {**parent.config, knob: value}
+        _check_knob(allowed, knob, value, knobs, f"{key}.change.{knob}", where)
+        _check_dependents(allowed, knob, knobs, f"{key}.change.{knob}", parent.name, where)
         if parent.config.get(knob) == value:
             raise where.error(f"{key}.change.{knob}", f"is {value!r}, as in {parent.name!r}: the variant changes nothing",
                               "a value different from the parent's", needle=f'name = "{variant.name}"')
-        knobs = {**parent.config, knob: value}
         arms.append(Arm(variant.name, tuple(sorted(knobs.items())), parent.name, (knob, value), variant.note))
     return tuple(arms)
 
 
-def _check_knob(kind: KindSpec, knob: str, value: Knob, key: str, where: _Locator) -> None:
-    if kind.knobs is None:  # cluster: checked against the simulation config in check_setup
+_TYPES = {int: "a non-negative integer", float: "a number", str: "a string", bool: "true or false"}
+
+
+def _check_knob(allowed: Allowed, knob: str, value: Knob, knobs: Mapping[str, Knob], key: str,
+                where: Locator) -> None:
+    """`value` against the declared knob: its type, then its allowed values (given the arm's knobs)."""
+    if allowed.knobs is None:  # not a fixed list: the declarations' `check` validates them
         return
-    if knob not in kind.knobs:
-        raise where.error(key, f"unknown knob {knob!r}", f"one of {', '.join(kind.knobs)}")
-    allowed = kind.knobs[knob]
-    if isinstance(allowed, tuple):
-        if value not in allowed:
-            raise where.error(key, f"bad value {value!r}", f"one of {', '.join(map(str, allowed))}")
-    elif allowed is int and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-        raise where.error(key, f"bad value {value!r}", "a non-negative integer")
-    elif allowed is str and not isinstance(value, str):
-        raise where.error(key, f"bad value {value!r}", "a string")
+    if knob not in allowed.knobs:
+        raise where.error(key, f"unknown knob {knob!r}", f"one of {', '.join(allowed.knobs)}")
+    spec = allowed.knobs[knob]
+    if not _has_type(value, spec.type):
+        raise where.error(key, f"bad value {value!r}", spec.describe or _TYPES.get(spec.type, spec.type.__name__))
+    choices = spec.allowed(knobs)
+    if choices is not None and value not in choices:
+        raise where.error(key, f"bad value {value!r}", f"one of {', '.join(map(str, choices)) or '(none here)'}")
 
 
-def _criteria(info: HypothesisTable, arms: tuple[Arm, ...], where: _Locator) -> tuple[Criterion, ...]:
+def _check_dependents(allowed: Allowed, changed: str, knobs: Mapping[str, Knob], key: str, parent: str,
+                      where: Locator) -> None:
+    """Knobs inherited from the parent whose allowed values depend on the changed one (a variant
+    that changes the kernel keeps the parent's kernel variant only if the new kernel has it)."""
+    if allowed.knobs is None:
+        return
+    for knob, value in knobs.items():
+        spec = allowed.knobs.get(knob)
+        if knob == changed or spec is None or spec.choices is None:
+            continue
+        choices = spec.allowed(knobs)
+        if choices is not None and value not in choices:
+            raise where.error(key, f"keeps {knob}={value!r} from {parent!r}, which {changed}={knobs[changed]!r} "
+                                   f"does not allow", f"{knob} one of {', '.join(map(str, choices))}")
+
+
+def _has_type(value: Knob, kind: type) -> bool:
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _criteria(info: HypothesisTable, arms: tuple[Arm, ...], where: Locator) -> tuple[Criterion, ...]:
     if not info.acceptance:
         raise where.error("hypothesis.acceptance", "is empty", "at least one expression, e.g. \"variant.metric <= 0.05\"")
     arm_names = [a.name for a in arms]
@@ -302,87 +325,37 @@ def _criteria(info: HypothesisTable, arms: tuple[Arm, ...], where: _Locator) -> 
     return tuple(criteria)
 
 
-# ---- per-kind setup ------------------------------------------------------------------------------
+# ---- the setup, as the validators declare it ---------------------------------------------------
 
 
-@dataclass(frozen=True, config=STRICT)
-class NoSetup:
-    """kernel-performance needs no shared context."""
-
-
-@dataclass(frozen=True, config=STRICT)
-class KernelSetup:
-    """kernel-numerics: `dims` replaces named dimensions in every arm's shape (e.g. a smaller K for
-    quick runs; dimensions an arm's shape lacks are left alone)."""
-
-    dims: dict[str, PositiveInt] = dataclasses.field(default_factory=dict)
-
-
-@dataclass(frozen=True, config=STRICT)
-class HostConcurrencySetup:
-    experiment: str  # the GIL experiment file (issue 4's format), relative to the hypothesis file
-    scenarios: tuple[str, ...] = ()  # subset of its scenarios (empty: all)
-    probe_repeats: PositiveInt | None = None  # override the experiment's [probe] repeats
-    probe_granularities: tuple[Literal["per_layer", "after_prefill"], ...] = ()
-
-
-@dataclass(frozen=True, config=STRICT)
-class ClusterSetup:
-    config: str  # a simulation config (`infralab sim run` format), relative to the hypothesis file
-    window_s: tuple[float, float] | None = None  # trace time window [start, end) in seconds
-    max_requests: PositiveInt | None = None
-    processes: PositiveInt = 2  # arms x seeds run in parallel over this many local processes
-
-
-SETUPS: Mapping[str, type] = {
-    "kernel-numerics": KernelSetup,
-    "kernel-performance": NoSetup,
-    "host-concurrency": HostConcurrencySetup,
-    "cluster": ClusterSetup,
-}
+def setup_as(hyp: Hypothesis, schema: type) -> Any:
+    """The `[setup]` table of `hyp` validated by `schema` (a validator's declared setup dataclass)."""
+    return validate(schema, dict(hyp.setup), hyp.source, prefix="setup")
 
 
 def setup_of(hyp: Hypothesis) -> Any:
-    """The validated `[setup]` table of `hyp` (a kind-specific dataclass)."""
-    return validate(SETUPS[hyp.kind], dict(hyp.setup), hyp.source, prefix="setup")
+    """The validated `[setup]` table of `hyp`, by the first declaration of its validators."""
+    return setup_as(hyp, allowed_for(hyp.kind, hyp.validators).declarations[0].setup)
 
 
-def check_setup(hyp: Hypothesis, where: _Locator) -> None:
-    """Setup keys and referenced files; for clusters, every arm's knobs applied to the config."""
-    try:
-        setup = setup_of(hyp)
-    except InputError as exc:
-        raise _with_line(exc, where.text, where.source) from None
-    if isinstance(setup, HostConcurrencySetup):
-        from infralab.agent.gil_case import load_experiment
-
+def check_setup(hyp: Hypothesis, allowed: Allowed, where: Locator) -> None:
+    """Setup keys by each declared schema, then each declaration's own check (referenced files,
+    scenarios, knobs that are config paths), with the file's lines in every error."""
+    checked: list[Any] = []
+    for decl in allowed.declarations:
         try:
-            exp = load_experiment(hyp.resolve(setup.experiment))
+            setup = setup_as(hyp, decl.setup)
         except InputError as exc:
-            raise where.error("setup.experiment", f"{exc.where}: {exc.problem}", exc.expected) from None
-        names = [s.name for s in exp.scenario]
-        for name in setup.scenarios:
-            if name not in names:
-                raise where.error("setup.scenarios", f"unknown scenario {name!r}", f"one of {', '.join(names)}",
-                                  needle=name)
-    if isinstance(setup, ClusterSetup):
-        from infralab.agent.sim_pool import arm_config
-        from infralab.sim.config import load_config
-
-        try:
-            load_config(hyp.resolve(setup.config))
-        except InputError as exc:
-            raise where.error("setup.config", f"{exc.where}: {exc.problem}", exc.expected) from None
-
-        for i, arm in enumerate(hyp.arms):
-            key = "baseline" if arm.change is None else f"variant[{i - 1}].change"
-            arm_config(hyp, setup, arm, where=lambda knob, k=key: where.at(f"{k}.{knob}" if k == "baseline" else k))
+            raise _with_line(exc, where.text, where.source) from None
+        if decl.check is not None and decl.check not in checked:
+            checked.append(decl.check)
+            decl.check(hyp, setup, where)
 
 
 # ---- error locations -----------------------------------------------------------------------------
 
 
-class _Locator:
+class Locator:
     """Builds InputErrors as 'file:line: key', finding the line by searching the raw text."""
 
     def __init__(self, text: str, source: str) -> None:

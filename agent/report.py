@@ -2,7 +2,9 @@
 
 `write_test_result(result, folder)` writes `result.json` and `report.md` into a result folder (the
 validators' raw files are already under `folder/<validator>/`). `test_markdown` is also embedded,
-one section per study, in the report of `infralab reproduce`.
+one section per study, in the report of `infralab reproduce`; `study_tables_and_chart` is that
+report's generic part of a study (each arm's metrics, and a chart of the first criterion's metric),
+and `pyplot`, `save_figure` and `arm_means` are the helpers study hooks draw with.
 """
 
 from __future__ import annotations
@@ -65,6 +67,79 @@ def test_markdown(result: TestResult, level: int = 2, file_prefix: str = "") -> 
         out.append(f"- **{f.verdict}** · `{f.validator}` · {f.arm} · {f.where.text()}: {f.what}"
                    + (f" (files: {files})" if files else ""))
     return "\n".join(out) + "\n"
+
+
+def pyplot():
+    """matplotlib's pyplot on the file-only backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, path: Path) -> None:
+    """Write `fig` as a PNG without a software stamp (same inputs, same bytes) and close it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, metadata={"Software": None})
+    pyplot().close(fig)
+
+
+def measured_rung(result: TestResult) -> str | None:
+    """The validator whose numbers a report shows: the deciding one, else the last that ran."""
+    if result.decided_by:
+        return result.decided_by
+    ran = [r.validator for r in result.rungs if r.status == "ran"]
+    return ran[-1] if ran else None
+
+
+def arm_means(result: TestResult, validator: str) -> dict[str, dict[str, Any]]:
+    """Per arm, the mean of each metric `validator` measured ({} when it did not run)."""
+    rung = result.rung(validator)
+    if rung is None or rung.measurement is None:
+        return {}
+    data = test_json(result)
+    entry = next(r for r in data["rungs"] if r["validator"] == validator and r["status"] == "ran")
+    return {arm: stats["mean"] for arm, stats in entry["arms"].items()}
+
+
+def chart_metric(result: TestResult) -> str:
+    """The metric of the first acceptance criterion (the first `<arm>.<metric>` in its text)."""
+    criterion = result.hypothesis.acceptance[0]
+    first = min(criterion.names, key=lambda name: (criterion.text.find(name), name))
+    return first.split(".", 1)[1]
+
+
+def study_tables_and_chart(results: list[TestResult], out: Path, chart: bool) -> tuple[list[str], str]:
+    """The generic report of a study: per hypothesis, a table of each arm's metrics (means over
+    samples, from the validator that decided) and, with `chart`, bars of the first criterion's
+    metric per arm in `out/figures/<hypothesis>_<metric>.png`. Returns (figures, Markdown)."""
+    figures, text = [], []
+    for result in results:
+        hyp = result.hypothesis
+        validator = measured_rung(result)
+        means = arm_means(result, validator) if validator else {}
+        arms = [a for a in hyp.arms if a.name in means]
+        if not arms:
+            text.append(f"`{hyp.name}`: no measurements.\n")
+            continue
+        rows = [[a.name, a.describe(), *[means[a.name].get(m) for m in hyp.metrics]] for a in arms]
+        text += [f"`{hyp.name}` (measured by `{validator}`):", "", md_table(["arm", "change", *hyp.metrics], rows)]
+        metric = chart_metric(result)
+        values = [means[a.name].get(metric) for a in arms]
+        if chart and all(isinstance(v, (int, float)) for v in values):
+            name = f"figures/{hyp.name}_{metric}.png"
+            plt = pyplot()
+            fig, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(arms) + 2), 3.8))
+            ax.bar([a.name for a in arms], [float(v) for v in values], color="#4f81bd")
+            ax.set_ylabel(metric)
+            ax.set_title(f"{hyp.name}: {metric} per arm ({validator})")
+            ax.tick_params(axis="x", rotation=30)
+            save_figure(fig, out / name)
+            figures.append(name)
+    return figures, "\n".join(text) + "\n"
 
 
 def write_test_result(result: TestResult, folder: Path) -> dict[str, Any]:

@@ -29,8 +29,9 @@ from infralab.sim.config import SimConfig, check_config, load_config, looks_like
 from infralab.sim.records import RunRecord
 from infralab.sim.summary import Metric, RunSummary
 
-if TYPE_CHECKING:  # the hypothesis module imports this one (for its setup check)
-    from infralab.agent.hypothesis import Arm, ClusterSetup, Hypothesis
+if TYPE_CHECKING:  # the cluster validator imports this module
+    from infralab.agent.hypothesis import Arm, Hypothesis
+    from infralab.agent.validators.sim import ClusterSetup
 
 POOLS = "pools"
 KNOB_EXPECTED = "'pools' or a dotted path of the simulation config, e.g. engine.max_batched_tokens"

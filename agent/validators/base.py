@@ -1,7 +1,14 @@
-"""What every validator returns, and the interface the ladder calls."""
+"""What every validator declares and returns, and the interface the ladder calls.
+
+A validator *declares* what it can measure (`Declaration`, one per kind of hypothesis it answers):
+the knobs an arm may set (with their allowed values), the metrics it measures, and the `[setup]`
+table it reads. What a hypothesis file may say is derived from the declarations of the validators
+it names (`infralab.agent.hypothesis`).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,8 +35,45 @@ class Measurement:
     notes: tuple[str, ...] = ()  # what was (not) measured and why, e.g. "no GPU: times not measured"
 
 
+@dataclass(frozen=True)
+class KnobSpec:
+    """What one knob may be: a value of `type`, one of `values` when given, and one of
+    `choices(knobs)` when given: allowed values computed from the arm's other knobs (a kernel's
+    variants depend on the kernel), None when they cannot be computed here."""
+
+    type: type
+    values: tuple[Any, ...] | None = None
+    choices: Callable[[Mapping[str, Any]], tuple[Any, ...] | None] | None = None
+    describe: str = ""  # the expected form, for errors, e.g. "a shape such as B=64;H=32"
+
+    def allowed(self, knobs: Mapping[str, Any]) -> tuple[Any, ...] | None:
+        if self.values is not None:
+            return self.values
+        return self.choices(knobs) if self.choices is not None else None
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """What a validator measures for one kind of hypothesis.
+
+    `knobs` None: the knobs are not a fixed list (a cluster's dotted config paths) and `check`
+    validates them. `check(hyp, setup, where)` validates the setup's references (files, scenarios)
+    and raises InputError through `where` (a `hypothesis.Locator`) with the file's line."""
+
+    kind: str
+    metrics: tuple[str, ...]
+    knobs: Mapping[str, KnobSpec] | None
+    setup: type
+    required: tuple[str, ...] = ()
+    check: Callable[[Hypothesis, Any, Any], None] | None = None
+
+
 class Validator(Protocol):
     name: str
+
+    def declarations(self) -> tuple[Declaration, ...]:
+        """What this validator can measure, one declaration per kind of hypothesis."""
+        ...
 
     def unavailable(self, hyp: Hypothesis) -> str | None:
         """Why this validator cannot run here (None: it can)."""

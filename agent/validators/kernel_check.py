@@ -14,31 +14,85 @@ give the noise rule a spread over inputs.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
+from pydantic.dataclasses import dataclass
 
 from infralab.agent.findings import Evidence, Finding, Where
-from infralab.agent.hypothesis import Arm, Hypothesis, setup_of
-from infralab.agent.validators.base import Measurement, sample_keys
+from infralab.agent.hypothesis import Arm, Hypothesis, setup_as
+from infralab.agent.validators.base import Declaration, KnobSpec, Measurement, sample_keys
 from infralab.calibration_table import parse_shape
+from infralab.config_io import STRICT
 from infralab.errors import InputError
 from infralab.kernels.interpreter import use_interpreter_without_gpu
 
 NAME = "kernel-check"
+KIND = "kernel-numerics"
+METRICS = ("rel_err", "rel_err_unsplit", "rel_err_vs_unsplit", "max_rel_err", "max_abs_err", "max_ulp", "bitwise_equal")
+
+
+def kernel_ops() -> Mapping[str, tuple[tuple[str, ...], Callable[[], Any]]] | None:
+    """kernel -> (its variants, a factory of its partitioning adapter with the block sizes and ring
+    length `infralab kernels check` uses); None without torch/triton.
+
+    The one place that asks the kernels package what it offers (to become
+    `infralab.kernels.registry.OPS`). Picks where kernels run first: triton reads TRITON_INTERPRET
+    when the kernel modules are imported."""
+    try:
+        use_interpreter_without_gpu()
+        from infralab.kernels import bench_cases, check, kda_decode, partition
+    except ImportError:
+        return None
+    return {
+        "matmul": (bench_cases.MATMUL_PRECISIONS, lambda: partition.MatmulPartition(check.MATMUL_CHECK_BLOCKS)),
+        "kda_decode": ((*kda_decode.VARIANTS, "replay"),
+                       lambda: partition.KdaDecodePartition(getattr(check, "KDA_RING_LEN", 4))),
+        "paged_decode_attention": (bench_cases.KV_DTYPES, partition.PagedAttentionPartition),
+    }
+
+
+def kernel_names() -> Mapping[str, tuple[str, ...]] | None:
+    """The kernels this validator can check, each with its variants (None: cannot tell here)."""
+    ops = kernel_ops()
+    return None if ops is None else {name: variants for name, (variants, _) in ops.items()}
+
+
+def _kernels(knobs: Mapping[str, Any]) -> tuple[str, ...] | None:
+    names = kernel_names()
+    return None if names is None else tuple(names)
+
+
+def _variants(knobs: Mapping[str, Any]) -> tuple[str, ...] | None:
+    names = kernel_names()
+    return None if names is None else names.get(str(knobs.get("kernel")), ())
+
+
+@dataclass(frozen=True, config=STRICT)
+class KernelSetup:
+    """`dims` replaces named dimensions in every arm's shape (e.g. a smaller K for quick runs;
+    dimensions an arm's shape lacks are left alone)."""
+
+    dims: dict[str, Annotated[int, Field(gt=0)]] = dataclasses.field(default_factory=dict)
+
+
+DECLARATIONS = (Declaration(
+    KIND, METRICS,
+    knobs={"kernel": KnobSpec(str, choices=_kernels), "variant": KnobSpec(str, choices=_variants),
+           "shape": KnobSpec(str, describe="a shape such as \"M=40;N=256;K=2048\""),
+           "split": KnobSpec(str, ("none", "column", "row", "head", "batch")), "tp": KnobSpec(int),
+           "reduction": KnobSpec(str, ("sequential", "tree"))},
+    setup=KernelSetup, required=("kernel", "variant", "shape"),
+),)
 
 
 def partitioned_kernel(kernel: str) -> Any:
-    """The partitioning harness's adapter for `kernel` (None when it has none), with the block sizes
-    and ring length `infralab kernels check` uses."""
-    from infralab.kernels import check, partition
-
-    if kernel == "matmul":
-        return partition.MatmulPartition(check.MATMUL_CHECK_BLOCKS)
-    if kernel == "kda_decode" and hasattr(partition, "KdaDecodePartition"):
-        return partition.KdaDecodePartition(getattr(check, "KDA_RING_LEN", 4))
-    if kernel == "paged_decode_attention" and hasattr(partition, "PagedAttentionPartition"):
-        return partition.PagedAttentionPartition()
-    return None
+    """The partitioning harness's adapter for `kernel` (None when it has none)."""
+    op = (kernel_ops() or {}).get(kernel)
+    return None if op is None else op[1]()
 
 
 def task_of(hyp: Hypothesis, arm: Arm, seed: int) -> Any:
@@ -56,13 +110,16 @@ def task_of(hyp: Hypothesis, arm: Arm, seed: int) -> Any:
     else:
         split = Split(kind, tp)
     shape = parse_shape(str(knobs["shape"]), f"{where}.shape")
-    dims = setup_of(hyp).dims
+    dims = setup_as(hyp, KernelSetup).dims
     shape = tuple((name, dims.get(name, size)) for name, size in shape)
     return PartitionTask(str(knobs["kernel"]), str(knobs["variant"]), "hypothesis", shape, split, tp, seed)
 
 
 class KernelCheck:
     name = NAME
+
+    def declarations(self) -> tuple[Declaration, ...]:
+        return DECLARATIONS
 
     def unavailable(self, hyp: Hypothesis) -> str | None:
         # find_spec, not import: triton must first be imported after TRITON_INTERPRET is decided.

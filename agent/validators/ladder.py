@@ -40,13 +40,18 @@ SCHEMA = "infralab.test/1"
 DECIDED = (ACCEPTED, REJECTED)
 
 
-def make_validator(name: str) -> Validator:
+def validator_class(name: str) -> type:
+    """The class of validator `name` (one of hypothesis.LADDER)."""
     from infralab.agent.validators.kernel_check import KernelCheck
     from infralab.agent.validators.microbench import Microbench
     from infralab.agent.validators.real import Real
     from infralab.agent.validators.sim import Sim
 
-    return {"kernel-check": KernelCheck, "microbench": Microbench, "sim": Sim, "real": Real}[name]()
+    return {"kernel-check": KernelCheck, "microbench": Microbench, "sim": Sim, "real": Real}[name]
+
+
+def make_validator(name: str) -> Validator:
+    return validator_class(name)()
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,7 @@
 """`sim`: a simulator run per arm.
 
-- `host-concurrency` hypotheses run the fine-grained host model (threads, the GIL, streams;
-  `infralab.agent.gil_case.sweep` over the experiment's scenarios). Knob: dispatch_combine_gil
-  (held | released). Metrics: degradation (mapping scenario -> 1 - prefill throughput with KV
-  transfer / without), max_degradation, mean_degradation, kv_python_over_comm (mapping: fraction of
-  dispatch/combine intervals covered by the transfer thread's Python), min_kv_python_over_comm,
-  main_gil_wait_s (mapping). Findings: one per scenario, at the transfer thread and the
-  dispatch/combine intervals.
+- `host-concurrency` hypotheses run the fine-grained host model (threads, the GIL, streams) through
+  the study's hook (`infralab.agent.validators.host`: knob, metrics and setup).
 - `cluster` hypotheses run the iteration-level cluster model on the setup's config with the arm's
   knobs, arms x seeds over `setup.processes` local processes, through the agent's one simulation
   pool (agent/sim_pool.py, also `infralab search`'s). Metrics: CLUSTER_METRICS, flat metric names
@@ -23,16 +18,22 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
+from pydantic.dataclasses import dataclass
 
 from infralab.agent.findings import Evidence, Finding, Where
-from infralab.agent.hypothesis import Arm, ClusterSetup, HostConcurrencySetup, Hypothesis, setup_of
-from infralab.agent.validators.base import Measurement, sample_keys
+from infralab.agent.hypothesis import Arm, Hypothesis, setup_as
+from infralab.agent.validators import host
+from infralab.agent.validators.base import Declaration, Measurement, sample_keys
+from infralab.config_io import STRICT
+from infralab.errors import InputError
 from infralab.sim.records import RunRecord
 from infralab.sim.summary import Metric, ResourceStats, RunSummary, metric_names
 
 NAME = "sim"
-
+CLUSTER = "cluster"
 # What a `cluster` arm measures: flat metric names of the run summary (infralab.sim.summary).
 CLUSTER_METRICS = metric_names(
     "goodput",
@@ -52,109 +53,48 @@ CLUSTER_METRICS = metric_names(
 )
 
 
+@dataclass(frozen=True, config=STRICT)
+class ClusterSetup:
+    config: str  # a simulation config (`infralab sim run` format), relative to the hypothesis file
+    window_s: tuple[float, float] | None = None  # trace time window [start, end) in seconds
+    max_requests: Annotated[int, Field(gt=0)] | None = None
+    processes: Annotated[int, Field(gt=0)] = 2  # arms x seeds run in parallel over this many local processes
+
+
+def check_cluster_setup(hyp: Hypothesis, setup: ClusterSetup, where: Any) -> None:
+    """The config loads, and every arm's knobs apply to it (each error at the arm's key and line)."""
+    from infralab.agent.sim_pool import arm_config
+    from infralab.sim.config import load_config
+
+    try:
+        load_config(hyp.resolve(setup.config))
+    except InputError as exc:
+        raise where.error("setup.config", f"{exc.where}: {exc.problem}", exc.expected) from None
+    for i, arm in enumerate(hyp.arms):
+        key = "baseline" if arm.change is None else f"variant[{i - 1}].change"
+        arm_config(hyp, setup, arm, where=lambda knob, k=key: where.at(f"{k}.{knob}" if k == "baseline" else k))
+
+
+DECLARATIONS = (
+    host.declaration(host.SIM_METRICS),
+    # Cluster knobs are dotted paths into the config (any of them): the check applies each arm's.
+    Declaration(CLUSTER, CLUSTER_METRICS, None, ClusterSetup, check=check_cluster_setup),
+)
+
+
 class Sim:
     name = NAME
+
+    def declarations(self) -> tuple[Declaration, ...]:
+        return DECLARATIONS
 
     def unavailable(self, hyp: Hypothesis) -> str | None:
         return None
 
     def measure(self, hyp: Hypothesis, workdir: Path | None) -> Measurement:
-        setup = setup_of(hyp)
-        if isinstance(setup, HostConcurrencySetup):
-            return measure_host(hyp, setup, workdir)
-        if isinstance(setup, ClusterSetup):
-            return measure_cluster(hyp, setup, workdir)
-        raise ValueError(f"sim cannot measure a {hyp.kind!r} hypothesis")
-
-
-# ---- host concurrency ------------------------------------------------------------------------
-
-
-def host_experiment(hyp: Hypothesis, setup: HostConcurrencySetup):
-    """The GIL experiment of the setup, cut to the setup's scenarios."""
-    from infralab.agent.gil_case import load_experiment
-
-    exp = load_experiment(hyp.resolve(setup.experiment))
-    if setup.scenarios:
-        exp = dataclasses.replace(exp, scenario=tuple(s for s in exp.scenario if s.name in setup.scenarios))
-    probe = exp.probe
-    if setup.probe_repeats is not None:
-        probe = dataclasses.replace(probe, repeats=setup.probe_repeats)
-    if setup.probe_granularities:
-        probe = dataclasses.replace(probe, granularities=setup.probe_granularities)
-    return dataclasses.replace(exp, probe=probe)
-
-
-def host_metrics(rows: list[dict[str, Any]], mode: str) -> dict[str, Any]:
-    degradation = {r["scenario"]["name"]: r["modes"][mode]["degradation"] for r in rows}
-    overlap = {r["scenario"]["name"]: r["modes"][mode]["attribution"]["overlaps"]["kv_python_over_comm"] for r in rows}
-    return {
-        "degradation": degradation,
-        "max_degradation": max(degradation.values()),
-        "mean_degradation": sum(degradation.values()) / len(degradation),
-        "kv_python_over_comm": overlap,
-        "min_kv_python_over_comm": min(overlap.values()),
-        "main_gil_wait_s": {r["scenario"]["name"]: r["modes"][mode]["attribution"]["main_gil_wait_s"] for r in rows},
-    }
-
-
-def measure_host(hyp: Hypothesis, setup: HostConcurrencySetup, workdir: Path | None) -> Measurement:
-    from infralab.agent import gil_case
-    from infralab.agent.gil_case import degradation_figure, sweep, sweep_table
-
-    # The figure's acceptance line: gil_case's own parser of "degradation <= X" (5 % otherwise).
-    limit_of = getattr(gil_case, "limit_of", None) or getattr(gil_case, "_limit_of", lambda text: 0.05)
-
-    exp = host_experiment(hyp, setup)
-    timeline_dir = None
-    if workdir is not None:
-        timeline_dir = workdir / "timelines"
-        timeline_dir.mkdir(parents=True, exist_ok=True)
-    rows = sweep(exp, timeline_dir)
-    files: list[str] = []
-    table = sweep_table(rows, exp.experiment.acceptance)
-    if workdir is not None:
-        (workdir / "sim_table.md").write_text(table)
-        degradation_figure(rows, limit_of(exp.experiment.acceptance), workdir / "figures" / "degradation.png")
-        files += ["sim_table.md", "figures/degradation.png"]
-        files += sorted(str(p.relative_to(workdir)) for p in timeline_dir.glob("*.json"))
-    samples, findings = {}, []
-    for arm in hyp.arms:
-        mode = str(arm.config["dispatch_combine_gil"])
-        metrics = host_metrics(rows, mode)
-        samples[arm.name] = [dict(metrics) for _ in sample_keys(hyp)]
-        for row in rows:
-            findings.append(_host_finding(arm, mode, row, files))
-    return Measurement(NAME, samples, tuple(findings), varies=False,
-                       extras={"rows": rows, "table_md": table, "acceptance": exp.experiment.acceptance},
-                       files=tuple(files), notes=(f"fine-grained host model, {len(rows)} scenarios",))
-
-
-def _host_finding(arm: Arm, mode: str, row: dict[str, Any], files: list[str]) -> Finding:
-    name = row["scenario"]["name"]
-    result = row["modes"][mode]
-    blame = result["attribution"]
-    ov = blame["overlaps"]
-    waits = ", ".join(f"{track} {seconds * 1e3:.2f} ms" for track, seconds in sorted(blame["gil_wait_s"].items()))
-    what = (f"dispatch/combine {mode} the GIL: prefill throughput {-result['degradation']:+.1%} with KV transfer; "
-            f"the transfer thread's Python overlaps {ov['kv_python_over_comm']:.0%} of dispatch/combine; "
-            f"extra prefill time {blame['extra_s'] * 1e3:.2f} ms, main-thread GIL wait "
-            f"{blame['main_gil_wait_s'] * 1e3:.2f} ms (GIL waits: {waits or 'none'})")
-    timeline = [f for f in files if f.startswith(f"timelines/{name}-{mode}")]
-    return Finding(
-        validator=NAME, arm=arm.name,
-        where=Where.of("thread", thread="thread/kv-transfer", intervals="dispatch/combine on thread/main",
-                       scenario=name),
-        what=what,
-        evidence=Evidence(
-            numbers={"degradation": result["degradation"], "throughput_without_tok_s": result["throughput_without_tok_s"],
-                     "throughput_with_tok_s": result["throughput_with_tok_s"], **ov,
-                     "main_gil_wait_s": blame["main_gil_wait_s"], "extra_s": blame["extra_s"],
-                     "kv_slot_wait_s": blame["kv_slot_wait_s"], "link_critical_s": blame["link_critical_s"]},
-            reference="the same scenario and GIL mode without the KV-transfer thread (identical prefill work)",
-            files=tuple(timeline),
-        ),
-    )
+        if hyp.kind == host.KIND:
+            return host.measure(hyp, setup_as(hyp, host.HostConcurrencySetup), workdir, NAME)
+        return measure_cluster(hyp, setup_as(hyp, ClusterSetup), workdir)
 
 
 # ---- cluster ---------------------------------------------------------------------------------

@@ -274,10 +274,11 @@ def test_user_overlap_pairs_replace_defaults():
 def gil_case_timelines(tmp_path_factory):
     """Timelines of the shipped experiment's T8k-ep8-after-page1 scenario (4 steps, to stay quick):
     held with transfer, held without, released with transfer."""
-    from infralab.agent.gil_case import load_experiment
+    from infralab.agent.studies import load_hook
     from infralab.sim.host.scenario import build, run
 
-    exp = load_experiment(ROOT / "experiments" / "gil_kv_transfer.toml")
+    case = load_hook(ROOT / "experiments" / "gil_kv_transfer" / "case.py")
+    exp = case.load_experiment(ROOT / "experiments" / "gil_kv_transfer.toml")
     scenario = next(s for s in exp.scenario if s.name == "T8k-ep8-after-page1")
     scenario = dataclasses.replace(scenario, steps=4)
     built = build(exp.setup, exp.host, scenario)

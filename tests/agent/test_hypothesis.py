@@ -153,7 +153,17 @@ def test_find_line_locates_tables_and_keys():
 
 
 def test_setup_errors_name_the_setup_key(tmp_path):
-    host = '''
+    host = HOST_TEMPLATE.replace("HOOK", str(EXPERIMENTS / "gil_kv_transfer" / "hook.py"))
+    msg = error_of(tmp_path, host)
+    assert f"h.toml:{line_of(host, 'experiment =')}: setup.experiment" in msg and "missing.toml" in msg
+    msg = error_of(tmp_path, host.replace('experiment = "missing.toml"', 'experiment = "m.toml"\nexperimnt = "x.toml"'))
+    assert "setup.experimnt" in msg and "unknown field" in msg
+    missing_hook = host.replace(str(EXPERIMENTS / "gil_kv_transfer" / "hook.py"), "nohook.py")
+    msg = error_of(tmp_path, missing_hook)
+    assert f"h.toml:{line_of(missing_hook, 'hook =')}: setup.hook" in msg and "nohook.py" in msg
+
+
+HOST_TEMPLATE = '''
 [hypothesis]
 name = "h"
 claim = "c"
@@ -164,6 +174,7 @@ acceptance = ["released.max_degradation < baseline.max_degradation"]
 
 [setup]
 experiment = "missing.toml"
+hook = "HOOK"
 
 [baseline]
 dispatch_combine_gil = "held"
@@ -172,7 +183,61 @@ dispatch_combine_gil = "held"
 name = "released"
 change = { dispatch_combine_gil = "released" }
 '''
-    msg = error_of(tmp_path, host)
-    assert f"h.toml:{line_of(host, 'experiment =')}: setup.experiment" in msg and "missing.toml" in msg
-    msg = error_of(tmp_path, host.replace('experiment = "missing.toml"', 'experiment = "m.toml"\nexperimnt = "x.toml"'))
-    assert "setup.experimnt" in msg and "unknown field" in msg
+
+
+# ---- what a file may say is derived from its validators' declarations ------------------------
+
+KDA = (EXPERIMENTS / "kda_tuning.toml").read_text()
+
+
+def test_misspelt_kernel_is_bad_input_with_line_and_allowed_names(tmp_path):
+    text = KDA.replace('kernel = "kda_decode"', 'kernel = "kda_decod"')
+    msg = error_of(tmp_path, text)
+    assert f"h.toml:{line_of(text, 'kernel =')}: baseline.kernel" in msg
+    assert "'kda_decod'" in msg and "one of kda_decode" in msg
+
+
+def test_misspelt_kernel_exits_2_from_the_command(tmp_path, capsys):
+    from infralab.cli import main
+
+    path = write(tmp_path, KDA.replace('kernel = "kda_decode"', 'kernel = "kda_decod"'))
+    assert main(["test", str(path)]) == 2
+    assert "baseline.kernel" in capsys.readouterr().err
+
+
+def test_variant_must_be_one_of_the_kernels_variants(tmp_path):
+    text = KDA.replace('change = { variant = "v3" }', 'change = { variant = "v4" }')
+    msg = error_of(tmp_path, text)
+    line = line_of(text, '"v4"')
+    assert f"h.toml:{line}: variant[1].change.variant" in msg
+    assert "'v4'" in msg and all(v in msg for v in ("v1", "v2", "v3", "replay"))
+    text = GOOD.replace('change = { variant = "3xtf32" }', 'change = { variant = "4xtf32" }')
+    msg = error_of(tmp_path, text)
+    assert "variant[0].change.variant" in msg and "fp32, tf32, 3xtf32" in msg
+
+
+def test_changing_the_kernel_keeps_only_variants_it_has(tmp_path):
+    text = GOOD.replace('change = { variant = "3xtf32" }', 'change = { kernel = "kda_decode" }')
+    msg = error_of(tmp_path, text)
+    assert "variant[0].change.kernel" in msg and "variant='tf32'" in msg and "v1" in msg
+
+
+def test_unknown_metric_and_kind_list_what_the_validators_declare(tmp_path):
+    text = KDA.replace('"state_bytes_per_seq", "time_s"]', '"state_bytes_per_seq", "time_ms"]')
+    msg = error_of(tmp_path, text)
+    assert "hypothesis.metrics[6]" in msg and "'time_ms'" in msg and "time_s" in msg and "achieved_gbps" in msg
+    msg = error_of(tmp_path, GOOD.replace('kind = "kernel-numerics"', 'kind = "kernel-speed"'))
+    assert "hypothesis.kind" in msg and "kernel-numerics" in msg and "cluster" in msg
+
+
+def test_allowed_metrics_and_knobs_are_the_union_of_the_named_validators():
+    from infralab.agent.hypothesis import allowed_for
+    from infralab.agent.validators.real import Real
+    from infralab.agent.validators.sim import Sim
+
+    both = allowed_for("host-concurrency", ("sim", "real"))
+    sim = next(d for d in Sim().declarations() if d.kind == "host-concurrency")
+    real = next(d for d in Real().declarations() if d.kind == "host-concurrency")
+    assert set(both.metrics) == set(sim.metrics) | set(real.metrics)
+    assert set(both.knobs) == set(sim.knobs) | set(real.knobs)
+    assert allowed_for("cluster", ("sim",)).knobs is None  # dotted config paths, checked by the setup

@@ -17,6 +17,7 @@ from infralab.agent.validators.ladder import test_json as json_of
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 GIL_EXPERIMENT = EXPERIMENTS / "gil_kv_transfer.toml"
+GIL_HOOK = EXPERIMENTS / "gil_kv_transfer" / "hook.py"
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -111,6 +112,7 @@ acceptance = ["released.max_degradation < baseline.max_degradation"]
 
 [setup]
 experiment = "{GIL_EXPERIMENT}"
+hook = "{GIL_HOOK}"
 scenarios = ["T2k-ep8-after-page1"]
 
 [baseline]
@@ -213,6 +215,7 @@ repetitions = 3
 
 [setup]
 experiment = "{GIL_EXPERIMENT}"
+hook = "{GIL_HOOK}"
 
 [baseline]
 dispatch_combine_gil = "held"

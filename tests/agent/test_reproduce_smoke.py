@@ -7,7 +7,8 @@ import json
 import pytest
 
 from infralab.agent import commands
-from infralab.agent.reproduce import STUDIES, reproduce
+from infralab.agent.reproduce import reproduce
+from infralab.agent.studies import discover_studies
 from infralab.errors import InputError
 
 VERDICTS = {"accepted", "rejected", "inconclusive", "partial", "unmeasured"}
@@ -20,7 +21,7 @@ def test_quick_reproduce_writes_a_complete_report(tmp_path):
     on_disk = json.loads((out / "report.json").read_text())
     assert on_disk == json.loads(json.dumps(report))
     assert on_disk["schema"] == "infralab.reproduce/1" and on_disk["quick"] is True
-    assert [s["name"] for s in on_disk["studies"]] == [s.name for s in STUDIES]
+    assert [s["name"] for s in on_disk["studies"]] == [s.name for s in discover_studies()]
     md = (out / "report.md").read_text()
     for study in on_disk["studies"]:
         assert study["verdict"] in VERDICTS and study["title"] in md and study["tests"]

@@ -9,14 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from infralab.agent.gil_case import ProbeConfig, load_experiment, run_experiment
-from infralab.agent.gil_probe import ProbeSegments, host_schedule, probe_vs_sim
+from infralab.agent.studies import load_hook
 from infralab.cli import main as cli_main
 from infralab.errors import InputError
 from infralab.sim.host.host_schedule import run_host_schedule
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "experiments" / "gil_kv_transfer.toml"
+STUDY = ROOT / "experiments" / "gil_kv_transfer"  # the study's own code: case.py (sweep), probe.py
+case, probe = load_hook(STUDY / "case.py"), load_hook(STUDY / "probe.py")
+ProbeConfig, load_experiment, run_experiment = case.ProbeConfig, case.load_experiment, case.run_experiment
+ProbeSegments, host_schedule, probe_vs_sim = probe.ProbeSegments, probe.host_schedule, probe.probe_vs_sim
 
 TINY = """
 [experiment]

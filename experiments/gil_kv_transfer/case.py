@@ -1,5 +1,5 @@
 """The KV-transfer-vs-prefill GIL case study: the experiment file, the simulator sweep over its
-scenarios and what it writes (the real-threads probe beside the simulator is `gil_probe`).
+scenarios and what it writes (the real-threads probe beside the simulator is `probe.py` here).
 
 `infralab gil run EXPERIMENT.toml --out DIR [--probe]` writes, atomically:
 - `results.json`: per scenario and GIL mode (dispatch/combine holding or releasing it): prefill
@@ -189,7 +189,7 @@ def degradation_figure(rows: list[dict[str, Any]], limit: float, path: Path) -> 
     plt.close(fig)
 
 
-def _limit_of(acceptance: str) -> float:
+def limit_of(acceptance: str) -> float:
     """The number in a `degradation <= X` criterion, for the figure's line (0.05 otherwise)."""
     text = acceptance.replace(" ", "")
     if text.startswith("degradation<="):
@@ -214,14 +214,15 @@ def run_experiment(path: str | Path, out: str | Path, with_probe: bool = False) 
                    "setup": dataclasses.asdict(exp.setup), "host": dataclasses.asdict(exp.host), "scenarios": rows}
         dump_json(results, tmp / "results.json")
         (tmp / "table.md").write_text(table)
-        degradation_figure(rows, _limit_of(exp.experiment.acceptance), tmp / "figures" / "degradation.png")
+        degradation_figure(rows, limit_of(exp.experiment.acceptance), tmp / "figures" / "degradation.png")
         print(table)
         if with_probe:
-            from infralab.agent.gil_probe import probe_table, probe_vs_sim
+            from infralab.agent.studies import load_hook
 
-            compared = probe_vs_sim(exp.probe, tmp / "timelines")
+            probe = load_hook(Path(__file__).with_name("probe.py"))
+            compared = probe.probe_vs_sim(exp.probe, tmp / "timelines")
             dump_json(compared, tmp / "probe.json")
-            text = probe_table(compared)
+            text = probe.probe_table(compared)
             (tmp / "probe_table.md").write_text(text)
             print(text)
             results["probe"] = compared

@@ -17,7 +17,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from infralab.agent.gil_case import MODES, ProbeConfig
+from infralab.agent.studies import load_hook
 from infralab.sim.host import attribution
 from infralab.sim.host.gil import GilParams
 from infralab.sim.host.host_schedule import HostSchedule, run_host_schedule
@@ -25,6 +25,8 @@ from infralab.sim.host.overlap import op_of
 from infralab.sim.records import Interval, RunRecord
 from infralab.sim.timeline import save_trace
 
+_case = load_hook(Path(__file__).with_name("case.py"))
+MODES, ProbeConfig = _case.MODES, _case.ProbeConfig
 HANDOFF_TRIALS = 4  # hand-off samples of each kind taken after every probe repeat
 
 

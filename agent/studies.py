@@ -1,0 +1,110 @@
+"""Studies as data: a study is a folder under experiments/ with a `study.toml`, and optionally a
+`hook.py` beside it for a figure or table the generic report cannot draw.
+
+    experiments/<name>/study.toml
+      [study]
+      title = "Routing on the Azure conversation trace"
+      order = 5                    # place in `infralab reproduce` (then by name)
+      hypotheses = ["hypothesis.toml"]   # relative to this folder
+      confirm = false              # true: also run the next rung (a real run) after the first decision
+      chart = true                 # generic report: a chart of the first criterion's metric per arm
+
+    experiments/<name>/hook.py     # optional
+      def report(results: list[TestResult], out: Path) -> tuple[list[str], str]:
+          # figures written under out/figures (paths relative to out) and the study's Markdown
+
+The hook is loaded by file path (`load_hook`), so it works wherever experiments/ lives.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Annotated
+
+from pydantic import Field
+from pydantic.dataclasses import dataclass as pydantic_dataclass
+
+from infralab.config_io import STRICT, load_toml, validate
+from infralab.errors import InputError
+from infralab.locations import experiments_dir
+
+STUDY_FILE = "study.toml"
+HOOK_FILE = "hook.py"
+
+
+@pydantic_dataclass(frozen=True, config=STRICT)
+class StudyTable:
+    title: str
+    hypotheses: Annotated[tuple[str, ...], Field(min_length=1)]
+    confirm: bool = False
+    chart: bool = True
+    order: int = 1000
+
+
+@pydantic_dataclass(frozen=True, config=STRICT)
+class StudyFile:
+    study: StudyTable
+
+
+@dataclass(frozen=True)
+class Study:
+    """One study: its folder's name, title, hypothesis files (absolute) and report options."""
+
+    name: str
+    title: str
+    hypotheses: tuple[Path, ...]
+    confirm: bool
+    chart: bool
+    order: int
+    folder: Path
+
+    @property
+    def hook_path(self) -> Path | None:
+        path = self.folder / HOOK_FILE
+        return path if path.is_file() else None
+
+
+def load_study(folder: Path) -> Study:
+    """Read and check `folder/study.toml` (InputError names the file and field)."""
+    path = folder / STUDY_FILE
+    spec = validate(StudyFile, load_toml(path), str(path)).study
+    files = []
+    for i, name in enumerate(spec.hypotheses):
+        file = (folder / name).resolve()
+        if not file.is_file():
+            raise InputError(f"{path}: study.hypotheses[{i}]", f"{name!r} is not a file",
+                             "a hypothesis TOML, relative to the study folder")
+        files.append(file)
+    return Study(folder.name, spec.title, tuple(files), spec.confirm, spec.chart, spec.order, folder)
+
+
+def discover_studies(root: Path | None = None) -> list[Study]:
+    """Every folder of `root` (default `experiments_dir()`) holding a study.toml, by (order, name)."""
+    root = experiments_dir() if root is None else root
+    studies = [load_study(p.parent) for p in sorted(root.glob(f"*/{STUDY_FILE}"))]
+    return sorted(studies, key=lambda s: (s.order, s.name))
+
+
+def load_hook(path: Path) -> ModuleType:
+    """The Python file at `path` as a module. One module per file and process (as `import` gives),
+    so that its types stay the same object however often it is loaded."""
+    path = path.resolve()
+    name = "infralab_hook_" + hashlib.sha1(str(path).encode()).hexdigest()[:12]
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise InputError(str(path), "cannot be loaded as Python", "a .py file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # before exec: dataclasses look their module up while being built
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
