@@ -28,9 +28,9 @@ from infralab.agent.findings import combine_verdicts
 from infralab.agent.hypothesis import load_hypothesis
 from infralab.agent.report import md_table, test_markdown
 from infralab.agent.validators.ladder import TestResult, run_test, test_json
+from infralab.locations import experiments_dir
 from infralab.results import atomic_output_dir, dump_json
 
-EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
 SCHEMA = "infralab.reproduce/1"
 
 
@@ -249,7 +249,7 @@ def reproduce(out: str | Path | None = None, quick: bool = False, studies: tuple
             started = time.perf_counter()
             results, tests = [], []
             for file in study.hypotheses:
-                path = EXPERIMENTS / file
+                path = experiments_dir() / file
                 hyp = _with_source(load_hypothesis(path, quick=quick), _relative(path))
                 workdir = tmp / "studies" / hyp.name
                 workdir.mkdir(parents=True)
