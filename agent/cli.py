@@ -1,31 +1,95 @@
-"""Subcommands of `infralab` that belong to `infralab.agent`."""
+"""Handlers of the agent's commands (flags in the command table, infralab/cli.py):
+
+    infralab test HYPOTHESIS.toml [--confirm] [--quick] [--json] [--out DIR]
+    infralab reproduce [--out results/<timestamp>] [--quick] [--study NAME ...]
+    infralab explain RUN [--against BASELINE] [--json] [--metric M] [--top N] [--overlap A B]...
+    infralab search SPACE.toml [--out DIR] [--jobs N] [--json] [--no-progress]
+    infralab gil run EXPERIMENT.toml --out DIR [--probe]
+
+`test` exit status: 0 accepted, 1 rejected, 3 not decided (inconclusive, partial, unmeasured),
+2 bad input. `reproduce` exits 0 when every study ran (its verdicts are results, not failures).
+`explain` and `search` print text for people, or with --json the documents of docs/explain.md.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from pathlib import Path
+
+EXIT = {"accepted": 0, "rejected": 1}
+EXIT_UNDECIDED = 3
 
 
-def register(commands: argparse._SubParsersAction) -> None:
-    """Add this part's subcommands; each sets `handler=` to a function(args) -> exit code."""
-    from infralab.agent import commands as loop_commands
-    from infralab.agent import explain_cli
+def test(args: argparse.Namespace) -> int:
+    from infralab.agent.hypothesis import load_hypothesis
+    from infralab.agent.report import test_text, write_test_result
+    from infralab.agent.validators.ladder import run_test, test_json
+    from infralab.results import atomic_output_dir
 
-    loop_commands.register(commands)
-    _register_gil(commands)
-    explain_cli.register(commands)
+    hyp = load_hypothesis(args.hypothesis, quick=args.quick)
+    if args.out:
+        with atomic_output_dir(args.out) as tmp:
+            result = run_test(hyp, confirm=args.confirm, workdir=Path(tmp))
+            write_test_result(result, Path(tmp))
+    else:
+        result = run_test(hyp, confirm=args.confirm)
+    if args.json:
+        print(json.dumps(test_json(result), sort_keys=True, indent=2, allow_nan=False))
+    else:
+        sys.stdout.write(test_text(result))
+    return EXIT.get(result.verdict, EXIT_UNDECIDED)
 
 
-def _register_gil(commands: argparse._SubParsersAction) -> None:
-    gil = commands.add_parser("gil", help="host threads and the GIL: the KV-transfer vs prefill case study")
-    sub = gil.add_subparsers(dest="gil_command", required=True, metavar="SUBCOMMAND")
-    run = sub.add_parser("run", help="simulate the scenarios (and, with --probe, confirm on real threads)")
-    run.add_argument("experiment", help="experiment TOML, e.g. experiments/gil_kv_transfer.toml")
-    run.add_argument("--out", required=True, help="result folder (written atomically)")
-    run.add_argument("--probe", action="store_true", help="also run the real-threads probe and compare")
-    run.set_defaults(handler=_gil_run)
+def reproduce(args: argparse.Namespace) -> int:
+    from infralab.agent.reproduce import reproduce as run_studies
+    from infralab.agent.reproduce import study_names
+    from infralab.errors import InputError
+
+    if args.study:
+        unknown = [s for s in args.study if s not in study_names()]
+        if unknown:
+            raise InputError("--study", f"unknown study {unknown[0]!r}", f"one of {', '.join(study_names())}")
+    report = run_studies(args.out, quick=args.quick, studies=tuple(args.study) if args.study else None)
+    for study in report["studies"]:
+        print(f"{study['verdict'].upper():>13}  {study['title']}")
+    return 0
 
 
-def _gil_run(args: argparse.Namespace) -> int:
+def explain(args: argparse.Namespace) -> int:
+    from infralab.agent.explain import explain as explain_run
+    from infralab.agent.explain_text import format_text
+    from infralab.agent.interval_sets import parse_selector
+    from infralab.agent.run_dir import load_run
+
+    pairs = None
+    if args.overlap:
+        pairs = [(parse_selector(a), parse_selector(b)) for a, b in args.overlap]
+    run = load_run(args.run)
+    baseline = load_run(args.against) if args.against else None
+    doc = explain_run(run, baseline, metric=args.metric, overlaps=pairs, top=args.top)
+    if args.json:
+        sys.stdout.write(json.dumps(doc, sort_keys=True, indent=2, allow_nan=False) + "\n")
+    else:
+        sys.stdout.write(format_text(doc))
+    return 0
+
+
+def search(args: argparse.Namespace) -> int:
+    from infralab.agent.search import format_text, run_search
+
+    out = args.out or str(Path("results") / "search" / Path(args.space).stem)
+    report = run_search(args.space, out, jobs=args.jobs, progress=not args.no_progress)
+    if args.json:
+        sys.stdout.write(json.dumps(report, sort_keys=True, indent=2, allow_nan=False) + "\n")
+    else:
+        sys.stdout.write(format_text(report))
+        print(f"wrote {out}/search.json, search.csv, pareto.png")
+    return 0
+
+
+def gil_run(args: argparse.Namespace) -> int:
     from infralab.agent.studies import load_hook
     from infralab.locations import experiments_dir
 

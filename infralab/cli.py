@@ -1,40 +1,199 @@
-"""The `infralab` command. Each part registers its own subcommands:
+"""The `infralab` command: one table of every subcommand, its flags and its handler.
 
-- `infralab sim ...`      (infralab.sim.cli)
-- `infralab kernels ...`  (infralab.kernels.cli)
-- agent commands          (infralab.agent.cli)
-
-Part modules import heavy libraries (torch, triton) inside their handlers, not at import time,
-so that `infralab sim run` stays light.
+Handlers are named as "module:function" and imported only when their command runs, so that
+`infralab sim run` never imports torch or triton and `infralab kernels check` never imports simpy
+(the GPU image has neither simpy nor pydantic). Each handler takes the parsed arguments and
+returns the exit status; bad input raises `InputError`, printed as one line with status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from infralab.errors import InputError
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from infralab.agent import cli as agent_cli
-    from infralab.kernels import cli as kernels_cli
-    from infralab.sim import cli as sim_cli
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    return _int_at_least(text, 1, "a positive integer")
 
-    parser = argparse.ArgumentParser(prog="infralab", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    sim_cli.register(commands)
-    kernels_cli.register(commands)
-    agent_cli.register(commands)
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    return _int_at_least(text, 0, "a non-negative integer")
+
+
+def _int_at_least(text: str, low: int, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = low - 1
+    if value < low:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One flag or positional: `names` and `options` as `ArgumentParser.add_argument` takes them."""
+
+    names: tuple[str, ...]
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def arg(*names: str, **options: Any) -> Arg:
+    return Arg(names, options)
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: its words (`("sim", "run")`), help, flags and handler ("module:function")."""
+
+    words: tuple[str, ...]
+    help: str
+    handler: str
+    args: tuple[Arg, ...] = ()
+    description: str | None = None
+
+
+BENCH_ARGS = (
+    arg("--out", metavar="FILE.csv", default=None,
+        help="calibration table to write (default: results/calibration-<grid>-<device>.csv)"),
+    arg("--grid", default="small", metavar="small|full",
+        help="shape grid: 'small' runs on a CPU in under a minute, 'full' is for GPUs (default: small)"),
+    arg("--kernels", default="all", metavar="NAME,...",
+        help="comma-separated kernel names from the kernel registry (default: all)"),
+    arg("--no-progress", action="store_true", help="no progress bar on stderr"),
+)
+
+COMMANDS: tuple[Command, ...] = (
+    Command(("sim", "run"), "simulate a config; print a summary and write a results folder",
+            "infralab.sim.cli:run", (
+                arg("config", metavar="CONFIG.toml", help="simulation config (see docs/sim.md)"),
+                arg("--out", required=True, metavar="DIR", help="results folder to write"),
+                arg("--seed", type=non_negative_int, default=None, help="override run.seed"),
+                # The default cap is the timeline's (infralab.sim.timeline.DEFAULT_MAX_EVENTS); the
+                # handler fills it in so that this table imports nothing of the simulator.
+                arg("--max-trace-events", type=non_negative_int, default=None, metavar="N",
+                    help="cap on timeline events in trace.json (default: sim.timeline.DEFAULT_MAX_EVENTS; the earliest are kept)"),
+            )),
+    Command(("sim", "catalog"), "list the shipped models, accelerators and links", "infralab.sim.cli:catalog"),
+    Command(("kernels", "check"), "every kernel vs its reference and under every TP split; exit 1 if any check fails",
+            "infralab.kernels.cli:check", (
+                arg("--json", action="store_true", help="print the full report as JSON"),
+                arg("--tp", default="1,2,4,8", help="comma-separated TP degrees (default 1,2,4,8)"),
+                arg("--kernels", default=None, help="comma-separated kernel names to check (default: all)"),
+            )),
+    Command(("kernels", "bench"),
+            "time every kernel variant over a shape grid and write a calibration table (docs/calibration.md)",
+            "infralab.kernels.cli:bench", BENCH_ARGS,
+            description="Time every kernel variant over a shape grid and write a calibration table. On a GPU the "
+                        "Triton kernels are timed with triton.testing.do_bench; on the CPU the torch references "
+                        "are timed and the device is labelled 'cpu'."),
+    Command(("gil", "run"), "the KV-transfer vs prefill (GIL) scenarios in the host model; --probe adds real threads",
+            "infralab.agent.cli:gil_run", (
+                arg("experiment", help="GIL experiment TOML (the gil_kv_transfer study's experiment file)"),
+                arg("--out", required=True, help="result folder (written atomically)"),
+                arg("--probe", action="store_true", help="also run the real-threads probe and compare"),
+            )),
+    Command(("test",), "decide a hypothesis file with the cheapest validator that can (docs/agent.md)",
+            "infralab.agent.cli:test", (
+                arg("hypothesis", help="hypothesis TOML, e.g. experiments/partition_correctness/partition_correctness.toml"),
+                arg("--confirm", action="store_true",
+                    help="after the first decision, also run the next (more real) validator allowed"),
+                arg("--quick", action="store_true", help="use the file's [quick] table (smoke-test sizes)"),
+                arg("--json", action="store_true", help="print the result as JSON (schema infralab.test/1)"),
+                arg("--out", help="also write result.json, report.md and raw files here (atomically)"),
+            )),
+    Command(("reproduce",), "run the studies under experiments/ and write results/<timestamp>/report.md",
+            "infralab.agent.cli:reproduce", (
+                arg("--out", help="result folder (default results/<UTC timestamp>)"),
+                arg("--quick", action="store_true", help="smoke-test sizes (each hypothesis file's [quick] table)"),
+                arg("--study", action="append", metavar="NAME",
+                    help="run only this study (repeatable): a folder of experiments/ holding a study.toml"),
+            )),
+    Command(("explain",), "where a run's time went, and why it differs from a baseline run",
+            "infralab.agent.cli:explain", (
+                arg("run", metavar="RUN", help="results folder or timeline .json"),
+                arg("--against", metavar="BASELINE", default=None, help="the run to compare with"),
+                arg("--json", action="store_true", help="print the JSON document (docs/explain.md)"),
+                arg("--metric", choices=("auto", "e2e", "ttft", "span"), default="auto",
+                    help="what to explain: mean E2E or TTFT (results folders), span (timelines)"),
+                arg("--top", type=positive_int, default=10, metavar="N", help="requests/steps listed"),
+                arg("--overlap", nargs=2, action="append", metavar=("A", "B"), default=None,
+                    help="an interval-set pair to compare, each TRACK[:NAMES[:OPS]] "
+                         "(repeatable; replaces the default pairs)"),
+            ),
+            description="RUN and BASELINE: a results folder of `infralab sim run`, or a timeline .json "
+                        "(e.g. `infralab gil run` writes DIR/timelines/<scenario>-held.json and -released.json)."),
+    Command(("search",), "explore a configuration space with the simulator: best configurations and the Pareto front",
+            "infralab.agent.cli:search", (
+                arg("space", metavar="SPACE.toml", help="search space (docs/explain.md)"),
+                arg("--out", metavar="DIR", default=None,
+                    help="results folder (default results/search/<SPACE file stem>)"),
+                arg("--jobs", type=positive_int, default=2, metavar="N", help="local processes (default 2)"),
+                arg("--json", action="store_true", help="print search.json on stdout"),
+                arg("--no-progress", action="store_true", help="no progress bar"),
+            )),
+)
+
+GROUPS = {
+    "sim": "discrete-event simulation of a serving cluster",
+    "kernels": "Triton kernels: numerics checks and microbenchmarks",
+    "gil": "host threads and the GIL: the KV-transfer vs prefill case study",
+}
+
+
+def add_args(parser: argparse.ArgumentParser, args: Sequence[Arg]) -> None:
+    for a in args:
+        parser.add_argument(*a.names, **a.options)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line from `COMMANDS` (no part of infralab is imported)."""
+    parser = argparse.ArgumentParser(prog="infralab", description="infralab: a testbed for LLM-serving hypotheses")
+    top = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    groups: dict[str, argparse._SubParsersAction] = {}
+    for command in COMMANDS:
+        if len(command.words) == 1:
+            sub = top.add_parser(command.words[0], help=command.help, description=command.description)
+        else:
+            group, word = command.words
+            if group not in groups:
+                holder = top.add_parser(group, help=GROUPS[group])
+                groups[group] = holder.add_subparsers(dest=f"{group}_command", required=True, metavar="SUBCOMMAND")
+            sub = groups[group].add_parser(word, help=command.help, description=command.description)
+        add_args(sub, command.args)
+        sub.set_defaults(handler=command.handler)
     return parser
+
+
+def resolve(handler: str) -> Callable[[argparse.Namespace], int | None]:
+    """Import "module:function" and return the function."""
+    module, _, name = handler.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse a command line (argparse exits with status 2 on unknown flags)."""
+    return build_parser().parse_args(argv)
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    """Run the parsed command's handler; InputError propagates (main turns it into one line)."""
+    return int(resolve(args.handler)(args) or 0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; bad input prints one line `error: ...` and exits with status 2."""
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     try:
-        return int(args.handler(args) or 0)
+        return dispatch(args)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

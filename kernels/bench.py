@@ -280,13 +280,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Standalone entry (`python -m infralab.kernels.bench`): the same flags as `infralab kernels bench`."""
     import argparse
 
-    from infralab.kernels.bench_cli import add_bench_arguments, run_bench_args
+    from infralab.cli import BENCH_ARGS, add_args
+    from infralab.kernels.cli import bench
 
     parser = argparse.ArgumentParser(prog="python -m infralab.kernels.bench", description=__doc__.splitlines()[0])
-    add_bench_arguments(parser)
+    add_args(parser, BENCH_ARGS)
     args = parser.parse_args(argv)
     try:
-        return run_bench_args(args)
+        return bench(args)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,4 +1,6 @@
-"""Subcommands of `infralab` that belong to `infralab.kernels`."""
+"""Handlers of the `infralab kernels ...` commands (flags in the command table, infralab/cli.py).
+
+Light on purpose: torch and triton are imported by the handlers, not here."""
 
 from __future__ import annotations
 
@@ -6,31 +8,7 @@ import argparse
 import json
 
 from infralab.errors import InputError
-from infralab.kernels.bench_cli import register_bench
 from infralab.kernels.interpreter import use_interpreter_without_gpu
-
-
-def register(commands: argparse._SubParsersAction) -> None:
-    """Add this part's subcommands; each sets `handler=` to a function(args) -> exit code."""
-    kernels = commands.add_parser("kernels", help="Triton kernels: numerics checks and microbenchmarks")
-    sub = kernels.add_subparsers(dest="kernels_command", required=True, metavar="SUBCOMMAND")
-    _register_check(sub)
-    register_bench(sub)
-
-
-# --------------------------------------------------------------------------------------------
-# infralab kernels check
-# --------------------------------------------------------------------------------------------
-
-
-def _register_check(sub: argparse._SubParsersAction) -> None:
-    check = sub.add_parser("check", help="every kernel vs its reference and under every TP split; "
-                                         "exit 1 if any check fails")
-    check.add_argument("--json", action="store_true", help="print the full report as JSON")
-    check.add_argument("--tp", default="1,2,4,8", help="comma-separated TP degrees (default 1,2,4,8)")
-    check.add_argument("--kernels", default=None,
-                       help="comma-separated kernel names to check (default: all)")
-    check.set_defaults(handler=_run_check)
 
 
 def parse_tp_degrees(text: str) -> tuple[int, ...]:
@@ -45,7 +23,8 @@ def parse_tp_degrees(text: str) -> tuple[int, ...]:
     return degrees
 
 
-def _run_check(args: argparse.Namespace) -> int:
+def check(args: argparse.Namespace) -> int:
+    """`infralab kernels check [--json] [--tp 1,2,4,8] [--kernels NAME,...]`."""
     degrees = parse_tp_degrees(args.tp)
     device = use_interpreter_without_gpu()
     from infralab.kernels.check import run_checks, suites
@@ -100,3 +79,10 @@ def _partition_lines(report) -> list[str]:
                          f"{row['max_abs_vs_unsplit']:>18.3g} {row['rel_fro_vs_unsplit']:>18.3g} "
                          f"{row['rel_fro_vs_fp32_unsplit']:>15.3g} {row['rel_fro_vs_float64_split']:>9.3g}")
     return lines
+
+
+def bench(args: argparse.Namespace) -> int:
+    """`infralab kernels bench [--out FILE.csv] [--grid small|full] [--kernels ...] [--no-progress]`."""
+    from infralab.kernels.bench import bench_command
+
+    return bench_command(args.kernels, args.grid, args.out, progress=not args.no_progress)

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, Union, get_args
 from pydantic import Field
 from pydantic.dataclasses import dataclass
 
+from infralab import locations
 from infralab.config_io import STRICT, load_toml, validate
 from infralab.errors import InputError
 
@@ -232,17 +233,21 @@ def load_config(path: str | Path) -> tuple[SimConfig, Path]:
 
 
 def resolve_path(value: str, base_dir: Path) -> Path:
-    """A path from a config: absolute as written, relative against the config's folder."""
-    p = Path(value).expanduser()
-    return p if p.is_absolute() else base_dir / p
+    """A path from a config: `@data/...` under the shared data folder, absolute as written, else
+    relative against the config's folder (the rule of `infralab.locations`)."""
+    return locations.resolve_path(value, base_dir)
 
 
 def _require_file(value: str, base_dir: Path, where: str, what: str) -> None:
-    if not resolve_path(value, base_dir).is_file():
+    try:
+        resolved = resolve_path(value, base_dir)
+    except InputError as exc:  # an @data/ path with no shared data folder: blame the field too
+        raise InputError(where, f"{value}: {exc.where} {exc.problem}", exc.expected) from None
+    if not resolved.is_file():
         raise InputError(
             where,
-            f"file not found: {value} (resolved to {resolve_path(value, base_dir)})",
-            f"an existing {what} file; relative paths resolve against the config's folder",
+            f"file not found: {value} (resolved to {resolved})",
+            f"an existing {what} file; relative paths resolve against the config's folder, @data/ paths against the shared data folder",
         )
 
 

@@ -3,7 +3,6 @@ pointing at its cause, and the JSON schema of docs/explain.md."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -13,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infralab.agent import explain_cli
+from infralab.cli import dispatch, parse
 from infralab.agent.explain import PHASES, explain, gil_waits, request_phases
 from infralab.agent.interval_sets import parse_selector
 from infralab.agent.run_dir import LoadedRun, load_run
@@ -384,15 +383,13 @@ def test_schema_of_every_kind_of_explanation(slower_transfer):
 
 
 def test_cli_json_and_text(slower_transfer, capsys):
-    parser = argparse.ArgumentParser()
-    explain_cli.register(parser.add_subparsers())
     run, base = slower_transfer
-    args = parser.parse_args(["explain", run.source, "--against", base.source, "--json"])
-    assert args.handler(args) == 0
+    args = parse(["explain", run.source, "--against", base.source, "--json"])
+    assert dispatch(args) == 0
     doc = json.loads(capsys.readouterr().out)
     check_schema(doc)
     assert doc["causes"][0]["key"] == "kv_transfer"
-    args = parser.parse_args(["explain", run.source, "--against", base.source])
-    assert args.handler(args) == 0
+    args = parse(["explain", run.source, "--against", base.source])
+    assert dispatch(args) == 0
     text = capsys.readouterr().out
     assert "[phase] kv_transfer" in text.splitlines()[4]

@@ -1,13 +1,12 @@
 """The validator ladder: each validator on a tiny case, the escalation rule on constructed noisy and
 clear results, and the JSON schema of `infralab test --json` (docs/agent.md)."""
 
-import argparse
 import json
 from pathlib import Path
 
 import pytest
 
-from infralab.agent import commands
+from infralab.cli import dispatch, parse
 from infralab.agent.findings import Evidence, Finding, Where
 from infralab.agent.hypothesis import load_hypothesis
 from infralab.agent.validators import ladder
@@ -334,10 +333,8 @@ def check_schema(d):
 
 def test_json_schema_via_the_command(fakes, capsys, tmp_path):
     hyp = fakes(sim=Fake("sim", NOISY), real=Fake("real", CLEAR))
-    parser = argparse.ArgumentParser()
-    commands.register(parser.add_subparsers())
-    args = parser.parse_args(["test", hyp.source, "--json", "--out", str(tmp_path / "out")])
-    code = args.handler(args)
+    args = parse(["test", hyp.source, "--json", "--out", str(tmp_path / "out")])
+    code = dispatch(args)
     d = json.loads(capsys.readouterr().out)
     check_schema(d)
     assert code == 0 and d["verdict"] == "accepted" and d["decided_by"] == "real"

@@ -1,14 +1,13 @@
 """`infralab reproduce --quick`: every study runs through `infralab test`, and the report folder holds
 report.md, report.json, the figures and a verdict per study."""
 
-import argparse
 import json
 
 import pytest
 
-from infralab.agent import commands
 from infralab.agent.reproduce import reproduce
 from infralab.agent.studies import discover_studies
+from infralab.cli import dispatch, parse
 from infralab.errors import InputError
 
 VERDICTS = {"accepted", "rejected", "inconclusive", "partial", "unmeasured"}
@@ -38,8 +37,6 @@ def test_quick_reproduce_writes_a_complete_report(tmp_path):
 
 
 def test_unknown_study_is_an_input_error():
-    parser = argparse.ArgumentParser()
-    commands.register(parser.add_subparsers())
-    args = parser.parse_args(["reproduce", "--study", "nope"])
+    args = parse(["reproduce", "--study", "nope"])
     with pytest.raises(InputError, match="--study.*'nope'"):
-        args.handler(args)
+        dispatch(args)

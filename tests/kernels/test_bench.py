@@ -4,7 +4,6 @@ and the written table is the documented format (the simulator's reader accepts i
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pytest
 from infralab.errors import InputError
 from infralab.kernels.bench import all_cases, main, parse_grid, parse_kernels, run_bench, work_for
 from infralab.kernels.bench_cases import KERNELS, SMALL, ShapeGrid, attention, bhkv, mnk, tokens
-from infralab.kernels.bench_cli import register_bench, run_bench_args
+from infralab.cli import parse
 from infralab.kernels.calibration import COLUMNS, read_table
 
 TINY = ShapeGrid(
@@ -118,12 +117,9 @@ def test_standalone_entry_reports_bad_flags_as_one_line(capsys, tmp_path: Path) 
     assert not list(tmp_path.iterdir())
 
 
-def test_register_bench_adds_the_subcommand() -> None:
-    parser = argparse.ArgumentParser(prog="infralab kernels")
-    commands = parser.add_subparsers(dest="command", required=True)
-    register_bench(commands)
-    args = parser.parse_args(["bench", "--grid", "full", "--kernels", "matmul", "--out", "x.csv"])
-    assert args.handler is run_bench_args
+def test_the_command_table_routes_bench_to_its_handler() -> None:
+    args = parse(["kernels", "bench", "--grid", "full", "--kernels", "matmul", "--out", "x.csv"])
+    assert args.handler == "infralab.kernels.cli:bench"
     assert (args.grid, args.kernels, args.out) == ("full", "matmul", "x.csv")
 
 
