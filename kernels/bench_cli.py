@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 
+from infralab.kernels.registry import OPS
+
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of `bench` (shared by the CLI hub and `python -m infralab.kernels.bench`)."""
@@ -15,8 +17,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grid", default="small", metavar="small|full",
                         help="shape grid: 'small' runs on a CPU in under a minute, 'full' is for GPUs (default: small)")
     parser.add_argument("--kernels", default="all", metavar="NAME,...",
-                        help="comma-separated kernels: matmul, w8a8_matmul, kda_decode, paged_decode_attention, "
-                             "kv_quantize (default: all)")
+                        help=f"comma-separated kernels: {', '.join(OPS)} (default: all)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 

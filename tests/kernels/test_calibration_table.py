@@ -22,6 +22,7 @@ from infralab.kernels.calibration import (
     write_table,
 )
 from infralab.kernels.device_peaks import H100_PCIE, H100_SXM, H200, peaks_for
+from infralab.work_formulas import Transcendentals
 
 DOC_COLUMNS = ("kernel,variant,shape,dtype,device,median_s,bytes,flops,achieved_gbps,achieved_tflops,"
                "roofline_fraction,divisions,transcendentals,repeated_elementwise")
@@ -31,7 +32,8 @@ PEAKS = DevicePeaks("test", memory_bytes_per_s=1e12, flops_per_s={"fp32": 1e13})
 
 def sample_row(median_s: float = 2.5e-5, kernel: str = "kda_decode", variant: str = "v3", device: str = "cpu",
                peaks: DevicePeaks | None = None):
-    work = WorkCounts(bytes=272_629_760, flops=1_234_567, divisions=64, transcendentals=24_832, repeated_elementwise=0)
+    work = WorkCounts(bytes=272_629_760, flops=1_234_567, divisions=64, transcendentals=Transcendentals(exp=24_832),
+                      repeated_elementwise=0)
     shape = (("B", 64), ("H", 32), ("K", 128), ("V", 128))
     return make_row(kernel, variant, shape, "fp32", device, median_s, work, peaks, "fp32")
 
