@@ -7,11 +7,17 @@ Torch and triton are imported inside the functions (this module is imported by t
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infralab.errors import InputError
 from infralab.kernels.kernel_op import KernelOp, lazy
 from infralab.work_formulas import F32, WorkCounts
+
+if TYPE_CHECKING:  # torch-free at run time
+    import torch
+
+    from infralab.kernels.bench_cases import BenchCase, ShapeGrid
+    from infralab.kernels.partition import Split
 
 DECODE_VARIANTS = ("v1", "v2", "v3")  # `kda_decode.VARIANTS` (checked by a test)
 VARIANTS = (*DECODE_VARIANTS, "replay")
@@ -82,7 +88,7 @@ class KdaDecodePartition:
             outs.append(o)
         return {"o": torch.stack(outs), "state": state}
 
-    def shards(self, inputs: dict, split: Any) -> list[dict]:
+    def shards(self, inputs: dict, split: Split) -> list[dict]:
         from infralab.kernels.partition import chunks
 
         if split.kind == "none":
@@ -97,14 +103,14 @@ class KdaDecodePartition:
                   for n, t in inputs.items()}
         return [{n: pieces[n][i] for n in inputs} for i in range(split.parts)]
 
-    def combine(self, outputs: list[dict], split: Any) -> dict:
+    def combine(self, outputs: list[dict], split: Split) -> dict:
         import torch
 
         o_axis, state_axis = (2, 1) if split.kind == "head" else (1, 0)
         return {"o": torch.cat([x["o"] for x in outputs], o_axis),
                 "state": torch.cat([x["state"] for x in outputs], state_axis)}
 
-    def expects_bitwise(self, split: Any, dims: Mapping[str, int]) -> bool:
+    def expects_bitwise(self, split: Split, dims: Mapping[str, int]) -> bool:
         return split.kind in ("none", "head", "batch")
 
 
@@ -115,7 +121,7 @@ def partition_adapter() -> KdaDecodePartition:
 # ---- bench ----------------------------------------------------------------------------------------
 
 
-def bench_cases(grid: Any, on_gpu: bool) -> list:
+def bench_cases(grid: ShapeGrid, on_gpu: bool) -> list[BenchCase]:
     """v1, v2, v3 per shape of `grid.kda_decode` (B, H, K, V); a ReplaySSM row with ring length
     `grid.kda_replay_ring` (L) unless it is 0."""
     from infralab.kernels.bench_cases import BenchCase
@@ -129,7 +135,7 @@ def bench_cases(grid: Any, on_gpu: bool) -> list:
     return out
 
 
-def kda_inputs(dims: Mapping[str, int], device: str, gen: Any):
+def kda_inputs(dims: Mapping[str, int], device: str, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
     """q, k, v, g_raw, b, A_log, dt_bias, state for one decode step at dims B, H, K, V (float32)."""
     import torch
 
@@ -146,7 +152,7 @@ def kda_inputs(dims: Mapping[str, int], device: str, gen: Any):
     return q, key, val, g, beta, a_log, dt_bias, state
 
 
-def prepare(case: Any, device: str, gen: Any, use_triton: bool):
+def prepare(case: BenchCase, device: str, gen: torch.Generator, use_triton: bool) -> Callable[[], object]:
     import torch
 
     dims = case.dims()

@@ -6,16 +6,21 @@ Torch is imported inside the functions (this module is imported by the registry)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from infralab.kernels.kernel_op import KernelOp
 from infralab.work_formulas import WorkCounts, kv_quantize_counts
 
+if TYPE_CHECKING:  # torch-free at run time
+    import torch
+
+    from infralab.kernels.bench_cases import BenchCase, ShapeGrid
+
 QUANT_DTYPES = ("int8", "fp8e4m3", "bf16")  # fp32 "quantisation" is a copy
 
 
-def bench_cases(grid: Any, on_gpu: bool) -> list:
+def bench_cases(grid: ShapeGrid, on_gpu: bool) -> list[BenchCase]:
     """Every dtype per shape of `grid.kv_quantize`, as "torch" rows everywhere (no Triton kernel)."""
     from infralab.kernels.bench_cases import TORCH_BASELINE, BenchCase
 
@@ -23,7 +28,7 @@ def bench_cases(grid: Any, on_gpu: bool) -> list:
             for shape in grid.kv_quantize for d in QUANT_DTYPES]
 
 
-def prepare(case: Any, device: str, gen: Any, use_triton: bool):
+def prepare(case: BenchCase, device: str, gen: torch.Generator, use_triton: bool) -> Callable[[], object]:
     from infralab.kernels.bench_cases import randn
     from infralab.kernels.kv_quant import quantize_kv
 

@@ -4,12 +4,18 @@ Torch and triton are imported inside the functions (this module is imported by t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from infralab.errors import InputError
 from infralab.kernels.kernel_op import KernelOp, lazy
 from infralab.work_formulas import WorkCounts, matmul_counts, torch_matmul_counts
+
+if TYPE_CHECKING:  # torch-free at run time
+    import torch
+
+    from infralab.kernels.bench_cases import BenchCase, ShapeGrid
+    from infralab.kernels.partition import Split
 
 PRECISIONS = ("fp32", "tf32", "3xtf32")  # the kernel's variants (`matmul.PRECISIONS`, checked by a test)
 CHECK_BLOCKS = (16, 128, 128)
@@ -45,7 +51,7 @@ class MatmulPartition:
 
         return {"C": matmul_float64(inputs["A"], inputs["B"])}
 
-    def shards(self, inputs: dict, split: Any) -> list[dict]:
+    def shards(self, inputs: dict, split: Split) -> list[dict]:
         from infralab.kernels.partition import chunks
 
         a, b = inputs["A"], inputs["B"]
@@ -59,7 +65,7 @@ class MatmulPartition:
             return [{"A": part, "B": b} for part in chunks(a, 0, split.parts)]
         raise InputError("split.kind", f"{split.kind!r} does not apply to matmul", "none, column, row or batch")
 
-    def combine(self, outputs: list[dict], split: Any) -> dict:
+    def combine(self, outputs: list[dict], split: Split) -> dict:
         import torch
 
         from infralab.kernels.partition import sum_partials
@@ -69,7 +75,7 @@ class MatmulPartition:
             return {"C": sum_partials(parts, split.reduction)}
         return {"C": torch.cat(parts, dim=0 if split.kind == "batch" else 1)}
 
-    def expects_bitwise(self, split: Any, dims: Mapping[str, int]) -> bool:
+    def expects_bitwise(self, split: Split, dims: Mapping[str, int]) -> bool:
         """Column (batch) splits are bitwise only when every shard is a whole number of BLOCK_N
         (BLOCK_M) tiles: an element's summation order may depend on its position inside the tile
         (numpy's sgemm in the interpreter does; so may a GPU's MMA layout). Row splits never are."""
@@ -85,7 +91,7 @@ class MatmulPartition:
         return False
 
 
-def bench_cases(grid: Any, on_gpu: bool) -> list:
+def bench_cases(grid: ShapeGrid, on_gpu: bool) -> list[BenchCase]:
     """Each precision per shape of `grid.matmul`; on a GPU also torch's FP32 and BF16 matmul."""
     from infralab.kernels.bench_cases import TORCH_BASELINE, BenchCase
 
@@ -97,7 +103,7 @@ def bench_cases(grid: Any, on_gpu: bool) -> list:
     return out
 
 
-def prepare(case: Any, device: str, gen: Any, use_triton: bool):
+def prepare(case: BenchCase, device: str, gen: torch.Generator, use_triton: bool) -> Callable[[], object]:
     import torch
 
     from infralab.kernels.bench_cases import TORCH_BASELINE, randn

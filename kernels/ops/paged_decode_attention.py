@@ -6,12 +6,18 @@ Torch and triton are imported inside the functions (this module is imported by t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from infralab.errors import InputError
 from infralab.kernels.kernel_op import KernelOp, lazy
 from infralab.work_formulas import WorkCounts, paged_attention_counts
+
+if TYPE_CHECKING:  # torch-free at run time
+    import torch
+
+    from infralab.kernels.bench_cases import BenchCase, ShapeGrid
+    from infralab.kernels.partition import Split
 
 KV_DTYPES = ("int8", "fp8e4m3", "bf16", "fp32")  # `kv_quant.KV_DTYPES` (checked by a test)
 
@@ -59,7 +65,7 @@ class PagedAttentionPartition:
                                                 c.block_table, c.context_lens, c.kv_dtype,
                                                 compute_dtype=torch.float64)}
 
-    def shards(self, inputs: dict, split: Any) -> list[dict]:
+    def shards(self, inputs: dict, split: Split) -> list[dict]:
         import torch
 
         from infralab.kernels.kv_quant import PagedKV
@@ -85,16 +91,16 @@ class PagedAttentionPartition:
                     for part, table, n in zip(torch.split(q, rows), tables, lens)]
         raise InputError("split.kind", f"{split.kind!r} does not apply to paged attention", "none, head or batch")
 
-    def combine(self, outputs: list[dict], split: Any) -> dict:
+    def combine(self, outputs: list[dict], split: Split) -> dict:
         import torch
 
         return {"o": torch.cat([x["o"] for x in outputs], 1 if split.kind == "head" else 0)}
 
-    def expects_bitwise(self, split: Any, dims: Mapping[str, int]) -> bool:
+    def expects_bitwise(self, split: Split, dims: Mapping[str, int]) -> bool:
         return split.kind in ("none", "head", "batch")
 
 
-def bench_cases(grid: Any, on_gpu: bool) -> list:
+def bench_cases(grid: ShapeGrid, on_gpu: bool) -> list[BenchCase]:
     """Every cache dtype per shape of `grid.paged_decode_attention`."""
     from infralab.kernels.bench_cases import BenchCase
 
@@ -102,7 +108,7 @@ def bench_cases(grid: Any, on_gpu: bool) -> list:
             for shape in grid.paged_decode_attention for d in KV_DTYPES]
 
 
-def prepare(case: Any, device: str, gen: Any, use_triton: bool):
+def prepare(case: BenchCase, device: str, gen: torch.Generator, use_triton: bool) -> Callable[[], object]:
     import torch
 
     from infralab.kernels.bench_cases import randn

@@ -5,14 +5,19 @@ Torch and triton are imported inside the functions (this module is imported by t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from infralab.kernels.kernel_op import KernelOp, lazy
 from infralab.work_formulas import WorkCounts, w8a8_counts
 
+if TYPE_CHECKING:  # torch-free at run time
+    import torch
 
-def bench_cases(grid: Any, on_gpu: bool) -> list:
+    from infralab.kernels.bench_cases import BenchCase, ShapeGrid
+
+
+def bench_cases(grid: ShapeGrid, on_gpu: bool) -> list[BenchCase]:
     """The kernel per shape of `grid.w8a8_matmul`; on a GPU also torch's BF16 matmul, the baseline
     the W8A8 target is measured against (a `matmul` row)."""
     from infralab.kernels.bench_cases import TORCH_BASELINE, BenchCase
@@ -25,7 +30,7 @@ def bench_cases(grid: Any, on_gpu: bool) -> list:
     return out
 
 
-def prepare(case: Any, device: str, gen: Any, use_triton: bool):
+def prepare(case: BenchCase, device: str, gen: torch.Generator, use_triton: bool) -> Callable[[], object]:
     import torch
 
     from infralab.kernels.bench_cases import randn
