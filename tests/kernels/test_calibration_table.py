@@ -179,3 +179,14 @@ def test_device_peaks_by_torch_device_name() -> None:
     # 3xTF32 runs three TF32 products per useful one
     assert H200.flops_per_s["3xtf32"] == pytest.approx(H200.flops_per_s["tf32"] / 3)
     assert all(math.isfinite(v) and v > 0 for v in H200.flops_per_s.values())
+
+
+def test_work_of_several_steps_is_written_per_step() -> None:
+    """A ReplaySSM row covers a ring cycle: each count is divided by the steps and rounded."""
+    cycle = WorkCounts(bytes=4_000_002, flops=30, divisions=7, transcendentals=Transcendentals(exp=5, log=2, rsqrt=1),
+                       repeated_elementwise=3, steps=4, programs=12)
+    row = make_row("kda_decode", "replay", (("B", 1), ("L", 4)), "fp32", "cpu", 1e-3, cycle, None, "fp32")
+    assert (row.bytes, row.flops, row.divisions, row.transcendentals, row.repeated_elementwise) == \
+        (1_000_000, 8, 2, 2, 1)  # 1000000.5 -> 1000000 (half to even), 7.5 -> 8, 1.75, 8/4 = 2, 0.75
+    assert row.achieved_gbps == pytest.approx(1_000_000 / 1e-3 / 1e9)
+    assert cycle.per_step()["transcendentals"] == 2.0 and cycle.per_step()["programs"] == 3.0
