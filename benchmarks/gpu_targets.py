@@ -161,7 +161,7 @@ def fla_kda_time(run: TargetRun) -> tuple[float | None, str]:
         return None, f"{FLA_MISSING}: {type(exc).__name__}: {exc}"
     import torch
 
-    from infralab.kernels.bench_cases import kda_inputs
+    from infralab.kernels.ops.kda_decode import kda_inputs
     from infralab.kernels.kda_decode import kda_decode_ref
 
     gen = torch.Generator(device=run.device).manual_seed(0)

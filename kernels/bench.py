@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from infralab.errors import InputError
-from infralab.kernels.bench_cases import GRIDS, KERNELS, TORCH_BASELINE, BenchCase, ShapeGrid, cases_for, prepare
+from infralab.kernels.bench_cases import GRIDS, KERNELS, BenchCase, ShapeGrid, cases_for, prepare
 from infralab.kernels.calibration import CalibrationRow, DevicePeaks, WorkCounts, make_row, write_table
 from infralab.kernels.interpreter import kernel_device
 
@@ -101,54 +101,11 @@ def gpu_timer(warmup_ms: int = 25, rep_ms: int = 100) -> Timer:
 
 
 def work_for(case: BenchCase) -> WorkCounts:
-    """Static work of one call of `case` (per decode step for ReplaySSM, amortised over its cycle)."""
-    from infralab.kernels import work_counts_gemm_attention as wc
+    """Static work of one call of `case`, from its op's registered counts (a ReplaySSM row covers a
+    whole ring cycle, `steps` = L; `make_row` divides it per decode step)."""
+    from infralab.kernels.registry import work_counts
 
-    d = case.dims()
-    if case.kernel == "matmul":
-        if case.variant == TORCH_BASELINE:
-            return wc.torch_matmul_counts(case.dtype, d["M"], d["N"], d["K"])
-        from infralab.kernels.matmul import DEFAULT_BLOCKS
-
-        return wc.matmul_counts(case.variant, d["M"], d["N"], d["K"], DEFAULT_BLOCKS[0], DEFAULT_BLOCKS[1])
-    if case.kernel == "w8a8_matmul":
-        return wc.w8a8_counts(d["M"], d["N"], d["K"])
-    if case.kernel == "kda_decode":
-        return _kda_work(case)
-    if case.kernel == "paged_decode_attention":
-        from infralab.kernels.kv_quant import BLOCK_SIZE, SCALED, kv_bytes_per_token
-
-        return wc.paged_attention_counts(kv_bytes_per_token(case.dtype, d["HKV"], d["D"]), SCALED[case.dtype],
-                                         d["B"], d["H"], d["HKV"], d["D"], d["T"], BLOCK_SIZE)
-    if case.kernel == "kv_quantize":
-        from infralab.kernels.kv_quant import SCALED, STORAGE_DTYPE
-
-        payload = STORAGE_DTYPE[case.dtype].itemsize
-        return wc.kv_quantize_counts(payload, SCALED[case.dtype], d["T"], d["HKV"], d["D"])
-    raise ValueError(f"no work counts for kernel {case.kernel!r}")
-
-
-def _kda_work(case: BenchCase) -> WorkCounts:
-    """KDA counts from `work_counts` (K2's registry); ReplaySSM's cycle divided by its steps."""
-    from infralab.kernels.work_counts import work_counts
-
-    d = case.dims()
-    shape = {"batch": d["B"], "heads": d["H"], "head_k": d["K"], "head_v": d["V"]}
-    if case.variant == "replay":
-        shape["ring_len"] = d["L"]
-    counts = work_counts("kda_decode", case.variant, **shape)
-    steps = counts.steps
-
-    def per_step(value: int) -> int:
-        return round(value / steps)
-
-    return WorkCounts(
-        bytes=per_step(counts.bytes),
-        flops=per_step(counts.flops),
-        divisions=per_step(counts.divisions),
-        transcendentals=per_step(counts.transcendentals.total),
-        repeated_elementwise=per_step(counts.repeated_elementwise),
-    )
+    return work_counts(case.kernel, case.variant, case.dims(), case.dtype)
 
 
 # ---- the benchmark -------------------------------------------------------------------------------

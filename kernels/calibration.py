@@ -3,7 +3,7 @@
 The format itself (columns, the row, reading and rendering the CSV) is `infralab.calibration_table`,
 shared with the simulator's reader (`infralab.sim.calibration`) without the two parts importing each
 other; docs/calibration.md is the contract. Its names are re-exported here so that kernels code and
-its tests keep one import.
+its tests keep one import. `WorkCounts` is the shared layer's (`infralab.work_formulas`).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from infralab.calibration_table import (
     render_table,
 )
 from infralab.errors import InputError
+from infralab.work_formulas import WorkCounts
 
 __all__ = [
     "COLUMNS",
@@ -44,19 +45,6 @@ __all__ = [
     "render_table",
     "write_table",
 ]
-
-
-@dataclass(frozen=True)
-class WorkCounts:
-    """Static work of one call: bytes moved to/from device memory, FLOPs, and counts of the
-    operations the KDA tuning story is about (divisions, transcendentals, elementwise work
-    repeated across tiles). All are per call, independent of the device."""
-
-    bytes: int
-    flops: int
-    divisions: int = 0
-    transcendentals: int = 0
-    repeated_elementwise: int = 0
 
 
 @dataclass(frozen=True)
@@ -81,12 +69,18 @@ def make_row(
 ) -> CalibrationRow:
     """A row with its derived columns: achieved rates from `work` over `median_s` seconds, and the
     roofline fraction against `peaks` (FLOP/s of the `compute` mode; 0 when `peaks` is None or does
-    not list `compute`)."""
+    not list `compute`). `median_s` and the row's counts are per decode step: work covering several
+    steps (a ReplaySSM cycle) is divided by them and rounded to whole operations."""
     if not (median_s > 0 and math.isfinite(median_s)):
         raise ValueError(f"median_s must be a positive finite number of seconds, got {median_s!r}")
+
+    def per_step(count: int) -> int:
+        return count if work.steps == 1 else round(count / work.steps)
+
+    bytes_, flops = per_step(work.bytes), per_step(work.flops)
     fraction = 0.0
     if peaks is not None and compute in peaks.flops_per_s:
-        floor_s = max(work.bytes / peaks.memory_bytes_per_s, work.flops / peaks.flops_per_s[compute])
+        floor_s = max(bytes_ / peaks.memory_bytes_per_s, flops / peaks.flops_per_s[compute])
         fraction = floor_s / median_s
     return CalibrationRow(
         kernel=kernel,
@@ -95,14 +89,14 @@ def make_row(
         dtype=dtype,
         device=device,
         median_s=median_s,
-        bytes=work.bytes,
-        flops=work.flops,
-        achieved_gbps=work.bytes / median_s / 1e9,
-        achieved_tflops=work.flops / median_s / 1e12,
+        bytes=bytes_,
+        flops=flops,
+        achieved_gbps=bytes_ / median_s / 1e9,
+        achieved_tflops=flops / median_s / 1e12,
         roofline_fraction=fraction,
-        divisions=work.divisions,
-        transcendentals=work.transcendentals,
-        repeated_elementwise=work.repeated_elementwise,
+        divisions=per_step(work.divisions),
+        transcendentals=per_step(work.transcendentals.total),
+        repeated_elementwise=per_step(work.repeated_elementwise),
     )
 
 

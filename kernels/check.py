@@ -18,17 +18,17 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from infralab.kernels.compare import Comparison, compare
+from infralab.kernels.ops.kda_decode import CHECK_RING_LEN
+from infralab.kernels.ops.matmul import CHECK_BLOCKS, MatmulPartition
 from infralab.kernels.partition import (
     HeadSplitKernelSpec,
-    KdaDecodePartition,
-    MatmulPartition,
-    PagedAttentionPartition,
     PartitionedKernel,
     PartitionResult,
     PartitionTask,
     run_task,
     tasks_for,
 )
+from infralab.kernels.registry import CHECK_ORDER, OPS, partition_adapter
 
 # Relative Frobenius error against float64 on N(0,1) data. Measured (see tests/kernels/test_matmul.py):
 # fp32 ~2e-7, tf32 ~3e-4, 3xtf32 ~2e-7 for K = 256..16384; the bounds leave a 3-5x margin.
@@ -155,7 +155,7 @@ def partition_findings(result: PartitionResult, kernel: PartitionedKernel, dtype
 
 # (M, K, N): one shape that is a multiple of nothing, one with a long reduction.
 MATMUL_NUMERICS_SHAPES = ((33, 300, 70), (16, 4096, 48))
-MATMUL_CHECK_BLOCKS = (16, 128, 128)
+MATMUL_CHECK_BLOCKS = CHECK_BLOCKS
 
 
 def matmul_numerics() -> list[Finding]:
@@ -225,7 +225,7 @@ def _rounding_findings(gen: torch.Generator) -> list[Finding]:
 def matmul_partition(tp_degrees: Sequence[int]) -> tuple[list[Finding], dict]:
     """Every TP task of `tasks_for("matmul", tp)` (sequential K sums; tree sums too for tp >= 4),
     plus the K-split drift table of TF32 vs 3xTF32."""
-    kernel = MatmulPartition(MATMUL_CHECK_BLOCKS)
+    kernel = partition_adapter("matmul")
     cache: dict = {}
     findings, drift = [], []
     for tp in tp_degrees:
@@ -279,16 +279,16 @@ def matmul_suite(tp_degrees: Sequence[int]) -> tuple[list[Finding], dict]:
 # tests/kernels/test_kda_decode.py and test_replay_ssm.py (float32 state carried over many steps).
 KDA_TOLERANCES = {"o": (1e-6, 1e-5), "state": (2e-6, 1e-5)}
 KDA_SPEC = HeadSplitKernelSpec(
-    kernel="kda_decode", role="linear_attn.kda_decode", variants=("v1", "v2", "v3", "replay"),
+    kernel="kda_decode", role="linear_attn.kda_decode", variants=OPS["kda_decode"].variants,
     shape=(("S", 3), ("B", 1), ("H", 8), ("K", 32), ("V", 48)),  # V not a power of two
 )
-KDA_RING_LEN = 2  # 3 steps: one flush, then a partly filled ring
+KDA_RING_LEN = CHECK_RING_LEN  # 3 steps: one flush, then a partly filled ring
 
 # Paged attention: kernel vs its float64 reference on the same quantised cache (stated in
 # tests/kernels/test_paged_attention.py), and the quantisation error vs FP32 attention per dtype.
 ATTENTION_KERNEL_ATOL = 2e-6
 ATTENTION_SPEC = HeadSplitKernelSpec(
-    kernel="paged_decode_attention", role="attn.decode_attention", variants=("int8", "fp8e4m3", "bf16", "fp32"),
+    kernel="paged_decode_attention", role="attn.decode_attention", variants=OPS["paged_decode_attention"].variants,
     shape=(("B", 2), ("H", 16), ("HKV", 8), ("D", 40), ("T", 37)), head_dim_name="HKV",
 )
 
@@ -317,7 +317,7 @@ def head_parallel_partition(spec: HeadSplitKernelSpec, kernel: PartitionedKernel
 
 def kda_suite(tp_degrees: Sequence[int]) -> tuple[list[Finding], dict]:
     """Each variant over several steps vs the float64 reference; head and batch splits bitwise."""
-    kernel = KdaDecodePartition(KDA_RING_LEN)
+    kernel = partition_adapter("kda_decode")
     findings, cache = head_parallel_partition(KDA_SPEC, kernel, tp_degrees, lambda v: "fp32", 1e-5)
     shape = ";".join(f"{k}={v}" for k, v in KDA_SPEC.shape)
     for variant in KDA_SPEC.variants:
@@ -344,7 +344,7 @@ def attention_suite(tp_degrees: Sequence[int]) -> tuple[list[Finding], dict]:
     """Kernel vs reference per cache dtype, quantisation error vs FP32 attention, head/batch splits."""
     from infralab.kernels.paged_attention import kv_quant_report
 
-    kernel = PagedAttentionPartition()
+    kernel = partition_adapter("paged_decode_attention")
     findings, cache = head_parallel_partition(ATTENTION_SPEC, kernel, tp_degrees, lambda v: v, 1e-6)
     shape = ";".join(f"{k}={v}" for k, v in ATTENTION_SPEC.shape)
     for variant in ATTENTION_SPEC.variants:
@@ -410,9 +410,8 @@ Suite = Callable[[Sequence[int]], tuple[list[Finding], dict]]
 
 
 def suites() -> dict[str, Suite]:
-    """Kernel name -> suite, in report order."""
-    return {"matmul": matmul_suite, "kda_decode": kda_suite, "paged_decode_attention": attention_suite,
-            "w8a8_matmul": w8a8_suite}
+    """Kernel name -> suite (each op registers its own), in report order."""
+    return {name: OPS[name].check_suite for name in CHECK_ORDER}
 
 
 def verdict_for(kernel: str, findings: Sequence[Finding]) -> KernelVerdict:

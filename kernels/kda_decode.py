@@ -11,7 +11,8 @@ Per sequence b and head h (K = key head dim, V = value head dim, state S is K x 
     o     = S^T (q_hat * K^-1/2)
 
 `kda_decode_ref` is the plain torch reference (works in float64 too). Three Triton variants are
-kept side by side because the published tuning story is about their differences:
+kept side by side because the published tuning story is about their differences (v1 and v2 are one
+V-tiled kernel whose `DIVIDE` flag picks the prologue, `_prologue_divide` or `_prologue_rsqrt`):
 
 - `v1`: grid (B*H, V/BV) with BV = 32; every V tile reloads q, k, g_raw and recomputes both norms
   with one division per element, plus the gate.
@@ -232,54 +233,34 @@ def _update_tile(s_ptr, v_ptr, o_ptr, bi, hi, offs_k, k_mask, offs_v, v_mask,
 
 
 # ---------------------------------------------------------------------------------------------
-# The three kernels
+# The kernels: v1 and v2 (one V-tiled kernel, the prologue a compile-time flag) and v3
 # ---------------------------------------------------------------------------------------------
 
 
 @triton.jit
-def _kda_decode_v1_kernel(
+def _kda_decode_tiled_kernel(
     q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, alog_ptr, dtb_ptr, s_ptr, o_ptr,
     sq_b, sq_h, sq_k, sk_b, sk_h, sk_k, sv_b, sv_h, sv_v, sg_b, sg_h, sg_k, sb_b, sb_h,
     sa_h, sdt_h, sdt_k, ss_b, ss_h, ss_k, ss_v, so_b, so_h, so_v,
     H, HEAD_K: tl.constexpr, HEAD_V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    EPS: tl.constexpr, SCALE: tl.constexpr,
+    EPS: tl.constexpr, SCALE: tl.constexpr, DIVIDE: tl.constexpr,
 ):
+    """v1 (DIVIDE) and v2: one program per (sequence, head, V tile). They differ only in the
+    prologue, chosen at compile time, so each compiles to the code of its own kernel."""
     pid_bh = tl.program_id(0)
     pid_v = tl.program_id(1)
     bi = (pid_bh // H).to(tl.int64)
     hi = (pid_bh % H).to(tl.int64)
     offs_k = tl.arange(0, BK)
     k_mask = offs_k < HEAD_K
-    # Every V tile repeats this prologue: loads, two norms with per-element division, the gate.
+    # Every V tile repeats this prologue: loads, two norms and the gate.
     q, k, g_raw, dt_bias, a_log, b_raw = load_head_inputs(
         q_ptr, k_ptr, g_ptr, dtb_ptr, alog_ptr, b_ptr, bi, hi, offs_k, k_mask,
         sq_b, sq_h, sq_k, sk_b, sk_h, sk_k, sg_b, sg_h, sg_k, sdt_h, sdt_k, sa_h, sb_b, sb_h)
-    q_scaled, k_hat, decay, beta = _prologue_divide(q, k, g_raw, dt_bias, a_log, b_raw, EPS, SCALE)
-    offs_v = pid_v * BV + tl.arange(0, BV)
-    _update_tile(s_ptr, v_ptr, o_ptr, bi, hi, offs_k, k_mask, offs_v, offs_v < HEAD_V,
-                 q_scaled, k_hat, decay, beta,
-                 ss_b, ss_h, ss_k, ss_v, sv_b, sv_h, sv_v, so_b, so_h, so_v)
-
-
-@triton.jit
-def _kda_decode_v2_kernel(
-    q_ptr, k_ptr, v_ptr, g_ptr, b_ptr, alog_ptr, dtb_ptr, s_ptr, o_ptr,
-    sq_b, sq_h, sq_k, sk_b, sk_h, sk_k, sv_b, sv_h, sv_v, sg_b, sg_h, sg_k, sb_b, sb_h,
-    sa_h, sdt_h, sdt_k, ss_b, ss_h, ss_k, ss_v, so_b, so_h, so_v,
-    H, HEAD_K: tl.constexpr, HEAD_V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    EPS: tl.constexpr, SCALE: tl.constexpr,
-):
-    pid_bh = tl.program_id(0)
-    pid_v = tl.program_id(1)
-    bi = (pid_bh // H).to(tl.int64)
-    hi = (pid_bh % H).to(tl.int64)
-    offs_k = tl.arange(0, BK)
-    k_mask = offs_k < HEAD_K
-    # Same repeated prologue as v1, but rsqrt + multiplies instead of per-element division.
-    q, k, g_raw, dt_bias, a_log, b_raw = load_head_inputs(
-        q_ptr, k_ptr, g_ptr, dtb_ptr, alog_ptr, b_ptr, bi, hi, offs_k, k_mask,
-        sq_b, sq_h, sq_k, sk_b, sk_h, sk_k, sg_b, sg_h, sg_k, sdt_h, sdt_k, sa_h, sb_b, sb_h)
-    q_scaled, k_hat, decay, beta = _prologue_rsqrt(q, k, g_raw, dt_bias, a_log, b_raw, EPS, SCALE)
+    if DIVIDE:  # v1: a division per element
+        q_scaled, k_hat, decay, beta = _prologue_divide(q, k, g_raw, dt_bias, a_log, b_raw, EPS, SCALE)
+    else:  # v2: rsqrt + multiplies instead of per-element division
+        q_scaled, k_hat, decay, beta = _prologue_rsqrt(q, k, g_raw, dt_bias, a_log, b_raw, EPS, SCALE)
     offs_v = pid_v * BV + tl.arange(0, BV)
     _update_tile(s_ptr, v_ptr, o_ptr, bi, hi, offs_k, k_mask, offs_v, offs_v < HEAD_V,
                  q_scaled, k_hat, decay, beta,
@@ -312,7 +293,9 @@ def _kda_decode_v3_kernel(
                      ss_b, ss_h, ss_k, ss_v, sv_b, sv_h, sv_v, so_b, so_h, so_v)
 
 
-_KERNELS = {"v1": _kda_decode_v1_kernel, "v2": _kda_decode_v2_kernel, "v3": _kda_decode_v3_kernel}
+# variant -> (kernel, its compile-time flags)
+_KERNELS = {"v1": (_kda_decode_tiled_kernel, {"DIVIDE": True}), "v2": (_kda_decode_tiled_kernel, {"DIVIDE": False}),
+            "v3": (_kda_decode_v3_kernel, {})}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -417,12 +400,12 @@ def kda_decode(
 
 def launch_kda_decode(plan: KdaLaunchPlan, shape: KdaShape, q, k, v, g, b, A_log, dt_bias, state, out) -> None:
     """Launch the plan's kernel writing `out` [B,H,V] (any strides) and updating `state` in place."""
-    kernel = _KERNELS[plan.variant]
+    kernel, flags = _KERNELS[plan.variant]
     grid = (shape.batch * shape.heads, plan.programs_per_head)
     kernel[grid](
         q, k, v, g, b, A_log, dt_bias, state, out,
         *q.stride(), *k.stride(), *v.stride(), *g.stride(), *b.stride(),
         *A_log.stride(), *dt_bias.stride(), *state.stride(), *out.stride(),
         shape.heads, HEAD_K=shape.head_k, HEAD_V=shape.head_v, BK=plan.block_k, BV=plan.block_v,
-        EPS=NORM_EPS, SCALE=shape.head_k**-0.5, num_warps=plan.num_warps,
+        EPS=NORM_EPS, SCALE=shape.head_k**-0.5, num_warps=plan.num_warps, **flags,
     )

@@ -18,8 +18,9 @@ Combination rules (stated, because they decide bitwise equality):
   accumulator in the same way), only accuracy within the precision's tolerance against float64.
 
 Kernels plug in through `PartitionedKernel` (inputs for a shape, one run, how to shard, how to combine,
-float64 truth, whether a split must be bitwise). Adapters here: matmul, KDA decode (+ ReplaySSM),
-paged decode attention; they call only the kernels' public functions.
+float64 truth, whether a split must be bitwise). Each op registers its adapter with the op
+(`kernels/ops/<op>.py`; `registry.partition_adapter(name)`): matmul, KDA decode (+ ReplaySSM) and
+paged decode attention have one; they call only the kernels' public functions.
 """
 
 from __future__ import annotations
@@ -32,8 +33,7 @@ import torch
 
 from infralab.errors import InputError
 from infralab.kernels.compare import Comparison, compare
-from infralab.kernels.interpreter import kernel_device
-from infralab.kernels.matmul import PRECISIONS, matmul, matmul_float64
+from infralab.kernels.matmul import PRECISIONS
 
 SplitKind = Literal["none", "column", "row", "head", "batch"]
 Reduction = Literal["concat", "sequential", "tree"]
@@ -164,200 +164,20 @@ def sum_partials(partials: list[torch.Tensor], reduction: Reduction) -> torch.Te
     return level[0]
 
 
-class MatmulPartition:
-    """Matmul under column (N), row (K) and batch (M) splits. Inputs: A [M,K], B [K,N]; output C."""
-
-    name = "matmul"
-
-    def __init__(self, blocks: tuple[int, int, int] = (16, 128, 128)) -> None:
-        self.blocks = blocks
-
-    def make_inputs(self, dims: Mapping[str, int], variant: str, seed: int) -> Inputs:
-        # the same A and B for every precision, so precisions can be compared with each other
-        gen = torch.Generator().manual_seed(seed)
-        a = torch.randn(dims["M"], dims["K"], generator=gen)
-        b = torch.randn(dims["K"], dims["N"], generator=gen)
-        return {"A": a.to(kernel_device()), "B": b.to(kernel_device())}
-
-    def run(self, inputs: Tensors, variant: str) -> Tensors:
-        return {"C": matmul(inputs["A"], inputs["B"], variant, blocks=self.blocks)}
-
-    def float64(self, inputs: Tensors, variant: str) -> Tensors:
-        return {"C": matmul_float64(inputs["A"], inputs["B"])}
-
-    def shards(self, inputs: Tensors, split: Split) -> list[Tensors]:
-        a, b = inputs["A"], inputs["B"]
-        if split.kind == "none":
-            return [inputs]
-        if split.kind == "column":
-            return [{"A": a, "B": part} for part in chunks(b, 1, split.parts)]
-        if split.kind == "row":
-            return [{"A": pa, "B": pb} for pa, pb in zip(chunks(a, 1, split.parts), chunks(b, 0, split.parts))]
-        if split.kind == "batch":
-            return [{"A": part, "B": b} for part in chunks(a, 0, split.parts)]
-        raise InputError("split.kind", f"{split.kind!r} does not apply to matmul", "none, column, row or batch")
-
-    def combine(self, outputs: list[Tensors], split: Split) -> Tensors:
-        parts = [o["C"] for o in outputs]
-        if split.kind == "row":
-            return {"C": sum_partials(parts, split.reduction)}
-        return {"C": torch.cat(parts, dim=0 if split.kind == "batch" else 1)}
-
-    def expects_bitwise(self, split: Split, dims: Mapping[str, int]) -> bool:
-        """Column (batch) splits are bitwise only when every shard is a whole number of BLOCK_N
-        (BLOCK_M) tiles: an element's summation order may depend on its position inside the tile
-        (numpy's sgemm in the interpreter does; so may a GPU's MMA layout). Row splits never are."""
-        block_m, block_n, _ = self.blocks
-        if split.kind == "none":
-            return True
-        if split.kind == "column":
-            return all(size % block_n == 0 for size in split_sizes(dims["N"], split.parts))
-        if split.kind == "batch":
-            return all(size % block_m == 0 for size in split_sizes(dims["M"], split.parts))
-        return False
+# The adapters moved to their ops; `agent/validators/kernel_check.py` still reads them from here.
+_MOVED_ADAPTERS = {
+    "MatmulPartition": "infralab.kernels.ops.matmul",
+    "KdaDecodePartition": "infralab.kernels.ops.kda_decode",
+    "PagedAttentionPartition": "infralab.kernels.ops.paged_decode_attention",
+}
 
 
-class KdaDecodePartition:
-    """KDA decode (and ReplaySSM, variant "replay") over `steps` tokens, under head and batch splits.
+def __getattr__(name: str) -> Any:
+    if name in _MOVED_ADAPTERS:
+        import importlib
 
-    Inputs per step are stacked on a leading step axis: q, k, g [S,B,H,K], v [S,B,H,V], b [S,B,H];
-    A_log [H], dt_bias [H,K] and the starting state [B,H,K,V] are shared by all steps. Outputs: o
-    [S,B,H,V] and the final state. Every (sequence, head) is its own program, so head and batch
-    splits must be bitwise equal. Shards are views into the unsplit inputs (strided kernels).
-    """
-
-    name = "kda_decode"
-
-    def __init__(self, ring_len: int = 4) -> None:
-        self.ring_len = ring_len  # ReplaySSM ring length for variant "replay"
-
-    def make_inputs(self, dims: Mapping[str, int], variant: str, seed: int) -> Inputs:
-        gen = torch.Generator().manual_seed(seed)
-        s, b, h, k, v = dims["S"], dims["B"], dims["H"], dims["K"], dims["V"]
-        tensors = {
-            "q": torch.randn(s, b, h, k, generator=gen), "k": torch.randn(s, b, h, k, generator=gen),
-            "v": torch.randn(s, b, h, v, generator=gen), "g": torch.randn(s, b, h, k, generator=gen),
-            "b": torch.randn(s, b, h, generator=gen),
-            # decays of roughly 0.5..0.95 per step, so the state remembers several steps
-            "A_log": torch.log(torch.rand(h, generator=gen) * 0.9 + 0.1),
-            "dt_bias": torch.randn(h, k, generator=gen) * 0.5 - 1.0,
-            "state": torch.randn(b, h, k, v, generator=gen) * 0.1,
-        }
-        return {name: t.to(kernel_device()) for name, t in tensors.items()}
-
-    def run(self, inputs: Inputs, variant: str) -> Tensors:
-        from infralab.kernels.kda_decode import kda_decode
-        from infralab.kernels.replay_ssm import ReplaySSMState
-
-        steps = inputs["q"].shape[0]
-        per_step = [[inputs[n][t] for n in ("q", "k", "v", "g", "b")] for t in range(steps)]
-        if variant == "replay":
-            replay = ReplaySSMState(inputs["A_log"], inputs["dt_bias"], inputs["state"].clone(), self.ring_len)
-            outs = [replay.step(*args) for args in per_step]
-            return {"o": torch.stack(outs), "state": replay.materialize()}
-        state = inputs["state"].clone()
-        outs = [kda_decode(*args, inputs["A_log"], inputs["dt_bias"], state, variant=variant) for args in per_step]
-        return {"o": torch.stack(outs), "state": state}
-
-    def float64(self, inputs: Inputs, variant: str) -> Tensors:
-        from infralab.kernels.kda_decode import kda_decode_ref
-
-        x = {name: t.double() for name, t in inputs.items()}
-        state, outs = x["state"], []
-        for t in range(x["q"].shape[0]):
-            o, state = kda_decode_ref(x["q"][t], x["k"][t], x["v"][t], x["g"][t], x["b"][t],
-                                      x["A_log"], x["dt_bias"], state)
-            outs.append(o)
-        return {"o": torch.stack(outs), "state": state}
-
-    def shards(self, inputs: Inputs, split: Split) -> list[Inputs]:
-        if split.kind == "none":
-            return [inputs]
-        if split.kind == "head":  # step tensors: axis 2; A_log, dt_bias: axis 0; state: axis 1
-            axes = {"q": 2, "k": 2, "v": 2, "g": 2, "b": 2, "A_log": 0, "dt_bias": 0, "state": 1}
-        elif split.kind == "batch":
-            axes = {"q": 1, "k": 1, "v": 1, "g": 1, "b": 1, "A_log": None, "dt_bias": None, "state": 0}
-        else:
-            raise InputError("split.kind", f"{split.kind!r} does not apply to kda_decode", "none, head or batch")
-        pieces = {n: chunks(t, axes[n], split.parts) if axes[n] is not None else [t] * split.parts
-                  for n, t in inputs.items()}
-        return [{n: pieces[n][i] for n in inputs} for i in range(split.parts)]
-
-    def combine(self, outputs: list[Tensors], split: Split) -> Tensors:
-        o_axis, state_axis = (2, 1) if split.kind == "head" else (1, 0)
-        return {"o": torch.cat([x["o"] for x in outputs], o_axis),
-                "state": torch.cat([x["state"] for x in outputs], state_axis)}
-
-    def expects_bitwise(self, split: Split, dims: Mapping[str, int]) -> bool:
-        return split.kind in ("none", "head", "batch")
-
-
-class PagedAttentionPartition:
-    """Paged decode attention over a KV cache quantised to the variant's dtype, under head splits
-    (each shard holds HKV/parts KV heads and their query-head groups, as views of the shared cache)
-    and batch splits (rows of the block table). One program per (sequence, KV head): bitwise expected.
-
-    Dims: B sequences, H query heads, HKV KV heads, D head dim, T longest context (others are shorter).
-    """
-
-    name = "paged_decode_attention"
-
-    def make_inputs(self, dims: Mapping[str, int], variant: str, seed: int) -> Inputs:
-        from infralab.kernels.kv_quant import build_paged_cache
-
-        gen = torch.Generator().manual_seed(seed)
-        b, h, hkv, d, t = dims["B"], dims["H"], dims["HKV"], dims["D"], dims["T"]
-        lens = torch.tensor([max(1, t - (i * 11) % t) for i in range(b)], dtype=torch.int32)  # ragged
-        q = torch.randn(b, h, d, generator=gen)
-        k = torch.randn(b, t, hkv, d, generator=gen)
-        v = torch.randn(b, t, hkv, d, generator=gen)
-        device = kernel_device()
-        cache = build_paged_cache(k.to(device), v.to(device), lens.to(device), variant, spare_blocks=1,
-                                  generator=torch.Generator().manual_seed(seed + 1))
-        return {"q": q.to(device), "cache": cache}
-
-    def run(self, inputs: Inputs, variant: str) -> Tensors:
-        from infralab.kernels.paged_attention import run_paged
-
-        return {"o": run_paged(inputs["q"], inputs["cache"])}
-
-    def float64(self, inputs: Inputs, variant: str) -> Tensors:
-        """Truth for the kernel's arithmetic: float64 attention over the same quantised cache."""
-        from infralab.kernels.paged_attention import paged_decode_attention_ref
-
-        c = inputs["cache"]
-        return {"o": paged_decode_attention_ref(inputs["q"], c.k_cache, c.v_cache, c.k_scale, c.v_scale,
-                                                c.block_table, c.context_lens, c.kv_dtype,
-                                                compute_dtype=torch.float64)}
-
-    def shards(self, inputs: Inputs, split: Split) -> list[Inputs]:
-        from infralab.kernels.kv_quant import PagedKV
-
-        q, cache = inputs["q"], inputs["cache"]
-        if split.kind == "none":
-            return [inputs]
-        if split.kind == "head":
-            hkv = cache.k_cache.shape[2]
-            group = q.shape[1] // hkv
-            shards, lo = [], 0
-            for size in split_sizes(hkv, split.parts):
-                shards.append({"q": q[:, lo * group:(lo + size) * group], "cache": cache.kv_head_slice(lo, lo + size)})
-                lo += size
-            return shards
-        if split.kind == "batch":
-            rows = split_sizes(q.shape[0], split.parts)
-            tables = torch.split(cache.block_table, rows)
-            lens = torch.split(cache.context_lens, rows)
-            return [{"q": part, "cache": PagedKV(cache.k_cache, cache.v_cache, cache.k_scale, cache.v_scale,
-                                                 table, n, cache.kv_dtype)}
-                    for part, table, n in zip(torch.split(q, rows), tables, lens)]
-        raise InputError("split.kind", f"{split.kind!r} does not apply to paged attention", "none, head or batch")
-
-    def combine(self, outputs: list[Tensors], split: Split) -> Tensors:
-        return {"o": torch.cat([x["o"] for x in outputs], 1 if split.kind == "head" else 0)}
-
-    def expects_bitwise(self, split: Split, dims: Mapping[str, int]) -> bool:
-        return split.kind in ("none", "head", "batch")
+        return getattr(importlib.import_module(_MOVED_ADAPTERS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)

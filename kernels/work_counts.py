@@ -1,4 +1,5 @@
-"""Static work counts of kernel variants: bytes moved, arithmetic, divisions, transcendentals and the
+"""Static work counts of the KDA decode variants and ReplaySSM (the `kda_decode` op,
+`kernels/ops/kda_decode.py`): bytes moved, arithmetic, divisions, transcendentals and the
 elementwise work a tiling repeats, as plain functions of the shape.
 
 The counts follow the kernels' structure: each entry asks the kernel module for the launch plan it
@@ -21,14 +22,15 @@ Conventions (every entry follows them):
   identical inputs (e.g. the per-(sequence, head) prologue recomputed in every V tile).
 - `steps`: decode steps the counts cover (1, or a whole ring cycle for ReplaySSM).
 
-Other kernels add an entry to `WORK_COUNTS` keyed by (kernel, variant); entries take the shape as
-keyword arguments.
+`WorkCounts` and `Transcendentals` are the shared layer's (`infralab.work_formulas`, which also
+holds the other ops' formulas). `WORK_COUNTS` is keyed by (kernel, variant); entries take the shape
+as keyword arguments.
 """
 
 from __future__ import annotations
 
 import inspect
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Callable, Mapping
 
@@ -36,29 +38,7 @@ from infralab.errors import InputError
 from infralab.kernels.kda_decode import VARIANTS as KDA_VARIANTS
 from infralab.kernels.kda_decode import KdaLaunchPlan, kda_launch_plan
 from infralab.kernels.replay_ssm import replay_launch_plan
-
-F32 = 4  # bytes per float32 element
-
-
-@dataclass(frozen=True)
-class Transcendentals:
-    """Transcendental operations by kind (sigmoid is counted as its exp plus one division)."""
-
-    exp: int = 0
-    log: int = 0
-    sqrt: int = 0
-    rsqrt: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.exp + self.log + self.sqrt + self.rsqrt
-
-    def __add__(self, other: Transcendentals) -> Transcendentals:
-        return Transcendentals(self.exp + other.exp, self.log + other.log, self.sqrt + other.sqrt,
-                               self.rsqrt + other.rsqrt)
-
-    def scaled(self, times: int) -> Transcendentals:
-        return Transcendentals(self.exp * times, self.log * times, self.sqrt * times, self.rsqrt * times)
+from infralab.work_formulas import F32, Transcendentals, WorkCounts
 
 
 @dataclass(frozen=True)
@@ -79,32 +59,6 @@ class OpCounts:
 
     def scaled(self, times: int) -> OpCounts:
         return OpCounts(self.arith * times, self.divisions * times, self.transcendentals.scaled(times))
-
-
-@dataclass(frozen=True)
-class WorkCounts:
-    """Static work of one kernel variant at one shape (see the module docstring for definitions)."""
-
-    kernel: str
-    variant: str
-    shape: tuple[tuple[str, int], ...]
-    steps: int
-    programs: int  # programs launched over all steps
-    bytes: int
-    state_bytes: int
-    bytes_loaded: int
-    repeated_load_bytes: int  # loads repeated across V tiles (part of bytes_loaded)
-    flops: int
-    divisions: int
-    transcendentals: Transcendentals
-    repeated_elementwise: int
-
-    def as_dict(self) -> dict:
-        """Flat, JSON-ready form (shape as a mapping, transcendentals by kind plus a total)."""
-        out = asdict(self)
-        out["shape"] = dict(self.shape)
-        out["transcendentals"] = {**asdict(self.transcendentals), "total": self.transcendentals.total}
-        return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,8 +3,9 @@ docs/calibration.md) that replace the cost model's roofline for the operators th
 
 A lookup finds rows with the same kernel, dtype and device. An exact shape match gives the measured
 time. Otherwise, per variant, the nearest measured shape (Euclidean distance over the log of each
-shape field) gives an achieved rate, and the query's time is its own work at that rate; the fastest
-variant wins (a table lists the implementations one could deploy). Units: seconds, bytes, FLOPs.
+shape field) gives an achieved rate, and the query's time is its own work at that rate
+(`infralab.work_formulas.scaling_work`, shared with the kernels); the fastest variant wins (a table
+lists the implementations one could deploy). Units: seconds, bytes, FLOPs.
 """
 
 from __future__ import annotations
@@ -14,47 +15,17 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from infralab.calibration_table import COLUMNS, CalibrationRow, Shape, read_table
+from infralab.work_formulas import scaling_work
 
 # The format (COLUMNS, CalibrationRow, Shape, reading the CSV) is shared with the kernels' writer in
 # `infralab.calibration_table`; it is re-exported here for the cost model and the tests.
-__all__ = ["COLUMNS", "CalibrationRow", "CalibrationTable", "Shape", "kernel_work", "scale", "shape_key"]
+__all__ = ["COLUMNS", "CalibrationRow", "CalibrationTable", "Shape", "scale", "shape_key"]
 
 
 def shape_key(shape: Mapping[str, int]) -> Shape:
     """The canonical (sorted by field name, hashable) form of a shape: rows keep the kernel's field
     order, exact-shape lookups compare this form."""
     return tuple(sorted((name, int(value)) for name, value in shape.items()))
-
-
-def kernel_work(kernel: str, shape: Mapping[str, float]) -> tuple[float, float]:
-    """Work of one call as (flops, bytes) up to a constant factor per kernel; only ratios between
-    shapes of the same kernel are used, so element widths cancel. The leading terms per kernel:
-
-    - matmul: 2*M*N*K flops; A, B and C read/written once.
-    - w8a8_matmul: same flops; 1-byte A and B, 4-byte (FP32) C.
-    - kda_decode: per sequence and head a K x V state read and written, ~8 K*V flops; with a replay
-      ring of L updates (`L`), a checkpoint state plus L (k, v) pairs, and L+1 state-sized updates.
-    - paged_decode_attention: K and V of T tokens per KV head read; 4*D flops per query head, token.
-    - kv_quantize: T*HKV*D elements read and written.
-    Unknown kernels scale with the product of their shape fields.
-    """
-    g = shape.get
-    if kernel in ("matmul", "w8a8_matmul"):
-        m, n, k = g("M", 1), g("N", 1), g("K", 1)
-        c_width = 4.0 if kernel == "w8a8_matmul" else 1.0
-        return 2.0 * m * n * k, m * k + k * n + c_width * m * n
-    if kernel == "kda_decode":
-        b, h, dk, dv, ring = g("B", 1), g("H", 1), g("K", 1), g("V", 1), g("L", 0)
-        state = b * h * dk * dv
-        return 8.0 * state * (ring + 1), 2.0 * state + b * h * (ring + 2) * (dk + dv)
-    if kernel == "paged_decode_attention":
-        b, h, hkv, d, t = g("B", 1), g("H", 1), g("HKV", 1), g("D", 1), g("T", 1)
-        return 4.0 * b * h * t * d, 2.0 * b * hkv * t * d + 2.0 * b * h * d
-    if kernel == "kv_quantize":
-        elems = g("T", 1) * g("HKV", 1) * g("D", 1)
-        return float(elems), 2.0 * elems
-    product = float(math.prod(shape.values())) if shape else 1.0
-    return product, product
 
 
 class CalibrationTable:
@@ -143,8 +114,8 @@ def scale(row: CalibrationRow, shape: Mapping[str, float], peaks: tuple[float, f
     query cannot run faster than either resource's measured rate allows)."""
     row_fields = row.shape_dict
     query = {**row_fields, **shape}  # fields the query does not name keep the row's value
-    q_flops, q_bytes = kernel_work(row.kernel, query)
-    r_flops, r_bytes = kernel_work(row.kernel, row_fields)
+    q_flops, q_bytes = scaling_work(row.kernel, query)
+    r_flops, r_bytes = scaling_work(row.kernel, row_fields)
     flops_ratio, bytes_ratio = q_flops / r_flops, q_bytes / r_bytes
     if peaks is None or not row.flops or not row.bytes:
         return row.median_s * max(flops_ratio, bytes_ratio)

@@ -22,6 +22,7 @@ from infralab.kernels.calibration import (
     write_table,
 )
 from infralab.kernels.device_peaks import H100_PCIE, H100_SXM, H200, peaks_for
+from infralab.work_formulas import Transcendentals
 
 DOC_COLUMNS = ("kernel,variant,shape,dtype,device,median_s,bytes,flops,achieved_gbps,achieved_tflops,"
                "roofline_fraction,divisions,transcendentals,repeated_elementwise")
@@ -31,7 +32,8 @@ PEAKS = DevicePeaks("test", memory_bytes_per_s=1e12, flops_per_s={"fp32": 1e13})
 
 def sample_row(median_s: float = 2.5e-5, kernel: str = "kda_decode", variant: str = "v3", device: str = "cpu",
                peaks: DevicePeaks | None = None):
-    work = WorkCounts(bytes=272_629_760, flops=1_234_567, divisions=64, transcendentals=24_832, repeated_elementwise=0)
+    work = WorkCounts(bytes=272_629_760, flops=1_234_567, divisions=64, transcendentals=Transcendentals(exp=24_832),
+                      repeated_elementwise=0)
     shape = (("B", 64), ("H", 32), ("K", 128), ("V", 128))
     return make_row(kernel, variant, shape, "fp32", device, median_s, work, peaks, "fp32")
 
@@ -177,3 +179,14 @@ def test_device_peaks_by_torch_device_name() -> None:
     # 3xTF32 runs three TF32 products per useful one
     assert H200.flops_per_s["3xtf32"] == pytest.approx(H200.flops_per_s["tf32"] / 3)
     assert all(math.isfinite(v) and v > 0 for v in H200.flops_per_s.values())
+
+
+def test_work_of_several_steps_is_written_per_step() -> None:
+    """A ReplaySSM row covers a ring cycle: each count is divided by the steps and rounded."""
+    cycle = WorkCounts(bytes=4_000_002, flops=30, divisions=7, transcendentals=Transcendentals(exp=5, log=2, rsqrt=1),
+                       repeated_elementwise=3, steps=4, programs=12)
+    row = make_row("kda_decode", "replay", (("B", 1), ("L", 4)), "fp32", "cpu", 1e-3, cycle, None, "fp32")
+    assert (row.bytes, row.flops, row.divisions, row.transcendentals, row.repeated_elementwise) == \
+        (1_000_000, 8, 2, 2, 1)  # 1000000.5 -> 1000000 (half to even), 7.5 -> 8, 1.75, 8/4 = 2, 0.75
+    assert row.achieved_gbps == pytest.approx(1_000_000 / 1e-3 / 1e9)
+    assert cycle.per_step()["transcendentals"] == 2.0 and cycle.per_step()["programs"] == 3.0

@@ -7,11 +7,11 @@ from hypothesis import strategies as st
 
 from infralab.errors import InputError
 from infralab.kernels.compare import NAN_MISMATCH_ULP, bitwise_equal, compare, ulp_distance
+from infralab.kernels.ops.kda_decode import KdaDecodePartition
+from infralab.kernels.ops.matmul import MatmulPartition
+from infralab.kernels.ops.paged_decode_attention import PagedAttentionPartition
 from infralab.kernels.partition import (
     HeadSplitKernelSpec,
-    KdaDecodePartition,
-    MatmulPartition,
-    PagedAttentionPartition,
     PartitionTask,
     Split,
     run_task,

@@ -198,3 +198,14 @@ def test_calibrated_moe_experts(tmp_path):
     model = CostModel(mixtral, H100, CostConfig(), calibration=t)
     assert model.calibrated_ops == frozenset({"dense_gemm", "lm_head", "moe_experts"})
     assert model.step(StepWork.decode(1, 10)).by_op["moe_experts"] == pytest.approx(32 * 2 * (3e-4 + 2e-4))
+
+
+def test_scaling_uses_the_work_formulas_the_kernels_write_into_rows(tmp_path):
+    """One module of work formulas (infralab/work_formulas.py): a matmul row written with the
+    kernels' exact counts scales to another shape by the ratio of those same counts."""
+    from infralab.work_formulas import torch_matmul_counts
+
+    small, big = torch_matmul_counts("bf16", 1, 4096, 4096), torch_matmul_counts("bf16", 1, 8192, 4096)
+    t = table(tmp_path, row(shape="M=1;N=4096;K=4096", nbytes=small.bytes, flops=small.flops, median_s=1.5e-5))
+    got = t.lookup("matmul", "bf16", DEVICE, {"M": 1, "N": 8192, "K": 4096}, peaks=PEAKS)  # memory-bound
+    assert got == pytest.approx(1.5e-5 * big.bytes / small.bytes)
