@@ -1,7 +1,7 @@
 """`infralab kernels check`: every numerics comparison and partition check, as local findings.
 
-Each kernel suite returns `Finding`s: one comparison with its criterion (the stated tolerance), the
-measured numbers and the worst element's index, tagged with kernel, variant, shape, dtype, split and
+Each kernel suite returns `Comparison`s (the agent turns them into its findings): one check with
+its criterion (the stated tolerance), the measured numbers and the worst element's index, tagged with kernel, variant, shape, dtype, split and
 TP degree. A kernel's verdict is PASS when all its findings pass. Shapes are small so that the whole
 run finishes in a couple of minutes in Triton's CPU interpreter.
 
@@ -40,7 +40,7 @@ DEFAULT_TP_DEGREES = (1, 2, 4, 8)
 
 
 @dataclass(frozen=True)
-class Finding:
+class Comparison:
     """One comparison: what was required (`criterion`), what was measured, and where it is worst."""
 
     kernel: str
@@ -89,7 +89,7 @@ class KernelVerdict:
 
 @dataclass(frozen=True)
 class CheckReport:
-    findings: tuple[Finding, ...]
+    findings: tuple[Comparison, ...]
     verdicts: tuple[KernelVerdict, ...]
     summaries: dict  # named tables for the report (e.g. the TF32 vs 3xTF32 K-split drift)
 
@@ -121,7 +121,7 @@ def _shape_text(**dims: int) -> str:
 
 
 def partition_findings(result: PartitionResult, kernel: PartitionedKernel, dtype: str,
-                       max_rel_fro: float) -> list[Finding]:
+                       max_rel_fro: float) -> list[Comparison]:
     """Findings for one partition task: bitwise equality where the split must be exact, otherwise
     accuracy against float64 within `max_rel_fro` (the unsplit kernel's own tolerance)."""
     task = result.task
@@ -139,7 +139,7 @@ def partition_findings(result: PartitionResult, kernel: PartitionedKernel, dtype
         measured = (f"bitwise={vs_unsplit.bitwise_equal} vs unsplit (max abs {vs_unsplit.max_abs:.3g}, "
                     f"max ulp {vs_unsplit.max_ulp}); rel_fro vs float64 {vs_truth.rel_fro:.3g} split, "
                     f"{result.unsplit_vs_float64[name].rel_fro:.3g} unsplit")
-        findings.append(Finding(
+        findings.append(Comparison(
             kernel=task.kernel, check="partition", variant=task.variant, shape=task.shape_text(), dtype=dtype,
             passed=passed, criterion=criterion, measured=measured, split=task.split.describe(), tp=task.tp,
             role=task.role, output=name, worst_index=worst.worst_index,
@@ -158,7 +158,7 @@ MATMUL_NUMERICS_SHAPES = ((33, 300, 70), (16, 4096, 48))
 MATMUL_CHECK_BLOCKS = CHECK_BLOCKS
 
 
-def matmul_numerics() -> list[Finding]:
+def matmul_numerics() -> list[Comparison]:
     """Each precision vs its torch emulation (summation-order bound), vs float64, and the in-kernel
     TF32 rounding / 3xTF32 split vs their torch twins (bitwise, via B = identity)."""
     from infralab.kernels.matmul import PRECISIONS, accumulation_bound, matmul, matmul_float64, matmul_reference
@@ -177,7 +177,7 @@ def matmul_numerics() -> list[Finding]:
             excess = ((c.double() - ref.double()).abs() / accumulation_bound(a, b, precision)).cpu()
             worst = int(excess.argmax())
             vs_ref = compare(c, ref)
-            findings.append(Finding(
+            findings.append(Comparison(
                 kernel="matmul", check="numerics", variant=precision, shape=shape, dtype=precision,
                 passed=bool(excess.max() <= 1.0), output="C vs torch emulation",
                 criterion="|kernel - emulation| <= 2*gamma_n*(|A||B|) per element (summation order only)",
@@ -188,7 +188,7 @@ def matmul_numerics() -> list[Finding]:
             vs_truth = compare(c, truth)
             low = TF32_MIN_REL_FRO if precision == "tf32" else 0.0
             high = MATMUL_MAX_REL_FRO[precision]
-            findings.append(Finding(
+            findings.append(Comparison(
                 kernel="matmul", check="numerics", variant=precision, shape=shape, dtype=precision,
                 passed=low <= vs_truth.rel_fro <= high, output="C vs float64",
                 criterion=f"{low:g} <= rel. Frobenius error <= {high:g}",
@@ -199,7 +199,7 @@ def matmul_numerics() -> list[Finding]:
     return findings
 
 
-def _rounding_findings(gen: torch.Generator) -> list[Finding]:
+def _rounding_findings(gen: torch.Generator) -> list[Comparison]:
     """With B = I every output is a single product x*1 (exact), so C shows the kernel's rounded operand."""
     from infralab.kernels.matmul import matmul
     from infralab.kernels.tf32 import round_to_tf32, split_3xtf32
@@ -213,7 +213,7 @@ def _rounding_findings(gen: torch.Generator) -> list[Finding]:
     for precision, want in expected.items():
         got = matmul(a, eye, precision, blocks=MATMUL_CHECK_BLOCKS)
         c = compare(got, want)
-        findings.append(Finding(
+        findings.append(Comparison(
             kernel="matmul", check="numerics", variant=precision, shape=_shape_text(M=m, N=k, K=k),
             dtype=precision, passed=c.bitwise_equal, output="in-kernel operand rounding (B = I)",
             criterion="bitwise equal to the torch bit-operation twin", measured=f"bitwise={c.bitwise_equal}, "
@@ -222,7 +222,7 @@ def _rounding_findings(gen: torch.Generator) -> list[Finding]:
     return findings
 
 
-def matmul_partition(tp_degrees: Sequence[int]) -> tuple[list[Finding], dict]:
+def matmul_partition(tp_degrees: Sequence[int]) -> tuple[list[Comparison], dict]:
     """Every TP task of `tasks_for("matmul", tp)` (sequential K sums; tree sums too for tp >= 4),
     plus the K-split drift table of TF32 vs 3xTF32."""
     kernel = partition_adapter("matmul")
@@ -266,7 +266,7 @@ def _drift_row(result: PartitionResult, shard_outputs: list, fp32_unsplit: torch
     }
 
 
-def matmul_suite(tp_degrees: Sequence[int]) -> tuple[list[Finding], dict]:
+def matmul_suite(tp_degrees: Sequence[int]) -> tuple[list[Comparison], dict]:
     findings, summaries = matmul_partition(tp_degrees)
     return matmul_numerics() + findings, summaries
 
@@ -301,7 +301,7 @@ def _within(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: flo
 
 
 def head_parallel_partition(spec: HeadSplitKernelSpec, kernel: PartitionedKernel, tp_degrees: Sequence[int],
-                            dtype: Callable[[str], str], max_rel_fro: float) -> tuple[list[Finding], dict]:
+                            dtype: Callable[[str], str], max_rel_fro: float) -> tuple[list[Comparison], dict]:
     """Head splits for every TP degree (and, when the shape has B >= 2, one batch split, as
     data-parallel attention does);
     also returns the unsplit results so that numerics checks can reuse them."""
@@ -315,7 +315,7 @@ def head_parallel_partition(spec: HeadSplitKernelSpec, kernel: PartitionedKernel
     return findings, cache
 
 
-def kda_suite(tp_degrees: Sequence[int]) -> tuple[list[Finding], dict]:
+def kda_suite(tp_degrees: Sequence[int]) -> tuple[list[Comparison], dict]:
     """Each variant over several steps vs the float64 reference; head and batch splits bitwise."""
     kernel = partition_adapter("kda_decode")
     findings, cache = head_parallel_partition(KDA_SPEC, kernel, tp_degrees, lambda v: "fp32", 1e-5)
@@ -325,7 +325,7 @@ def kda_suite(tp_degrees: Sequence[int]) -> tuple[list[Finding], dict]:
         for name, (atol, rtol) in KDA_TOLERANCES.items():
             ratio, worst = _within(unsplit[name], truth[name], atol, rtol)
             c = compare(unsplit[name], truth[name])
-            findings.append(Finding(
+            findings.append(Comparison(
                 kernel="kda_decode", check="numerics", variant=variant, shape=shape, dtype="fp32",
                 passed=ratio <= 1.0, output=f"{name} vs float64 reference",
                 criterion=f"|kernel - ref| <= {atol:g} + {rtol:g}*|ref| elementwise",
@@ -340,7 +340,7 @@ def kda_suite(tp_degrees: Sequence[int]) -> tuple[list[Finding], dict]:
 ATTENTION_MAX_REL_FRO_VS_FP32 = {"fp32": 1e-6, "bf16": 1e-2, "int8": 2e-2, "fp8e4m3": 1e-1}
 
 
-def attention_suite(tp_degrees: Sequence[int]) -> tuple[list[Finding], dict]:
+def attention_suite(tp_degrees: Sequence[int]) -> tuple[list[Comparison], dict]:
     """Kernel vs reference per cache dtype, quantisation error vs FP32 attention, head/batch splits."""
     from infralab.kernels.paged_attention import kv_quant_report
 
@@ -350,7 +350,7 @@ def attention_suite(tp_degrees: Sequence[int]) -> tuple[list[Finding], dict]:
     for variant in ATTENTION_SPEC.variants:
         _, unsplit, truth = cache[("paged_decode_attention", variant, ATTENTION_SPEC.shape, 0)]
         c = compare(unsplit["o"], truth["o"])
-        findings.append(Finding(
+        findings.append(Comparison(
             kernel="paged_decode_attention", check="numerics", variant=variant, shape=shape, dtype=variant,
             passed=c.max_abs <= ATTENTION_KERNEL_ATOL, output="o vs float64 reference (same quantised cache)",
             criterion=f"max abs error <= {ATTENTION_KERNEL_ATOL:g}", measured=f"max abs {c.max_abs:.3g}",
@@ -359,7 +359,7 @@ def attention_suite(tp_degrees: Sequence[int]) -> tuple[list[Finding], dict]:
     rows = kv_quant_report(batch=2, heads=8, kv_heads=2, head_dim=64, context_lens=(53, 9), device=_device())
     for row in rows:
         bound = ATTENTION_MAX_REL_FRO_VS_FP32[row["kv_dtype"]]
-        findings.append(Finding(
+        findings.append(Comparison(
             kernel="paged_decode_attention", check="numerics", variant=row["kv_dtype"], shape=row["shape"],
             dtype=row["kv_dtype"], passed=row["rel_fro"] <= bound and row["kernel_vs_ref_max_abs"] <= ATTENTION_KERNEL_ATOL,
             output="o vs FP32 attention (quantisation error)",
@@ -376,7 +376,7 @@ def attention_suite(tp_degrees: Sequence[int]) -> tuple[list[Finding], dict]:
 # --------------------------------------------------------------------------------------------
 
 
-def w8a8_suite(tp_degrees: Sequence[int]) -> tuple[list[Finding], dict]:
+def w8a8_suite(tp_degrees: Sequence[int]) -> tuple[list[Comparison], dict]:
     """Kernel vs its integer reference (bitwise) and vs the exact dequantised product (3 FP32
     roundings), with the quantisation error against the FP32 matmul reported."""
     from infralab.kernels.w8a8 import w8a8_error_report
@@ -385,7 +385,7 @@ def w8a8_suite(tp_degrees: Sequence[int]) -> tuple[list[Finding], dict]:
     findings = []
     for row in rows:
         passed = row["kernel_vs_ref_bitwise"] and row["max_rel_vs_exact"] <= row["rel_bound"]
-        findings.append(Finding(
+        findings.append(Comparison(
             kernel="w8a8_matmul", check="numerics", variant=row["data"], shape=_shape_text(M=row["m"], N=row["n"], K=row["k"]),
             dtype="int8", passed=passed, output="C vs integer reference and exact product",
             criterion=f"bitwise equal to w8a8_matmul_ref; max rel. error vs exact <= {row['rel_bound']:.3g}",
@@ -406,7 +406,7 @@ def _device() -> str:
 # Runner
 # --------------------------------------------------------------------------------------------
 
-Suite = Callable[[Sequence[int]], tuple[list[Finding], dict]]
+Suite = Callable[[Sequence[int]], tuple[list[Comparison], dict]]
 
 
 def suites() -> dict[str, Suite]:
@@ -414,7 +414,7 @@ def suites() -> dict[str, Suite]:
     return {name: OPS[name].check_suite for name in CHECK_ORDER}
 
 
-def verdict_for(kernel: str, findings: Sequence[Finding]) -> KernelVerdict:
+def verdict_for(kernel: str, findings: Sequence[Comparison]) -> KernelVerdict:
     failures = [f for f in findings if not f.passed]
     if failures:
         text = failures[0].headline()
@@ -426,7 +426,7 @@ def verdict_for(kernel: str, findings: Sequence[Finding]) -> KernelVerdict:
 def run_checks(tp_degrees: Sequence[int] = DEFAULT_TP_DEGREES, kernels: Sequence[str] | None = None) -> CheckReport:
     """Run the suites of `kernels` (all by default) under `tp_degrees`; returns findings and verdicts."""
     available = suites()
-    findings: list[Finding] = []
+    findings: list[Comparison] = []
     verdicts: list[KernelVerdict] = []
     summaries: dict = {}
     for name in kernels or list(available):

@@ -164,22 +164,6 @@ def sum_partials(partials: list[torch.Tensor], reduction: Reduction) -> torch.Te
     return level[0]
 
 
-# The adapters moved to their ops; `agent/validators/kernel_check.py` still reads them from here.
-_MOVED_ADAPTERS = {
-    "MatmulPartition": "infralab.kernels.ops.matmul",
-    "KdaDecodePartition": "infralab.kernels.ops.kda_decode",
-    "PagedAttentionPartition": "infralab.kernels.ops.paged_decode_attention",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED_ADAPTERS:
-        import importlib
-
-        return getattr(importlib.import_module(_MOVED_ADAPTERS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 @dataclass(frozen=True)
 class MatmulRole:
     """A projection of one transformer layer: its split under TP and its (small, CPU-friendly) shape."""

@@ -15,7 +15,7 @@ give the noise rule a spread over inputs.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -35,40 +35,27 @@ KIND = "kernel-numerics"
 METRICS = ("rel_err", "rel_err_unsplit", "rel_err_vs_unsplit", "max_rel_err", "max_abs_err", "max_ulp", "bitwise_equal")
 
 
-def kernel_ops() -> Mapping[str, tuple[tuple[str, ...], Callable[[], Any]]] | None:
-    """kernel -> (its variants, a factory of its partitioning adapter with the block sizes and ring
-    length `infralab kernels check` uses); None without torch/triton.
+def kernel_names() -> Mapping[str, tuple[str, ...]]:
+    """The kernels this validator can check (the registered ops with a partition adapter), each with
+    its variants: the kernels registry, read without importing torch."""
+    from infralab.kernels.registry import OPS
 
-    The one place that asks the kernels package what it offers (to become
-    `infralab.kernels.registry.OPS`). Picks where kernels run first: triton reads TRITON_INTERPRET
-    when the kernel modules are imported."""
-    try:
-        use_interpreter_without_gpu()
-        from infralab.kernels import bench_cases, check, kda_decode, partition
-    except ImportError:
-        return None
-    return {
-        "matmul": (bench_cases.MATMUL_PRECISIONS, lambda: partition.MatmulPartition(check.MATMUL_CHECK_BLOCKS)),
-        "kda_decode": ((*kda_decode.VARIANTS, "replay"),
-                       lambda: partition.KdaDecodePartition(getattr(check, "KDA_RING_LEN", 4))),
-        "paged_decode_attention": (bench_cases.KV_DTYPES, partition.PagedAttentionPartition),
-    }
+    return {name: op.variants for name, op in OPS.items() if op.partition_adapter is not None}
 
 
-def kernel_names() -> Mapping[str, tuple[str, ...]] | None:
-    """The kernels this validator can check, each with its variants (None: cannot tell here)."""
-    ops = kernel_ops()
-    return None if ops is None else {name: variants for name, (variants, _) in ops.items()}
+def _kernels(knobs: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple(kernel_names())
 
 
-def _kernels(knobs: Mapping[str, Any]) -> tuple[str, ...] | None:
-    names = kernel_names()
-    return None if names is None else tuple(names)
+def _variants(knobs: Mapping[str, Any]) -> tuple[str, ...]:
+    return kernel_names().get(str(knobs.get("kernel")), ())
 
 
-def _variants(knobs: Mapping[str, Any]) -> tuple[str, ...] | None:
-    names = kernel_names()
-    return None if names is None else names.get(str(knobs.get("kernel")), ())
+def _splits(knobs: Mapping[str, Any]) -> tuple[str, ...]:
+    from infralab.kernels.registry import OPS
+
+    found = OPS.get(str(knobs.get("kernel")))
+    return found.splits if found is not None else ()
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -83,16 +70,19 @@ DECLARATIONS = (Declaration(
     KIND, METRICS,
     knobs={"kernel": KnobSpec(str, choices=_kernels), "variant": KnobSpec(str, choices=_variants),
            "shape": KnobSpec(str, describe="a shape such as \"M=40;N=256;K=2048\""),
-           "split": KnobSpec(str, ("none", "column", "row", "head", "batch")), "tp": KnobSpec(int),
+           "split": KnobSpec(str, choices=_splits), "tp": KnobSpec(int),
            "reduction": KnobSpec(str, ("sequential", "tree"))},
     setup=KernelSetup, required=("kernel", "variant", "shape"),
 ),)
 
 
 def partitioned_kernel(kernel: str) -> Any:
-    """The partitioning harness's adapter for `kernel` (None when it has none)."""
-    op = (kernel_ops() or {}).get(kernel)
-    return None if op is None else op[1]()
+    """The partitioning harness's adapter for `kernel`, as `kernels check` runs it (None when it has
+    none). Picks where kernels run first: triton reads TRITON_INTERPRET when they are imported."""
+    from infralab.kernels.registry import partition_adapter
+
+    use_interpreter_without_gpu()
+    return partition_adapter(kernel)
 
 
 def task_of(hyp: Hypothesis, arm: Arm, seed: int) -> Any:

@@ -3,7 +3,7 @@
 Knobs per arm: kernel, variant (the kernels and variants `kernel_names()` offers), shape
 ("B=64;H=32;K=128;V=128"), ring_len (a ring-buffer variant's ring length L, default 8).
 Metrics, per step (a kernel call that runs several steps is divided by them):
-- static work counts, everywhere (`infralab.kernels.work_counts`): bytes, bytes_loaded, flops,
+- static work counts, everywhere (`infralab.kernels.registry.work_metrics`): bytes, bytes_loaded, flops,
   divisions, transcendentals, repeated_elementwise, programs; and state_bytes_per_seq (the
   recurrent memory one sequence keeps);
 - time_s and achieved_gbps, only where a GPU is present (`triton.testing.do_bench`, one median per
@@ -11,14 +11,13 @@ Metrics, per step (a kernel call that runs several steps is divided by them):
   correctness tool), so times are reported as not measured.
 Work counts are deterministic; times vary, so time criteria need repetitions >= 2.
 
-What is kernel-specific (its shape's dimensions, its work and state formulas, its bench case) is
-reached through `kernel_ops()` only: the kernels registry will supply it.
+What is kernel-specific (its variants, its shape's dimensions, its work and state formulas, how to
+call it) comes from the kernels registry (`infralab.kernels.registry`), never from this module.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,6 @@ from infralab.agent.hypothesis import Arm, Hypothesis
 from infralab.agent.validators.base import Declaration, KnobSpec, Measurement, sample_keys
 from infralab.calibration_table import parse_shape
 from infralab.config_io import STRICT
-from infralab.errors import InputError
 
 NAME = "microbench"
 KIND = "kernel-performance"
@@ -38,51 +36,20 @@ WORK_METRICS = ("bytes", "bytes_loaded", "flops", "divisions", "transcendentals"
 METRICS = (*WORK_METRICS, "state_bytes_per_seq", "time_s", "achieved_gbps")
 
 
-@dataclasses.dataclass(frozen=True)
-class PerfOp:
-    """What microbench needs of one kernel: its variants, the shape dimensions an arm must give, and,
-    given (dims, variant, ring_len): `work`, its static work counts and the state bytes one sequence
-    keeps, and `bench_case`, the case that times it on a GPU."""
+def kernel_names() -> Mapping[str, tuple[str, ...]]:
+    """The kernels microbench can measure (every registered op has static work counts), each with
+    its variants: the kernels registry, read without importing torch."""
+    from infralab.kernels.registry import OPS
 
-    variants: tuple[str, ...]
-    dims: tuple[str, ...]
-    work: Callable[[Mapping[str, int], str, int], tuple[Any, int]]
-    bench_case: Callable[[Mapping[str, int], str, int], Any]
+    return {name: op.variants for name, op in OPS.items()}
 
 
-def kernel_ops() -> Mapping[str, PerfOp] | None:
-    """The kernels with static work counts; None without torch/triton.
-
-    The one place that asks the kernels package what it offers (to become
-    `infralab.kernels.registry.OPS`, which will supply the work counts too)."""
-    try:
-        from infralab.kernels.interpreter import use_interpreter_without_gpu
-
-        use_interpreter_without_gpu()  # before triton loads the kernel modules
-        from infralab.kernels.work_counts import WORK_COUNTS
-    except ImportError:
-        return None
-    variants: dict[str, tuple[str, ...]] = {}
-    for kernel, variant in WORK_COUNTS:
-        variants[kernel] = (*variants.get(kernel, ()), variant)
-    known = {"kda_decode": (("B", "H", "K", "V"), _kda_work, _kda_bench_case)}
-    return {k: PerfOp(v, *known[k]) for k, v in variants.items() if k in known}
+def _kernels(knobs: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple(kernel_names())
 
 
-def kernel_names() -> Mapping[str, tuple[str, ...]] | None:
-    """The kernels microbench can measure, each with its variants (None: cannot tell here)."""
-    ops = kernel_ops()
-    return None if ops is None else {name: op.variants for name, op in ops.items()}
-
-
-def _kernels(knobs: Mapping[str, Any]) -> tuple[str, ...] | None:
-    names = kernel_names()
-    return None if names is None else tuple(names)
-
-
-def _variants(knobs: Mapping[str, Any]) -> tuple[str, ...] | None:
-    names = kernel_names()
-    return None if names is None else names.get(str(knobs.get("kernel")), ())
+def _variants(knobs: Mapping[str, Any]) -> tuple[str, ...]:
+    return kernel_names().get(str(knobs.get("kernel")), ())
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -98,44 +65,14 @@ DECLARATIONS = (Declaration(
 ),)
 
 
-# ---- KDA decode and ReplaySSM (until the kernels registry supplies these) ------------------------
+def _dims(hyp: Hypothesis, arm: Arm) -> dict[str, int]:
+    """The arm's shape, checked against the kernel's dimension letters (an InputError otherwise)."""
+    from infralab.kernels.registry import check_dims
 
-
-def _kda_work(d: Mapping[str, int], variant: str, ring_len: int) -> tuple[Any, int]:
-    from infralab.kernels.replay_ssm import replay_ssm_memory
-    from infralab.kernels.work_counts import work_counts
-
-    shape = {"batch": d["B"], "heads": d["H"], "head_k": d["K"], "head_v": d["V"]}
-    if variant == "replay":
-        counts = work_counts("kda_decode", variant, **shape, ring_len=ring_len)
-        return counts, replay_ssm_memory(d["K"], d["V"], ring_len, d["H"]).total_bytes
-    return work_counts("kda_decode", variant, **shape), d["H"] * d["K"] * d["V"] * 4
-
-
-def _kda_bench_case(d: Mapping[str, int], variant: str, ring_len: int) -> Any:
-    from infralab.kernels.bench_cases import BenchCase
-
-    shape = tuple((k, d[k]) for k in ("B", "H", "K", "V"))
-    if variant == "replay":
-        return BenchCase("kda_decode", "replay", "fp32", (*shape, ("L", ring_len)), "fp32", "replay_ref")
-    return BenchCase("kda_decode", variant, "fp32", shape, "fp32", "kda_ref")
-
-
-# ---- generic -------------------------------------------------------------------------------------
-
-
-def _op_and_dims(hyp: Hypothesis, arm: Arm) -> tuple[PerfOp, dict[str, int]]:
-    kernel = str(arm.config["kernel"])
-    op = (kernel_ops() or {}).get(kernel)
-    if op is None:
-        raise InputError(f"{hyp.source}: {arm.name}.kernel", f"no work counts for {kernel!r} here",
-                         f"one of {', '.join(kernel_names() or ())}")
-    dims = dict(parse_shape(str(arm.config["shape"]), f"{hyp.source}: {arm.name}.shape"))
-    missing = [d for d in op.dims if d not in dims]
-    if missing:
-        raise InputError(f"{hyp.source}: {arm.name}.shape", f"lacks {', '.join(missing)}",
-                         ";".join(f"{d}=.." for d in op.dims))
-    return op, dims
+    where = f"{hyp.source}: {arm.name}.shape"
+    dims = dict(parse_shape(str(arm.config["shape"]), where))
+    check_dims(str(arm.config["kernel"]), dims, where)
+    return dims
 
 
 def _ring_len(arm: Arm) -> int:
@@ -143,30 +80,25 @@ def _ring_len(arm: Arm) -> int:
 
 
 def work_metrics(hyp: Hypothesis, arm: Arm) -> dict[str, Any]:
-    """Per-step work counts and state memory of `arm` (no device needed)."""
-    op, dims = _op_and_dims(hyp, arm)
-    counts, state_bytes = op.work(dims, str(arm.config["variant"]), _ring_len(arm))
-    steps = counts.steps
-    return {
-        "bytes": counts.bytes / steps,
-        "bytes_loaded": counts.bytes_loaded / steps,
-        "flops": counts.flops / steps,
-        "divisions": counts.divisions / steps,
-        "transcendentals": counts.transcendentals.total / steps,
-        "repeated_elementwise": counts.repeated_elementwise / steps,
-        "programs": counts.programs / steps,
-        "state_bytes_per_seq": state_bytes,
-    }
+    """Per-step work counts and state memory of `arm` (no device needed), from the kernels registry."""
+    from infralab.kernels.registry import work_metrics as registered_work
+
+    return registered_work(str(arm.config["kernel"]), str(arm.config["variant"]), _dims(hyp, arm),
+                           ring_len=_ring_len(arm))
 
 
 def gpu_times(hyp: Hypothesis, arm: Arm, repetitions: int) -> list[float]:
-    """Median seconds per step of the Triton kernel, one per repetition (GPU only)."""
+    """Median seconds per step of the Triton kernel at the arm's shape, one per repetition (GPU only)."""
     from infralab.kernels.bench import gpu_timer
-    from infralab.kernels.bench_cases import prepare
+    from infralab.kernels.bench_cases import BenchCase, prepare
 
+    dims = _dims(hyp, arm)
+    if "ring_len" in arm.config or str(arm.config["variant"]) == "replay":
+        dims.setdefault("L", _ring_len(arm))
+    case = BenchCase(str(arm.config["kernel"]), str(arm.config["variant"]), "fp32", tuple(dims.items()), "fp32",
+                     f"hypothesis {hyp.name}")
     timer = gpu_timer()
-    op, dims = _op_and_dims(hyp, arm)
-    fn = prepare(op.bench_case(dims, str(arm.config["variant"]), _ring_len(arm)), "cuda", 0)
+    fn = prepare(case, "cuda", 0)
     calls = getattr(fn, "calls_per_run", 1)
     return [timer(fn) / calls for _ in range(repetitions)]
 

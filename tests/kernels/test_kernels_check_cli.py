@@ -7,7 +7,7 @@ import pytest
 from infralab.cli import main
 from infralab.errors import InputError
 from infralab.kernels import check
-from infralab.kernels.check import Finding
+from infralab.kernels.check import Comparison
 from infralab.kernels.cli import parse_tp_degrees
 
 
@@ -28,7 +28,7 @@ def test_matmul_check_passes_and_reports_partition_results_as_json(capsys):
 
 
 def _fake_suites(passed: bool):
-    finding = Finding(kernel="fake", check="numerics", variant="v", shape="N=1", dtype="fp32", passed=passed,
+    finding = Comparison(kernel="fake", check="numerics", variant="v", shape="N=1", dtype="fp32", passed=passed,
                       criterion="max abs <= 0", measured="max abs 1", worst_index=(0,))
     return lambda: {"fake": lambda tp_degrees: ([finding], {})}
 
