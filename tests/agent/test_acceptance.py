@@ -26,7 +26,7 @@ def test_syntax_error_names_the_expression():
 
 
 def test_evaluate_subscript_and_missing_metric():
-    c = parse_criterion("m.degradation['s1'] <= 0.05")
+    c = parse_criterion("m.degradation['s1'] <= 0.05", mappings=frozenset({"m.degradation"}))
     assert evaluate(c, {"m.degradation": {"s1": 0.01}}) is True
     with pytest.raises(KeyError, match="m.degradation"):
         evaluate(c, {})
