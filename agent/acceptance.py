@@ -47,7 +47,7 @@ _ARITY: dict[str, tuple[int, int | None]] = {"abs": (1, 1), "min": (2, None), "m
 
 MAX_TEXT = 1000  # characters
 MAX_NODES = 200  # syntax nodes (ast.walk count)
-MAX_DEPTH = 24  # nesting levels of the syntax tree
+MAX_DEPTH = 40  # nesting levels of the syntax tree (a 30-term sum is 33 deep)
 GRAMMAR = ("metric names (arm.metric), finite numbers, + - * /, comparisons, and/or/not, "
            "abs(x), min(x, y, ...), max(x, y, ...), mapping_metric['key']")
 
@@ -121,6 +121,8 @@ class _Checker:
         if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
             self.number(node.left)
             self.number(node.right)
+            if isinstance(node.op, ast.Div) and isinstance(node.right, ast.Constant) and node.right.value == 0:
+                raise self.fail("division by the constant 0")
             return _NUMBER
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.Not)):
             self.number(node.operand)

@@ -45,6 +45,7 @@ MARKER_HEADER = "written by infralab"
 PAUSE_ENV = "INFRALAB_PAUSE_AT"
 PAUSE_READY_ENV = "INFRALAB_PAUSE_READY"
 FOLDER_EXPECTED = "a new folder, or one an earlier infralab run wrote"
+FILE_EXPECTED = "a file path in a folder that can be written"
 
 
 @contextlib.contextmanager
@@ -81,13 +82,18 @@ def check_new_file(path: str | Path, force: bool, flag: str = "--out") -> Path:
     `force`; a folder at `path` is always refused. Call it before the work that produces the file."""
     path = Path(path)
     where = f"{flag} {path}"
-    with _os_errors_as_input(where):
+    with _os_errors_as_input(where, FILE_EXPECTED):
         if path.is_dir():
             raise InputError(where, "is a folder", "a file path")
         if path.exists() and not force:
             raise InputError(where, "exists; refusing to overwrite it", "a new file name, or --force to replace it")
         if path.exists() and not path.is_file():
             raise InputError(where, "is not a regular file", "a file path")
+        # Make sure the file can be written there now, not after the work: create and remove a probe.
+        path.parent.mkdir(parents=True, exist_ok=True)
+        probe = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666))
+        probe.unlink()
     return path
 
 
@@ -98,7 +104,7 @@ def atomic_output_file(path: str | Path, flag: str = "--out") -> Iterator[TextIO
     umask. Whether an existing `path` may be replaced is `check_new_file`'s question, asked earlier."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with _os_errors_as_input(f"{flag} {path}"):
+    with _os_errors_as_input(f"{flag} {path}", FILE_EXPECTED):
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp.unlink(missing_ok=True)  # left by a dead run with our PID
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
@@ -137,12 +143,12 @@ def pause_point(phase: str) -> None:
 
 
 @contextlib.contextmanager
-def _os_errors_as_input(where: str) -> Iterator[None]:
+def _os_errors_as_input(where: str, expected: str = FOLDER_EXPECTED) -> Iterator[None]:
     """An OS error on the output path (unwritable parent, under a file, too long a name) is bad input."""
     try:
         yield
     except OSError as exc:
-        raise InputError(where, f"cannot be written ({exc.strerror or exc})", FOLDER_EXPECTED) from None
+        raise InputError(where, f"cannot be written ({exc.strerror or exc})", expected) from None
 
 
 def _check_replaceable(final: Path, where: str) -> None:
