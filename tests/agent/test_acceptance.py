@@ -153,3 +153,28 @@ def test_the_ladder_reports_why_a_criterion_was_undefined():
     assert "undefined on these measurements (a.x / b.x divides by zero)" in _reason("inconclusive", (j,))
     defined = judge(parse_criterion("a.x > 1"), [{"a.x": 2.0}], varies=False)
     assert "undefined" not in j_to_dict(defined)  # results of well-defined criteria keep their bytes
+
+
+def _gil_hypothesis(tmp_path, criterion: str):
+    """The shipped GIL hypothesis with one acceptance expression replaced, its setup paths absolute."""
+    from infralab.locations import experiments_dir
+
+    experiments = experiments_dir()
+    text = (experiments / "gil_kv_transfer_hypothesis.toml").read_text()
+    text = text.replace('"released.max_degradation <= 0.05"', f'"{criterion}"')
+    text = text.replace('"gil_kv_transfer.toml"', f'"{experiments / "gil_kv_transfer.toml"}"')
+    text = text.replace('"gil_kv_transfer/hook.py"', f'"{experiments / "gil_kv_transfer" / "hook.py"}"')
+    path = tmp_path / "gil.toml"
+    path.write_text(text)
+    return path
+
+
+def test_mapping_metrics_declared_by_a_validator_take_a_key_and_only_a_key(tmp_path):
+    from infralab.agent.hypothesis import load_hypothesis
+
+    hyp = load_hypothesis(_gil_hypothesis(tmp_path, "released.degradation['T8k-ep8-after-page1'] <= 0.05"))
+    assert hyp.acceptance[0].names == {"released.degradation"}
+    with pytest.raises(InputError, match=r"gil.toml:\d+: hypothesis.acceptance\[0\]: 'released.degradation' is a mapping"):
+        load_hypothesis(_gil_hypothesis(tmp_path, "released.degradation <= 0.05"))
+    with pytest.raises(InputError, match="subscript on 'released.max_degradation', which is a number"):
+        load_hypothesis(_gil_hypothesis(tmp_path, "released.max_degradation['x'] <= 0.05"))
