@@ -224,6 +224,9 @@ def make_out(tmp_path: Path, case: str) -> str:
         (user / "res" / "summary.json").write_text("{}")
         (user / "res" / "notes.txt").write_text("mine")
         return str(user / "res")
+    if case in ("the current folder", "the parent folder", "empty"):
+        os.chdir(user)  # tests run this in-process: the caller restores the folder (monkeypatch)
+        return {"the current folder": ".", "the parent folder": "..", "empty": ""}[case]
     raise AssertionError(case)
 
 
@@ -231,17 +234,22 @@ OUTPUT_CASES = [
     "unwritable parent", "under a file", "deep under a file", "under /proc", "under /sys", "/proc itself",
     "/dev/null", "/dev/zero", "300-character name", "250-character name", "existing user file",
     "non-infralab folder", "symlink to a folder", "dangling symlink", "user file inside an earlier result",
+    "the current folder", "the parent folder", "empty",
 ]
 
 
 def check_output_case(tmp_path: Path, capsys, case: str, argv_for, out: str | None = None) -> None:
     if case == "unwritable parent" and os.geteuid() == 0:
         pytest.skip("root writes through folder permissions")
-    out = out or make_out(tmp_path, case)
-    before = tree(tmp_path)
-    code = main(argv_for(out))
+    cwd = os.getcwd()
+    try:
+        out = out if out is not None else make_out(tmp_path, case)
+        before = tree(tmp_path)
+        code = main(argv_for(out))
+    finally:
+        os.chdir(cwd)
     err = capsys.readouterr().err
-    assert_one_line_error(code, err, out)
+    assert_one_line_error(code, err, f"--out {out}")
     assert tree(tmp_path) == before
 
 
