@@ -107,7 +107,8 @@ class _Checker:
 
     def number(self, node: ast.AST) -> None:
         if self.kind(node) != _NUMBER:
-            raise self.fail(f"{ast.unparse(node)!r} is a mapping metric; look a key up, e.g. {ast.unparse(node)}['key']")
+            name = ast.unparse(node)
+            raise self.fail(f"{name!r} is a mapping metric; look a key up, e.g. {name}['key']")
 
     def kind(self, node: ast.AST) -> str:
         dotted = _dotted(node)

@@ -302,7 +302,9 @@ def _has_type(value: Knob, kind: type) -> bool:
     return isinstance(value, kind)
 
 
-def _criteria(info: HypothesisTable, arms: tuple[Arm, ...], allowed: Allowed, where: Locator) -> tuple[Criterion, ...]:
+def _criteria(
+    info: HypothesisTable, arms: tuple[Arm, ...], allowed: Allowed, where: Locator
+) -> tuple[Criterion, ...]:
     """Parse and check every acceptance expression (acceptance.py's rules): each reads only declared
     metrics of declared arms, and subscripts only the metrics the validators declare as mappings."""
     if not info.acceptance:

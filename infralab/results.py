@@ -58,7 +58,8 @@ def atomic_output_dir(final: str | Path) -> Iterator[Path]:
     final = Path(final)
     where = f"--out {final}"
     if final.name in ("", ".", ".."):
-        raise InputError(where, "does not name a folder of its own", "a path ending in a folder name, e.g. results/run1")
+        raise InputError(where, "does not name a folder of its own",
+                         "a path ending in a folder name, e.g. results/run1")
     with _os_errors_as_input(where):
         _check_replaceable(final, where)
         final.parent.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,7 @@ claim = "a claim"
 kind = "kernel-performance"
 metrics = ["divisions", "bytes", "time_s"]
 validators = ["microbench"]
-acceptance = [{acceptance}]
+acceptance = {acceptance}
 seeds = [0]
 repetitions = 1
 
@@ -71,8 +71,8 @@ BAD_EXPRESSIONS = [
     "*v2.divisions", "v2.divisions, 1", "v2.divisions < min", "abs(v2.divisions) < abs",
 ]
 
-# Acceptance fields of the wrong shape (not strings).
-BAD_ACCEPTANCE_FIELDS = ["1", "true", "", '"' + GOOD + '", 5', "[]", "{ a = 1 }"]
+# Acceptance fields of the wrong shape: TOML values for `acceptance = ...`.
+BAD_ACCEPTANCE_FIELDS = ["[1]", "[true]", "[]", f'["{GOOD}", 5]', "{ a = 1 }", '"' + GOOD + '"', "[[1]]"]
 
 
 def toml_string(text: str) -> str:
@@ -99,45 +99,40 @@ def assert_one_line_error(code: int, err: str, *names: str) -> None:
         assert name in err, (name, err)
 
 
-def run_hypothesis(tmp_path: Path, capsys, acceptance_field: str) -> tuple[Path, str, int, str]:
+def run_hypothesis(tmp_path: Path, capsys, acceptance: str) -> tuple[Path, int, str]:
+    """`infralab test` on HYPOTHESIS with `acceptance = <acceptance>` (TOML); asserts nothing was written."""
     path = tmp_path / "hostile.toml"
-    path.write_text(HYPOTHESIS.format(acceptance=acceptance_field), encoding="utf-8")
+    path.write_text(HYPOTHESIS.format(acceptance=acceptance), encoding="utf-8")
     before = tree(tmp_path)
     code = main(["test", str(path), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert tree(tmp_path) == before  # nothing written, not even the --out folder
-    return path, err, code, err
+    return path, code, err
 
 
 def test_the_good_expression_loads(tmp_path):
     from infralab.agent.hypothesis import load_hypothesis
 
     path = tmp_path / "good.toml"
-    path.write_text(HYPOTHESIS.format(acceptance=toml_string(GOOD)))
+    path.write_text(HYPOTHESIS.format(acceptance=f"[{toml_string(GOOD)}]"))
     assert [c.text for c in load_hypothesis(path).acceptance] == [GOOD]
 
 
 @pytest.mark.parametrize("expression", BAD_EXPRESSIONS, ids=range(len(BAD_EXPRESSIONS)))
 def test_bad_acceptance_expression(tmp_path, capsys, expression):
-    path, err, code, _ = run_hypothesis(tmp_path, capsys, toml_string(expression))
+    path, code, err = run_hypothesis(tmp_path, capsys, f"[{toml_string(expression)}]")
     assert_one_line_error(code, err, str(path), "hypothesis.acceptance[0]")
 
 
 @pytest.mark.parametrize("expression", BAD_EXPRESSIONS[:20], ids=range(20))
 def test_bad_acceptance_expression_after_a_good_one(tmp_path, capsys, expression):
-    path, err, code, _ = run_hypothesis(tmp_path, capsys, f"{toml_string(GOOD)}, {toml_string(expression)}")
+    path, code, err = run_hypothesis(tmp_path, capsys, f"[{toml_string(GOOD)}, {toml_string(expression)}]")
     assert_one_line_error(code, err, str(path), "hypothesis.acceptance[1]")
 
 
 @pytest.mark.parametrize("field", BAD_ACCEPTANCE_FIELDS, ids=range(len(BAD_ACCEPTANCE_FIELDS)))
 def test_bad_acceptance_field(tmp_path, capsys, field):
-    text = HYPOTHESIS.replace("acceptance = [{acceptance}]", f"acceptance = {field if field.startswith(('[', '{')) else '[' + field + ']'}")
-    path = tmp_path / "hostile.toml"
-    path.write_text(text.replace("{{", "{").replace("}}", "}"))
-    before = tree(tmp_path)
-    code = main(["test", str(path), "--out", str(tmp_path / "out")])
-    err = capsys.readouterr().err
-    assert tree(tmp_path) == before
+    path, code, err = run_hypothesis(tmp_path, capsys, field)
     assert_one_line_error(code, err, str(path), "hypothesis.acceptance")
 
 
@@ -257,13 +252,14 @@ def check_output_case(tmp_path: Path, capsys, case: str, argv_for, out: str | No
 def test_sim_run_output_path(tmp_path, capsys, case):
     config = tmp_path / "sim.toml"
     config.write_text(SIM_CONFIG)
-    check_output_case(tmp_path, capsys, case, lambda out: ["sim", "run", str(config), "--out", out, "--max-trace-events", "10"])
+    check_output_case(tmp_path, capsys, case,
+                      lambda out: ["sim", "run", str(config), "--out", out, "--max-trace-events", "10"])
 
 
 @pytest.mark.parametrize("case", OUTPUT_CASES)
 def test_test_command_output_path(tmp_path, capsys, case):
     hypothesis = tmp_path / "good.toml"
-    hypothesis.write_text(HYPOTHESIS.format(acceptance=toml_string(GOOD)))
+    hypothesis.write_text(HYPOTHESIS.format(acceptance=f"[{toml_string(GOOD)}]"))
     check_output_case(tmp_path, capsys, case, lambda out: ["test", str(hypothesis), "--quick", "--out", out])
 
 
@@ -274,15 +270,17 @@ FILE_CASES = ["unwritable parent", "under a file", "deep under a file", "under /
 @pytest.mark.parametrize("case", FILE_CASES)
 def test_kernels_bench_output_file(tmp_path, capsys, case):
     """Every one is refused before any kernel is timed."""
+    def argv(out: str) -> list[str]:
+        csv = out if out.endswith(".csv") else out + ".csv"
+        return ["kernels", "bench", "--kernels", "kv_quantize", "--no-progress", "--out", csv]
+
+    out = None
     if case == "folder at the file's path":
-        out = tmp_path / "user" / "table.csv"
-        out.mkdir(parents=True)
-        (out / "keep.txt").write_text("mine")
-        check_output_case(tmp_path, capsys, "none", lambda _: ["kernels", "bench", "--kernels", "kv_quantize",
-                                                                "--no-progress", "--out", str(out)], out=str(out))
-        return
-    check_output_case(tmp_path, capsys, case, lambda out: ["kernels", "bench", "--kernels", "kv_quantize",
-                                                           "--no-progress", "--out", out if out.endswith(".csv") else out + ".csv"])
+        folder = tmp_path / "user" / "table.csv"
+        folder.mkdir(parents=True)
+        (folder / "keep.txt").write_text("mine")
+        out = str(folder)
+    check_output_case(tmp_path, capsys, case, argv, out=out)
 
 
 CLASS_COUNTS = {
