@@ -29,7 +29,7 @@ def test(args: argparse.Namespace) -> int:
     from infralab.results import atomic_output_dir
 
     hyp = load_hypothesis(args.hypothesis, quick=args.quick)
-    if args.out:
+    if args.out is not None:
         with atomic_output_dir(args.out) as tmp:
             result = run_test(hyp, confirm=args.confirm, workdir=Path(tmp))
             write_test_result(result, Path(tmp))
@@ -79,7 +79,7 @@ def explain(args: argparse.Namespace) -> int:
 def search(args: argparse.Namespace) -> int:
     from infralab.agent.search import format_text, run_search
 
-    out = args.out or str(Path("results") / "search" / Path(args.space).stem)
+    out = args.out if args.out is not None else str(Path("results") / "search" / Path(args.space).stem)
     report = run_search(args.space, out, jobs=args.jobs, progress=not args.no_progress)
     if args.json:
         sys.stdout.write(json.dumps(report, sort_keys=True, indent=2, allow_nan=False) + "\n")

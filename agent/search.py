@@ -248,7 +248,7 @@ def feasibility(space: Space, metrics: dict[str, Any]) -> list[str]:
     for crit in space.constraints:
         try:
             ok = bool(evaluate(crit, metrics))
-        except (TypeError, KeyError):  # a None metric (no finished request) cannot satisfy it
+        except (TypeError, KeyError, ArithmeticError):  # a None metric (no finished request), or x / 0, cannot satisfy it
             ok = False
         if not ok:
             violated.append(crit.text)

@@ -9,9 +9,12 @@ returns the exit status; bad input raises `InputError`, printed as one line with
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +72,7 @@ BENCH_ARGS = (
     arg("--kernels", default="all", metavar="NAME,...",
         help="comma-separated kernel names from the kernel registry (default: all)"),
     arg("--no-progress", action="store_true", help="no progress bar on stderr"),
+    arg("--force", action="store_true", help="replace the --out file if it exists (default: refuse)"),
 )
 
 COMMANDS: tuple[Command, ...] = (
@@ -189,14 +193,55 @@ def dispatch(args: argparse.Namespace) -> int:
     return int(resolve(args.handler)(args) or 0)
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised like KeyboardInterrupt so that it unwinds through every cleanup (a
+    BaseException, so that no `except Exception` swallows it)."""
+
+
+EXIT_SIGINT = 128 + signal.SIGINT  # 130, as a shell reports a Ctrl-C
+EXIT_SIGTERM = 128 + signal.SIGTERM  # 143
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    """Unwind on the first SIGINT/SIGTERM; ignore later ones so that the cleanup is not cut short."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt if signum == signal.SIGINT else Terminated
+
+
+@contextlib.contextmanager
+def _signals_unwind() -> Iterator[None]:
+    """Install `_on_signal` for SIGINT and SIGTERM while a command runs (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; bad input prints one line `error: ...` and exits with status 2."""
+    """Run one command; bad input prints one line `error: ...` and exits with status 2.
+
+    Ctrl-C (SIGINT) and SIGTERM print one line and exit 130 and 143; the atomic writers of
+    infralab.results remove their temporaries on the way out.
+    """
     args = parse(argv)
     try:
-        return dispatch(args)
+        with _signals_unwind():
+            return dispatch(args)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("error: interrupted (SIGINT); no partial output was kept", file=sys.stderr)
+        return EXIT_SIGINT
+    except Terminated:
+        print("error: terminated (SIGTERM); no partial output was kept", file=sys.stderr)
+        return EXIT_SIGTERM
 
 
 if __name__ == "__main__":

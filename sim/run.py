@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from infralab.errors import InputError
-from infralab.results import atomic_output_dir, dump_json
+from infralab.results import atomic_output_dir, dump_json, pause_point
 from infralab.sim.calibration import CalibrationTable
 from infralab.sim.cluster import simulate
 from infralab.sim.config import SimConfig, load_config, looks_like_path, resolve_path
@@ -136,6 +136,7 @@ def run_config_file(
     cfg = with_seed(cfg, seed)
     # Enter the output folder first: a folder that is not ours is refused before the (long) run.
     with atomic_output_dir(out_dir) as tmp:
+        pause_point("simulating")
         run = simulate_config(cfg, base_dir, source=str(config_path))
         summary = summarize(run, cfg.slo).with_run(run_facts(cfg, config_path))
         write_results(tmp, config_path, run, summary, max_trace_events)
@@ -162,5 +163,6 @@ def write_results(
     """Write config.toml, summary.json, requests.csv and trace.json into `folder`."""
     (folder / "config.toml").write_bytes(config_path.read_bytes())
     dump_json(summary.to_json(), folder / "summary.json")
+    pause_point("writing")  # a testing hook: a kill here leaves a half-written temporary folder
     write_requests_csv(run, folder / "requests.csv")
     save_trace(run, folder / "trace.json", max_events=max_trace_events, metadata={"run": summary.run})

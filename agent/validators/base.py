@@ -66,6 +66,7 @@ class Declaration:
     setup: type
     required: tuple[str, ...] = ()
     check: Callable[[Hypothesis, Any, Any], None] | None = None
+    mappings: tuple[str, ...] = ()  # the metrics whose values map a key to a number (`m['key']` in acceptance)
 
 
 class Validator(Protocol):

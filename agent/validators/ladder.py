@@ -151,6 +151,8 @@ def _reason(verdict: str, judgements: tuple[Judgement, ...]) -> str:
     for j in bad:
         if j.verdict == UNMEASURED:
             parts.append(f"{j.criterion!r}: not measured here ({j.unmeasured})")
+        elif j.undefined is not None:
+            parts.append(f"{j.criterion!r}: undefined on these measurements ({j.undefined})")
         else:
             close = [c for c in j.comparisons if c.outcome is None]
             detail = "; ".join(
@@ -249,8 +251,11 @@ def test_json(result: TestResult) -> dict[str, Any]:
 
 
 def j_to_dict(j: Judgement) -> dict[str, Any]:
-    return {"expr": j.criterion, "verdict": j.verdict, "unmeasured": j.unmeasured,
-            "comparisons": [c.to_dict() for c in j.comparisons]}
+    entry = {"expr": j.criterion, "verdict": j.verdict, "unmeasured": j.unmeasured,
+             "comparisons": [c.to_dict() for c in j.comparisons]}
+    if j.undefined is not None:  # only then, so results of well-defined criteria keep their bytes
+        entry["undefined"] = j.undefined
+    return entry
 
 
 def test_command(source: str, confirm: bool) -> str:
