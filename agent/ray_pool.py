@@ -9,8 +9,8 @@ a Ray cluster").
 
 The cluster: the one at `ray_address` (HOST:PORT, ray://HOST:PORT or "auto"), or a local one of
 `workers` CPUs started for the pool and shut down after it. When this process is already connected
-to Ray (a caller ran `ray.init`, e.g. with its own runtime_env), that connection is used and left
-open. Ray is an optional extra, imported only here and only when this backend is chosen.
+to Ray (a caller ran `ray.init`, e.g. with its own runtime_env) and names no address, that
+connection is used and left open. Ray is an optional extra, imported only here and only when this backend is chosen.
 """
 
 from __future__ import annotations
@@ -59,9 +59,13 @@ def check_reachable(address: str) -> None:
 @contextlib.contextmanager
 def ray_cluster(address: str | None, workers: int) -> Iterator[ModuleType]:
     """Ray, connected: to the cluster at `address`, or to a local one of `workers` CPUs started
-    here and shut down on exit; an existing connection of this process is used as it is."""
+    here and shut down on exit; without an address, an existing connection of this process is
+    used as it is (and left open)."""
     ray = import_ray()
     if ray.is_initialized():
+        if address is not None:
+            raise InputError("--ray-address", f"{address!r}, but this process is already connected to Ray",
+                             "no address when the caller has run ray.init itself")
         yield ray
         return
     # Workers' output stays in Ray's session logs: a failed job comes back as its exception.
