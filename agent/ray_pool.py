@@ -77,8 +77,10 @@ def ray_cluster(address: str | None, workers: int) -> Iterator[ModuleType]:
         try:
             ray.init(address=address, **quiet)
         except (ConnectionError, RuntimeError, ValueError) as exc:
+            # A cluster started with token authentication also wants its token here (docs/explain.md).
             raise InputError("--ray-address", f"cannot join a Ray cluster at {address!r} ({exc})",
-                             ADDRESS_EXPECTED) from None
+                             ADDRESS_EXPECTED + "; with token authentication, RAY_AUTH_MODE=token and the "
+                             "cluster's token (RAY_AUTH_TOKEN or ~/.ray/auth_token)") from None
     try:
         yield ray
     finally:
