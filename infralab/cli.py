@@ -64,6 +64,16 @@ class Command:
     description: str | None = None
 
 
+# Where simulation jobs run (infralab.agent.sim_pool.Execution), for `search` and `test`. The
+# choices are sim_pool.BACKENDS (this table imports no part; tests/agent/test_ray_backend.py checks).
+BACKEND_ARGS = (
+    arg("--backend", choices=("local", "ray"), default="local",
+        help="run simulations in local processes (default) or as tasks on a Ray cluster (extra: infralab[ray])"),
+    arg("--ray-address", metavar="ADDR", default=None,
+        help="with --backend ray: join the running cluster at ADDR (HOST:PORT, ray://HOST:PORT or auto); "
+             "default: start a local one for the run"),
+)
+
 BENCH_ARGS = (
     arg("--out", metavar="FILE.csv", default=None,
         help="calibration table to write (default: results/calibration-<grid>-<device>.csv)"),
@@ -113,7 +123,10 @@ COMMANDS: tuple[Command, ...] = (
                 arg("--quick", action="store_true", help="use the file's [quick] table (smoke-test sizes)"),
                 arg("--json", action="store_true", help="print the result as JSON (schema infralab.test/1)"),
                 arg("--out", help="also write result.json, report.md and raw files here (atomically)"),
-            )),
+                *BACKEND_ARGS,
+            ),
+            description="With --backend ray, a cluster hypothesis's runs (arms x seeds) go to Ray; a local "
+                        "Ray cluster gets setup.processes CPUs."),
     Command(("reproduce",), "run the studies under experiments/ and write results/<timestamp>/report.md",
             "infralab.agent.cli:reproduce", (
                 arg("--out", help="result folder (default results/<UTC timestamp>)"),
@@ -140,9 +153,12 @@ COMMANDS: tuple[Command, ...] = (
                 arg("space", metavar="SPACE.toml", help="search space (docs/explain.md)"),
                 arg("--out", metavar="DIR", default=None,
                     help="results folder (default results/search/<SPACE file stem>)"),
-                arg("--jobs", type=positive_int, default=2, metavar="N", help="local processes (default 2)"),
+                arg("--jobs", type=positive_int, default=2, metavar="N",
+                    help="local processes, or the CPUs of the local Ray cluster started for the run (default 2; "
+                         "a cluster joined with --ray-address runs as many points at once as it has CPUs)"),
                 arg("--json", action="store_true", help="print search.json on stdout"),
                 arg("--no-progress", action="store_true", help="no progress bar"),
+                *BACKEND_ARGS,
             )),
 )
 
