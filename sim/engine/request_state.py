@@ -6,8 +6,7 @@ all sharing its `RequestRecord`. Token counts are in tokens; steps are the insta
 
 from __future__ import annotations
 
-from typing import Any
-
+from infralab.sim.protocols import ServedRequest
 from infralab.sim.records import RequestRecord
 
 
@@ -47,7 +46,7 @@ class Seq:
         "prefill_total",
     )
 
-    def __init__(self, request: Any, rec: RequestRecord, decodes_here: bool) -> None:
+    def __init__(self, request: ServedRequest, rec: RequestRecord, decodes_here: bool) -> None:
         self.request = request
         self.rec = rec
         self.prompt: int = request.prompt_tokens
