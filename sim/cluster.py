@@ -21,11 +21,11 @@ import simpy
 
 from infralab.errors import InputError
 from infralab.sim.config import EngineConfig, SimConfig
-from infralab.sim.engine.instance import Instance, StepListener
+from infralab.sim.engine.instance import Instance
 from infralab.sim.engine.request_state import Seq
 from infralab.sim.kv_transfer import KVTransfer
 from infralab.sim.link import Link
-from infralab.sim.protocols import LinkRate, Router, ServedRequest, StepCostModel
+from infralab.sim.protocols import LinkRate, Router, ServedRequest, StepCostModel, StepListener
 from infralab.sim.records import RequestRecord, RunRecord
 from infralab.sim.routers import make_router
 

@@ -1,5 +1,5 @@
 """The simulator's seams, in one place: what the engine, the cluster and the KV transfer need from
-a cost model, a request, a router, a scheduler policy and a link spec. Anything with these methods
+a cost model, a request, a router, a scheduler policy, a link spec and a step listener. Anything with these methods
 plugs in (the shipped `CostModel`, `Request`, routers, schedulers and `LinkSpec` are one choice
 each; tests pass fakes). Units: seconds, tokens, bytes, KV blocks, step numbers.
 """
@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     import simpy
 
     from infralab.sim.cost_model import StepWork
+    from infralab.sim.engine.instance import Instance
     from infralab.sim.engine.request_state import Seq
     from infralab.sim.engine.step import StepPlan, StepResult
 
@@ -146,4 +147,17 @@ class SchedulerPolicy(Protocol):
 
     def check_invariants(self) -> None:
         """Recount aggregates from scratch (tests); AssertionError on a mismatch."""
+        ...
+
+
+class StepListener(Protocol):
+    """Told about an instance's prefill work (`infralab.sim.kv_transfer.KVTransfer` listens on
+    prefill-pool instances)."""
+
+    def step_started(self, instance: Instance, plan: StepPlan, start_s: float, duration_s: float) -> None:
+        """A step with prefill chunks started at `start_s` and lasts `duration_s` (s)."""
+        ...
+
+    def prefill_done(self, instance: Instance, seq: Seq) -> None:
+        """`seq`'s prompt is complete on a prefill-pool instance: its KV may move."""
         ...

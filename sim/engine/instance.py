@@ -9,12 +9,14 @@ whenever a value changed.
 
 Speed: a run of identical decode-only steps that the policy offers (`SchedulerPolicy.repeats`; the
 fast scheduler's `QuietRun`: nothing to admit, block growth covered by free blocks, no finish before
-its last step) is timed with one timeout and recorded as one Interval (arg "steps"). Each step still gets its own cost evaluation and end time, so token times are those
-of single steps. The run stops at the first step end at or after the next arrival, and any outside
-event (`_kick`) interrupts it at the step end in progress, exactly where a single step would have
-noticed the event. Block growth inside a run is applied, and counters sampled, at the run's end
-(so "kv_used_blocks" may step up a few steps late). Step ends are accumulated as t_end = t_start + duration (the instance keeps its
-own clock, so SimPy's rounding of relative delays never moves a recorded time).
+its last step) is timed with one timeout and recorded as one Interval (arg "steps"). Each step
+still gets its own cost evaluation and end time, so token times are those of single steps. The run
+stops at the first step end at or after the next arrival, and any outside event (`_kick`)
+interrupts it at the step end in progress, exactly where a single step would have noticed the
+event. Block growth inside a run is applied, and counters sampled, at the run's end (so
+"kv_used_blocks" may step up a few steps late). Step ends are accumulated as t_end = t_start +
+duration (the instance keeps its own clock, so SimPy's rounding of relative delays never moves a
+recorded time).
 """
 
 from __future__ import annotations
@@ -22,8 +24,6 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable
-from typing import Protocol
-
 import simpy
 
 from infralab.sim.config import EngineConfig
@@ -31,25 +31,15 @@ from infralab.sim.engine.reference_scheduler import ReferenceScheduler
 from infralab.sim.engine.request_state import Seq
 from infralab.sim.engine.scheduler import Scheduler
 from infralab.sim.engine.step import StepPlan, StepResult
-from infralab.sim.protocols import SchedulerPolicy, ServedRequest, StepCostModel
+from infralab.sim.protocols import SchedulerPolicy, ServedRequest, StepCostModel, StepListener
 from infralab.sim.records import CounterSample, Interval, RunRecord
 
 COUNTERS = ("waiting", "running", "kv_used_blocks", "kv_cached_blocks")
 # Longest run of decode-only steps timed with one SimPy event (bounds the cost evaluations wasted
 # when an outside event cuts a run short).
 MAX_QUIET_STEPS = 256
-SCHEDULERS: dict[str, type[Scheduler] | type[ReferenceScheduler]] = {
-    "fast": Scheduler,
-    "reference": ReferenceScheduler,
-}
-
-
-class StepListener(Protocol):
-    """Told about prefill work (the KV-transfer orchestration listens on prefill-pool instances)."""
-
-    def step_started(self, instance: Instance, plan: StepPlan, start_s: float, duration_s: float) -> None: ...
-
-    def prefill_done(self, instance: Instance, seq: Seq) -> None: ...
+# `engine.scheduler` -> the policy class (both take the keyword arguments of `Instance.__init__`).
+SCHEDULERS: dict[str, Callable[..., SchedulerPolicy]] = {"fast": Scheduler, "reference": ReferenceScheduler}
 
 
 class Instance:
@@ -200,9 +190,16 @@ class Instance:
         context = plan.work.decode_context_tokens
         decode_step_s = self.cost.decode_step_s  # == step(StepWork.decode(...)).total_s, faster
         n = plan.step_no
+        # SimPy's clock after a delay of end - now reads exactly `end` when end <= 2 * now (the
+        # subtraction is then exact), whether the delay covers one step or a run: so runs stay
+        # within that, and what others record at a step boundary (a KV flow's start) is the same
+        # as with single steps.
+        exact_until = 2 * self.env.now
         while t < horizon and len(ends) < MAX_QUIET_STEPS and allows(n + len(ends)):
             context += seqs
             t = t + decode_step_s(seqs, context)
+            if t > exact_until:
+                break
             ends.append(t)
         return ends
 
@@ -254,3 +251,4 @@ class Instance:
             if value != last[i]:
                 last[i] = value
                 self.record.counters.append(CounterSample(self.track, COUNTERS[i], now, value))
+

@@ -24,6 +24,10 @@ budget also caps the running set (min(max_num_seqs, max_batched_tokens)), since 
 request decodes each step. On a prefill-pool instance a request leaves after its first token and
 keeps its blocks (`held`) until its KV transfer ends (`release`).
 
+`reference_scheduler.ReferenceScheduler` applies these rules plainly, one step at a time; this
+scheduler must give identical request records (tests/sim/test_scheduler_reference.py). Both satisfy
+`infralab.sim.protocols.SchedulerPolicy`.
+
 Speed: a step costs O(changes), not O(running requests): decode contexts are summed in aggregate,
 token times are kept per step and copied into a request's record when it stops decoding, and block
 growth and finishes are filed under the step at which they happen.
