@@ -16,7 +16,9 @@ interrupts it at the step end in progress, exactly where a single step would hav
 event. Block growth inside a run is applied, and counters sampled, at the run's end (so
 "kv_used_blocks" may step up a few steps late). Step ends are accumulated as t_end = t_start +
 duration (the instance keeps its own clock, so SimPy's rounding of relative delays never moves a
-recorded time).
+recorded time), and the instance waits until SimPy's clock reads each end exactly
+(`_sleep_until`), so that what others do at a step boundary happens at the same time whether the
+step was timed alone or in a run.
 """
 
 from __future__ import annotations
@@ -190,16 +192,9 @@ class Instance:
         context = plan.work.decode_context_tokens
         decode_step_s = self.cost.decode_step_s  # == step(StepWork.decode(...)).total_s, faster
         n = plan.step_no
-        # SimPy's clock after a delay of end - now reads exactly `end` when end <= 2 * now (the
-        # subtraction is then exact), whether the delay covers one step or a run: so runs stay
-        # within that, and what others record at a step boundary (a KV flow's start) is the same
-        # as with single steps.
-        exact_until = 2 * self.env.now
         while t < horizon and len(ends) < MAX_QUIET_STEPS and allows(n + len(ends)):
             context += seqs
             t = t + decode_step_s(seqs, context)
-            if t > exact_until:
-                break
             ends.append(t)
         return ends
 
@@ -212,8 +207,7 @@ class Instance:
         try:
             while True:
                 try:
-                    if ends[-1] > env.now:
-                        yield env.timeout(ends[-1] - env.now)
+                    yield from _sleep_until(env, ends[-1])
                     return ends
                 except simpy.Interrupt:
                     self._interrupting = False
@@ -252,3 +246,14 @@ class Instance:
                 last[i] = value
                 self.record.counters.append(CounterSample(self.track, COUNTERS[i], now, value))
 
+
+def _sleep_until(env: simpy.Environment, t: float):
+    """Wait until SimPy's clock reads exactly `t` (s), so that what others record at a step
+    boundary (a KV flow's start, a wake-up) is the step's end time, whether the step was timed
+    alone or in a run of quiet steps. A delay of t - now lands exactly when now >= t / 2 (the
+    subtraction is then exact); from earlier, wait first until about 3/4 of t."""
+    if t <= env.now:
+        return
+    if env.now < t / 2:
+        yield env.timeout(0.75 * t - env.now)
+    yield env.timeout(t - env.now)

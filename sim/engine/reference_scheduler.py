@@ -75,13 +75,14 @@ class ReferenceScheduler:
     # ---- one step ---------------------------------------------------------------------------
 
     def plan(self, now: float) -> StepPlan | None:
+        """Rules 1-5 of `scheduler.py`'s docstring, in order, for a step starting at `now` (s)."""
         preempted_before = self.preemptions
         for seq in self.ready:  # 1. KV arrived from a prefill instance
             del self.reserved[seq.id]
             self.running[seq.id] = seq
             self.decoding[seq.id] = seq
         self.ready.clear()
-        for seq in list(self.decoding.values()):  # 2. one token each; a block when the context outgrows them
+        for seq in list(self.decoding.values()):  # 2. a block when the context outgrows its blocks
             if seq.id in self.decoding and seq.computed + 1 > seq.base + seq.blocks * self.block_size:
                 if self._allocate_or_preempt(seq, 1):
                     seq.blocks += 1
@@ -126,6 +127,8 @@ class ReferenceScheduler:
         return None  # one step at a time
 
     def finish(self, plan: StepPlan, ends_s: list[float]) -> StepResult:
+        """The step ended at `ends_s[0]` (s): decoding requests emit a token (in the order they
+        started decoding), then prompt chunks are applied (in plan order)."""
         (end_s,) = ends_s
         self.step_no += 1
         finished: list[Seq] = []

@@ -35,7 +35,7 @@ def run(scenario, scheduler: str, cost=None):
     return simulate(with_scheduler(cfg, scheduler), requests, cost, LINK, check_invariants=True)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_fast_scheduler_gives_the_reference_records(scenario):
     reference = run(scenario, "reference")
@@ -64,7 +64,6 @@ class _FixedCapacity:
     """The real cost model with a small KV capacity (so that KV pressure happens)."""
 
     def __init__(self, cost: CostModel, capacity_tokens: int) -> None:
-        self._cost = cost
         self._capacity = capacity_tokens
         self.step = cost.step
         self.decode_step_s = cost.decode_step_s
@@ -79,7 +78,8 @@ def real_cost() -> CostModel:
     return CostModel(load_model("kimi-linear-48b-a3b"), load_accelerator("H200"), CostConfig())
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(scenario=scenarios())
 def test_fast_scheduler_gives_the_reference_records_with_the_roofline_cost(real_cost, scenario):
     """Quiet runs time decode steps with `decode_step_s`, the reference with `step()`: the same sum."""
