@@ -103,7 +103,8 @@ class SchedulerPolicy(Protocol):
 
     @property
     def outstanding(self) -> int:
-        """Tokens of work left (prefill tokens + decode steps) as of the last finished step."""
+        """Tokens of work left here (prefill tokens + decode steps); a step's work counts as done
+        when the step finishes."""
         ...
 
     def add_waiting(self, seq: Seq) -> None:

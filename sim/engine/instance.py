@@ -17,7 +17,7 @@ event. Block growth inside a run is applied, and counters sampled, at the run's 
 "kv_used_blocks" may step up a few steps late). Step ends are accumulated as t_end = t_start +
 duration (the instance keeps its own clock, so SimPy's rounding of relative delays never moves a
 recorded time), and the instance waits until SimPy's clock reads each end exactly
-(`_sleep_until`), so that what others do at a step boundary happens at the same time whether the
+(`_hold`), so that what others do at a step boundary happens at the same time whether the
 step was timed alone or in a run.
 """
 
@@ -207,7 +207,15 @@ class Instance:
         try:
             while True:
                 try:
-                    yield from _sleep_until(env, ends[-1])
+                    end = ends[-1]
+                    if end > env.now:
+                        # Land SimPy's clock exactly on `end`, so that what others do at a step
+                        # boundary (a KV flow's start) happens at the same time whether the step
+                        # was timed alone or in a run. `end - now` is exact when now >= end / 2;
+                        # from earlier, wait first until about 3/4 of `end`.
+                        if env.now < end / 2:
+                            yield env.timeout(0.75 * end - env.now)
+                        yield env.timeout(end - env.now)
                     return ends
                 except simpy.Interrupt:
                     self._interrupting = False
@@ -246,14 +254,3 @@ class Instance:
                 last[i] = value
                 self.record.counters.append(CounterSample(self.track, COUNTERS[i], now, value))
 
-
-def _sleep_until(env: simpy.Environment, t: float):
-    """Wait until SimPy's clock reads exactly `t` (s), so that what others record at a step
-    boundary (a KV flow's start, a wake-up) is the step's end time, whether the step was timed
-    alone or in a run of quiet steps. A delay of t - now lands exactly when now >= t / 2 (the
-    subtraction is then exact); from earlier, wait first until about 3/4 of t."""
-    if t <= env.now:
-        return
-    if env.now < t / 2:
-        yield env.timeout(0.75 * t - env.now)
-    yield env.timeout(t - env.now)
