@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
-
 import simpy
 
 from infralab.errors import InputError
@@ -27,15 +25,16 @@ from infralab.sim.engine.instance import Instance
 from infralab.sim.engine.request_state import Seq
 from infralab.sim.kv_transfer import KVTransfer
 from infralab.sim.link import Link
+from infralab.sim.protocols import LinkRate, Router, ServedRequest, StepCostModel, StepListener
 from infralab.sim.records import RequestRecord, RunRecord
 from infralab.sim.routers import make_router
 
 
 def simulate(
     cfg: SimConfig,
-    requests: Sequence[Any],
-    cost: Any,
-    transfer_link: Any | None = None,
+    requests: Sequence[ServedRequest],
+    cost: StepCostModel,
+    transfer_link: LinkRate | None = None,
     *,
     check_invariants: bool = False,
 ) -> RunRecord:
@@ -59,7 +58,7 @@ def simulate(
 
     arrivals = _ArrivalClock()
 
-    def instance(name: str, index: int, role: str, listener: Any = None) -> Instance:
+    def instance(name: str, index: int, role: str, listener: StepListener | None = None) -> Instance:
         horizon = None if role == "decode" else arrivals.next_s
         return Instance(env, name, index, role, engine, cost, capacity, record, listener, check_invariants, horizon)
 
@@ -104,9 +103,9 @@ class _ArrivalClock:
 
 def _arrivals(
     env: simpy.Environment,
-    requests: Sequence[Any],
+    requests: Sequence[ServedRequest],
     records: list[RequestRecord],
-    router: Any,
+    router: Router,
     front: list[Instance],
     clock: _ArrivalClock,
 ):
@@ -125,7 +124,7 @@ def _arrivals(
         target.submit(Seq(request, rec, decodes_here=target.role != "prefill"))
 
 
-def _kv_capacity_blocks(cost: Any, engine: EngineConfig) -> int:
+def _kv_capacity_blocks(cost: StepCostModel, engine: EngineConfig) -> int:
     if engine.prefix_block_tokens % engine.block_size:
         raise InputError(
             "engine.prefix_block_tokens",
@@ -143,7 +142,7 @@ def _kv_capacity_blocks(cost: Any, engine: EngineConfig) -> int:
     return blocks
 
 
-def _check_requests(requests: Sequence[Any], engine: EngineConfig, capacity_blocks: int) -> None:
+def _check_requests(requests: Sequence[ServedRequest], engine: EngineConfig, capacity_blocks: int) -> None:
     """Every request must fit one instance's KV cache at its longest (prompt + all outputs but the
     last, which is never fed back); otherwise it could never finish."""
     bs = engine.block_size
