@@ -165,6 +165,7 @@ class CostModel:
         self._dense_cache: dict[int, float] = {}
         self._moe_cache: dict[int, float] = {}
         self._lm_cache: dict[int, float] = {}
+        self._decode_host_cache: dict[int, float] = {}  # decode-only steps: host seconds by seqs
         self._calibrated = _Calibration(self) if calibration is not None else None
 
     # -- set-up --
@@ -313,7 +314,10 @@ class CostModel:
         long trace; it skips building the per-op mapping and the StepCost. The same sum of the same
         terms as `step`, so the result is bit-identical."""
         work = StepWork.decode(seqs, context_tokens)
-        return sum(self._op_times(work)) + self._host_s(work)
+        host = self._decode_host_cache.get(seqs)
+        if host is None:
+            host = self._decode_host_cache[seqs] = self._host_s(work)
+        return sum(self._op_times(work)) + host
 
     def _op_times(self, work: StepWork) -> tuple[float, float, float, float, float, float]:
         """Seconds (one rank) of each operator of OPS, in that order: the one place that says
