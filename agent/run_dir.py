@@ -14,7 +14,7 @@ Requests come back as `RequestRecord`s without token times (requests.csv does no
 from __future__ import annotations
 
 import csv
-import json
+import io
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field, fields
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from infralab.errors import InputError
+from infralab.input_files import read_json, read_text
 from infralab.sim.records import CounterSample, Interval, RequestRecord
 
 SIM_RUN_FILES = ("summary.json", "requests.csv", "trace.json")
@@ -109,33 +110,30 @@ def load_summary(path: Path) -> dict[str, Any]:
 
 
 def _read_json(path: Path) -> Any:
-    try:
-        with path.open(encoding="utf-8") as handle:
-            return json.load(handle)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: line {exc.lineno}", f"not valid JSON: {exc.msg}", "a JSON document") from None
-    except OSError as exc:
-        raise InputError(str(path), f"cannot read: {exc.strerror}", "a readable file") from None
+    """A JSON file through the one input boundary (size cap, UTF-8, nesting, NaN refused)."""
+    return read_json(path, "run", "a JSON document")
 
 
 def _number(text: str, where: str, kind: type) -> Any:
+    """A requests.csv cell: an integer >= 0, or a time in seconds >= 0 (empty: unset, NaN)."""
     if text == "":
         if kind is float:
             return math.nan
         raise InputError(where, "empty", "an integer")
     try:
-        return kind(text)
+        value = kind(text)
     except ValueError:
         raise InputError(where, f"bad value {text!r}", "an integer" if kind is int else "a number") from None
+    if (kind is float and not math.isfinite(value)) or value < 0:
+        expected = "an integer >= 0" if kind is int else "seconds >= 0, or empty when unset"
+        raise InputError(where, f"bad value {text!r}", expected)
+    return value
 
 
 def load_requests(path: Path) -> tuple[RequestRecord, ...]:
     """requests.csv rows as RequestRecords (token times empty), ordered as in the file."""
-    try:
-        handle = path.open(newline="", encoding="utf-8")
-    except OSError as exc:
-        raise InputError(str(path), f"cannot read: {exc.strerror}", "a readable file") from None
-    with handle:
+    text = read_text(path, "run", "requests.csv as `infralab sim run` writes it")
+    with io.StringIO(text, newline="") as handle:
         reader = csv.DictReader(handle)
         columns = reader.fieldnames or []
         missing = [c for c in REQUIRED_COLUMNS if c not in columns]
@@ -146,8 +144,11 @@ def load_requests(path: Path) -> tuple[RequestRecord, ...]:
                 "the columns `infralab sim run` writes (RequestRecord fields)",
             )
         out = []
-        for line, row in enumerate(reader, start=2):
-            where = f"{path}: line {line}"
+        for row in reader:
+            where = f"{path}: line {reader.line_num}"
+            if None in row.values() or None in row:
+                raise InputError(where, "a row with a different number of cells than the header",
+                                 "one cell per column")
             values: dict[str, Any] = {name: row[name] for name in _STR_FIELDS}
             for name in _INT_FIELDS:
                 values[name] = _number(row[name], f"{where}, column {name}", int)
@@ -164,30 +165,46 @@ def load_trace(path: Path) -> tuple[tuple[Interval, ...], tuple[CounterSample, .
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc if isinstance(doc, list) else None
     if not isinstance(events, list):
         raise InputError(str(path), "no traceEvents list", "Chrome/Perfetto Trace Event JSON")
+    for index, ev in enumerate(events):
+        if not isinstance(ev, dict):
+            raise InputError(f"{path}: traceEvents[{index}]", f"a JSON {type(ev).__name__}, not an event object",
+                             "Trace Event objects with ph, name, pid, ts")
     tracks: dict[Any, str] = {}
     for ev in events:
-        if isinstance(ev, dict) and ev.get("ph") == "M" and ev.get("name") == "process_name":
+        if ev.get("ph") == "M" and ev.get("name") == "process_name":
             tracks[ev.get("pid")] = str((ev.get("args") or {}).get("name", f"pid {ev.get('pid')}"))
     intervals: list[Interval] = []
     counters: list[CounterSample] = []
     for index, ev in enumerate(events):
-        if not isinstance(ev, dict) or ev.get("ph") not in ("X", "C"):
+        if ev.get("ph") not in ("X", "C"):
             continue
         track = tracks.get(ev.get("pid"), f"pid {ev.get('pid')}")
         try:
-            ts = float(ev["ts"]) * 1e-6
+            ts = _event_number(ev["ts"], low=-math.inf) * 1e-6
+            args = ev.get("args") or {}
+            if not isinstance(args, dict):
+                raise TypeError
             if ev["ph"] == "X":
-                end = ts + float(ev.get("dur", 0.0)) * 1e-6
-                args = ev.get("args") or {}
+                end = ts + _event_number(ev.get("dur", 0.0), low=0.0) * 1e-6
                 intervals.append(Interval(track, str(ev["name"]), ts, end, tuple(sorted(args.items()))))
             else:
-                for name, value in sorted((ev.get("args") or {}).items()):
-                    counters.append(CounterSample(track, str(name), ts, float(value)))
+                for name, value in sorted(args.items()):
+                    counters.append(CounterSample(track, str(name), ts, _event_number(value, low=-math.inf)))
         except (KeyError, TypeError, ValueError):
             raise InputError(
                 f"{path}: traceEvents[{index}]",
                 f"malformed {ev.get('ph')!r} event",
-                "numeric ts (and dur) in microseconds, a name, and numeric counter args",
+                "finite numeric ts and dur >= 0 in microseconds, a name, and finite numeric counter args",
             ) from None
     meta = doc.get("metadata", {}) if isinstance(doc, dict) else {}
     return tuple(intervals), tuple(counters), meta if isinstance(meta, dict) else {}
+
+
+def _event_number(value: Any, low: float) -> float:
+    """A finite number (not a boolean or text) at least `low`; ValueError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(value)
+    number = float(value)
+    if not math.isfinite(number) or number < low:
+        raise ValueError(value)
+    return number

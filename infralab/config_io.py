@@ -7,13 +7,13 @@ the dotted field path and what was expected.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pydantic
 
 from infralab.errors import InputError
+from infralab.input_files import read_toml
 
 T = TypeVar("T")
 
@@ -22,15 +22,10 @@ STRICT = pydantic.ConfigDict(extra="forbid")
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
-    """Read a TOML file; a missing file or a syntax error becomes an InputError naming it."""
-    path = Path(path)
-    try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except FileNotFoundError:
-        raise InputError(str(path), "file not found", "an existing TOML file") from None
-    except tomllib.TOMLDecodeError as exc:  # message carries line and column
-        raise InputError(str(path), f"not valid TOML: {exc}", "TOML syntax") from None
+    """Read a TOML file through the one input boundary (`infralab.input_files`): a missing,
+    unreadable, binary, oversized or too deeply nested file, or a syntax error, is an InputError
+    naming it (and the line)."""
+    return read_toml(path)
 
 
 _UNKNOWN = ("extra_forbidden", "unexpected_keyword_argument")
