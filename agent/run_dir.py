@@ -66,7 +66,7 @@ def load_run(path: str | Path) -> LoadedRun:
     path = Path(path)
     if path.is_dir():
         return _load_sim_run(path)
-    if path.is_file():
+    if path.exists():  # a file; the input boundary refuses devices, pipes and the like
         intervals, counters, meta = load_trace(path)
         return LoadedRun(source=str(path), kind="timeline", intervals=intervals, counters=counters, trace_metadata=meta)
     raise InputError(

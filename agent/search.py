@@ -181,7 +181,7 @@ def load_space(path: str | Path) -> Space:
             checked_config(data, str(base_path), base_dir)
         except InputError as exc:
             where = ", ".join(f"{k} = {v!r}" for k, v in point)
-            raise InputError(f"{source}: axes ({where})", f"gives an invalid config: {exc}", exc.expected) from None
+            raise InputError(f"{source}: axes ({where})", f"gives an invalid config: {exc.where}: {exc.problem}", exc.expected) from None
         points.append(data)
         knobs.append(point)
     return Space(

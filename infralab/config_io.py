@@ -60,6 +60,14 @@ def _short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _expected_text(message: str) -> str:
+    """pydantic's message as the expected form: "Input should be greater than 0" -> "greater than 0"."""
+    for lead in ("Value error, ", "Input should be "):
+        if message.startswith(lead):
+            message = message[len(lead):]
+    return message
+
+
 def validate(cls: type[T], data: Any, source: str, prefix: str = "") -> T:
     """Validate `data` into `cls`; on failure raise InputError('source: field', problem, expected).
 
@@ -77,12 +85,14 @@ def validate(cls: type[T], data: Any, source: str, prefix: str = "") -> T:
             "extra_forbidden": "unknown field",
             "unexpected_keyword_argument": "unknown field",
         }.get(first["type"], f"bad value {_short(first.get('input'))}")
-        expected = first["msg"] if first["type"] not in _UNKNOWN + ("missing",) else None
+        expected = _expected_text(first["msg"]) if first["type"] not in _UNKNOWN + ("missing",) else None
         if first["type"] == "missing":
             expected = expected_form(cls, tuple(first["loc"]), data)
-        if first["type"] == "union_tag_not_found":  # a tagged table without its `kind`
+        if first["type"] in ("union_tag_not_found", "union_tag_invalid"):  # a tagged table's `kind`
             field = f"{field}.kind" if field != "<top level>" else "kind"
-            problem, expected = "missing required field", expected_form(cls, tuple(first["loc"]), data)
+            tag = first.get("ctx", {}).get("tag")
+            problem = "missing required field" if tag is None else f"bad value {tag!r}"
+            expected = expected_form(cls, tuple(first["loc"]), data)
         if first["type"] in _UNKNOWN:
             expected = "only the fields this table documents (check the spelling)"
         raise InputError(f"{source}: {field}", problem, expected) from None

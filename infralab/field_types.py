@@ -11,6 +11,7 @@ docs/sim.md ("Limits").
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, StrictBool, StrictInt
@@ -36,7 +37,9 @@ def _real_number(value: Any) -> Any:
     """Integers and decimals pass (an int for a float field stays accepted); booleans and text do
     not, even when they look like numbers."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"expected a number, got {type(value).__name__} {value!r}")
+        raise ValueError(f"a number, not {type(value).__name__} {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("a finite number (NaN and infinity are not accepted)")
     return value
 
 

@@ -258,6 +258,9 @@ def _require_file(value: str, base_dir: Path, where: str, what: str) -> None:
         resolved = resolve_path(value, base_dir)
     except InputError as exc:  # an @data/ path with no shared data folder: blame the field too
         raise InputError(where, f"{value}: {exc.where} {exc.problem}", exc.expected) from None
+    if resolved.exists() and not resolved.is_file():
+        what_it_is = "a folder" if resolved.is_dir() else "not a regular file (a device, pipe or socket)"
+        raise InputError(where, f"{value} is {what_it_is}", f"a {what} file")
     if not resolved.is_file():
         raise InputError(
             where,

@@ -319,6 +319,8 @@ def _json_object(path: Path, line_no: int, line: str) -> dict:
             hint = "; this looks like a CSV file: use format 'azure' or 'vidur'"
         problem = f"not valid JSON ({exc.msg}){hint}"
         raise InputError(f"{path}:{line_no}", problem, _MOONCAKE_EXPECTED) from None
+    except RecursionError:
+        raise InputError(f"{path}:{line_no}", "nested too deeply", _MOONCAKE_EXPECTED) from None
     if not isinstance(record, dict):
         problem = f"a JSON {type(record).__name__}, not an object"
         raise InputError(f"{path}:{line_no}", problem, _MOONCAKE_EXPECTED)
