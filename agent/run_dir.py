@@ -106,7 +106,27 @@ def load_summary(path: Path) -> dict[str, Any]:
     data = _read_json(path)
     if not isinstance(data, dict):
         raise InputError(str(path), "not a JSON object", "summary.json as `infralab sim run` writes it")
+    _check_summary_values(data, path)
     return data
+
+
+# Keys of summary.json whose values are text (names, the percentile method, the saturation rule);
+# every other value is a number, a flag or null (a latency of a run that completed no request);
+# per-resource figures (instances, links) are never null.
+_SUMMARY_TEXT = ("run", "role", "percentile_method", "rule")
+_SUMMARY_RESOURCES = ("instances", "links")
+
+
+def _check_summary_values(node: Any, path: Path, dotted: str = "") -> None:
+    for key, value in node.items():
+        where = f"{dotted}.{key}" if dotted else str(key)
+        if isinstance(value, dict):
+            if key not in _SUMMARY_TEXT:
+                _check_summary_values(value, path, where)
+        elif not ((value is None and not where.startswith(_SUMMARY_RESOURCES))
+                  or isinstance(value, (bool, int, float)) or (key in _SUMMARY_TEXT and isinstance(value, str))):
+            raise InputError(f"{path}: {where}", f"bad value {str(value)[:40]!r}",
+                             "a number, true/false or null (summary.json as `infralab sim run` writes it)")
 
 
 def _read_json(path: Path) -> Any:
@@ -166,9 +186,13 @@ def load_trace(path: Path) -> tuple[tuple[Interval, ...], tuple[CounterSample, .
     if not isinstance(events, list):
         raise InputError(str(path), "no traceEvents list", "Chrome/Perfetto Trace Event JSON")
     for index, ev in enumerate(events):
+        where = f"{path}: traceEvents[{index}]"
         if not isinstance(ev, dict):
-            raise InputError(f"{path}: traceEvents[{index}]", f"a JSON {type(ev).__name__}, not an event object",
+            raise InputError(where, f"a JSON {type(ev).__name__}, not an event object",
                              "Trace Event objects with ph, name, pid, ts")
+        if not isinstance(ev.get("pid", 0), (int, str)) or not isinstance(ev.get("args") or {}, dict):
+            raise InputError(where, "a pid that is not a number or name, or args that are not an object",
+                             "Trace Event objects with ph, name, pid, ts and an args object")
     tracks: dict[Any, str] = {}
     for ev in events:
         if ev.get("ph") == "M" and ev.get("name") == "process_name":

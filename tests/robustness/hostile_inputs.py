@@ -562,11 +562,82 @@ def explain_cases() -> Iterator[Case]:
     yield Case("explain", "summary-nan", folder_case("summary.json", '{"x": NaN}', "summary.json"))
     yield Case("explain", "summary-binary", folder_case("summary.json", b"\xff\xfe{}", "summary.json"))
     yield Case("explain", "requests-missing-columns", folder_case("requests.csv", "id,foo\n1,2\n", "header"))
+    def edited_run(edit: Callable[[Path], None], needle: str) -> Callable:
+        def build(folder: Path) -> tuple[list[str], list[str]]:
+            run = tiny_run(folder / "run")
+            edit(run)
+            return ["explain", str(run)], [needle]
+
+        return build
+
+    def summary_edit(dotted: str, value: Any) -> Callable[[Path], None]:
+        def edit(run: Path) -> None:
+            data = json.loads((run / "summary.json").read_text())
+            (run / "summary.json").write_text(json.dumps(with_value(data, dotted, value)))
+
+        return edit
+
+    def event_edit(ph: str, key: str, value: Any) -> Callable[[Path], None]:
+        def edit(run: Path) -> None:
+            doc = json.loads((run / "trace.json").read_text())
+            next(ev for ev in doc["traceEvents"] if ev.get("ph") == ph)[key] = value
+            (run / "trace.json").write_text(json.dumps(doc))
+
+        return edit
+
+    def requests_edit(column: str, value: str) -> Callable[[Path], None]:
+        def edit(run: Path) -> None:
+            lines = (run / "requests.csv").read_text().splitlines()
+            header = lines[0].split(",")
+            cells = lines[1].split(",")
+            cells[header.index(column)] = value
+            (run / "requests.csv").write_text("\n".join([lines[0], ",".join(cells), *lines[2:]]) + "\n")
+
+        return edit
+
+    for label, edit, needle in (
+        ("summary-table-for-a-number", summary_edit("duration_s", {"a": 1}), "duration_s"),
+        ("summary-text-for-a-number", summary_edit("e2e_s.p50", "fast"), "e2e_s.p50"),
+        ("summary-null-busy-fraction", summary_edit("instances.instance/instance-0.busy_fraction", None), "busy_fraction"),
+        ("event-pid-list", event_edit("M", "pid", [1]), "traceEvents["),
+        ("event-args-text", event_edit("M", "args", "x"), "traceEvents["),
+        ("event-dur-negative", event_edit("X", "dur", -1), "traceEvents["),
+        ("event-ts-null", event_edit("X", "ts", None), "traceEvents["),
+        ("requests-negative-time", requests_edit("arrival_s", "-1.0"), "arrival_s"),
+        ("requests-inf-time", requests_edit("finish_s", "inf"), "finish_s"),
+        ("requests-text-count", requests_edit("prompt_tokens", "many"), "prompt_tokens"),
+    ):
+        yield Case("explain", label, edited_run(edit, needle))
+
     def empty_folder(folder: Path) -> tuple[list[str], list[str]]:
         (folder / "run").mkdir()
         return ["explain", str(folder / "run")], ["summary.json"]
 
     yield Case("explain", "empty-folder", empty_folder)
+
+
+_TINY_RUN: list[Path] = []  # one results folder of BASE_CONFIG per test process, copied per case
+
+
+def tiny_run(dest: Path) -> Path:
+    """A copy, at `dest`, of the results folder `infralab sim run` writes for BASE_CONFIG."""
+    import atexit
+    import contextlib
+    import io
+    import shutil
+    import tempfile
+
+    from infralab.cli import main
+
+    if not _TINY_RUN:
+        folder = Path(tempfile.mkdtemp(prefix="infralab-tiny-run-"))
+        atexit.register(shutil.rmtree, folder, True)
+        config = write(folder, "cfg.toml", to_toml(BASE_CONFIG))
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            assert main(["sim", "run", str(config), "--out", str(folder / "run")]) == 0
+        _TINY_RUN.append(folder / "run")
+    shutil.copytree(_TINY_RUN[0], dest)
+    return dest
 
 
 # ---- class: flags ------------------------------------------------------------------------------------
