@@ -315,7 +315,19 @@ def run_summary(run: LoadedRun) -> RunSummary | None:
     """The run's summary.json as a typed summary; None for a timeline."""
     if run.summary is None:
         return None
-    return RunSummary.from_json(run.summary, source=f"{run.source}/summary.json")
+    source = f"{run.source}/summary.json"
+    summary = RunSummary.from_json(run.summary, source=source)
+    # A summary.json edited by hand can hold a table or null where a figure belongs: refuse it
+    # here, as one input error, rather than fail while comparing.
+    expected = "summary.json as `infralab sim run` writes it"
+    try:
+        flat = summary.flat_metrics()
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise InputError(source, f"not a run summary ({type(exc).__name__}: {exc})", expected) from None
+    for name, value in flat.items():
+        if not (value is None or isinstance(value, (bool, int, float))):
+            raise InputError(f"{source}: {name}", f"bad value {str(value)[:40]!r}", f"a number ({expected})")
+    return summary
 
 
 def _as_number(value: Metric) -> float | bool | None:

@@ -32,25 +32,27 @@ the key and the allowed values.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Any, Literal, Union
 
-from pydantic import Field
 from pydantic.dataclasses import dataclass
 
 from infralab.agent.acceptance import Criterion, parse_criterion
-from infralab.config_io import STRICT, load_toml, validate
+from infralab.config_io import STRICT, validate
 from infralab.errors import InputError
+from infralab.field_types import Int
+from infralab.input_files import parse_toml, read_text
 
 ValidatorName = Literal["kernel-check", "microbench", "sim", "real"]
 LADDER: tuple[str, ...] = ("kernel-check", "microbench", "sim", "real")
 """The validators, cheapest first."""
 
 Knob = Union[bool, int, float, str]
-NonNegInt = Annotated[int, Field(ge=0)]
-PositiveInt = Annotated[int, Field(gt=0)]
+Seed = Int(ge=0, le=2**63 - 1)
+Repetitions = Int(gt=0, le=1000)
 
 
 # ---- the file, as pydantic validates it --------------------------------------------------------
@@ -64,8 +66,8 @@ class HypothesisTable:
     metrics: tuple[str, ...]
     validators: tuple[ValidatorName, ...]
     acceptance: tuple[str, ...]
-    seeds: tuple[NonNegInt, ...] = (0,)
-    repetitions: PositiveInt = 1
+    seeds: tuple[Seed, ...] = (0,)
+    repetitions: Repetitions = 1
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -140,9 +142,9 @@ def load_hypothesis(path: str | Path, quick: bool = False) -> Hypothesis:
     """Read, validate and resolve a hypothesis file. With `quick`, the `[quick]` table's keys replace
     the same keys of `[setup]` (smaller windows, fewer scenarios) for smoke runs."""
     path = Path(path)
-    raw = load_toml(path)
-    text = path.read_text(encoding="utf-8")
     source = str(path)
+    text = read_text(path, "config", "a hypothesis TOML")  # read once, through the input boundary
+    raw = parse_toml(text, source, "a hypothesis TOML")
     for i, variant in enumerate(raw.get("variant", []) if isinstance(raw.get("variant"), list) else []):
         if isinstance(variant, dict) and "from" in variant:
             variant["parent"] = variant.pop("from")
@@ -260,7 +262,10 @@ def _arms(spec: HypothesisFile, allowed: Allowed, where: Locator) -> tuple[Arm, 
     return tuple(arms)
 
 
-_TYPES = {int: "a non-negative integer", float: "a number", str: "a string", bool: "true or false"}
+# Integer knobs are counts (TP shards, ReplaySSM's ring length), bounded so that a shape stays small.
+MAX_INT_KNOB = 65536
+_TYPES = {int: f"an integer from 1 to {MAX_INT_KNOB}", float: "a finite number", str: "a string",
+          bool: "true or false"}
 
 
 def _check_knob(allowed: Allowed, knob: str, value: Knob, knobs: Mapping[str, Knob], key: str,
@@ -296,9 +301,9 @@ def _check_dependents(allowed: Allowed, changed: str, knobs: Mapping[str, Knob],
 
 def _has_type(value: Knob, kind: type) -> bool:
     if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_INT_KNOB
     if kind is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     return isinstance(value, kind)
 
 

@@ -14,7 +14,7 @@ Requests come back as `RequestRecord`s without token times (requests.csv does no
 from __future__ import annotations
 
 import csv
-import json
+import io
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field, fields
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from infralab.errors import InputError
+from infralab.input_files import read_json, read_text
 from infralab.sim.records import CounterSample, Interval, RequestRecord
 
 SIM_RUN_FILES = ("summary.json", "requests.csv", "trace.json")
@@ -65,7 +66,7 @@ def load_run(path: str | Path) -> LoadedRun:
     path = Path(path)
     if path.is_dir():
         return _load_sim_run(path)
-    if path.is_file():
+    if path.exists():  # a file; the input boundary refuses devices, pipes and the like
         intervals, counters, meta = load_trace(path)
         return LoadedRun(source=str(path), kind="timeline", intervals=intervals, counters=counters, trace_metadata=meta)
     raise InputError(
@@ -105,37 +106,54 @@ def load_summary(path: Path) -> dict[str, Any]:
     data = _read_json(path)
     if not isinstance(data, dict):
         raise InputError(str(path), "not a JSON object", "summary.json as `infralab sim run` writes it")
+    _check_summary_values(data, path)
     return data
 
 
+# Keys of summary.json whose values are text (names, the percentile method, the saturation rule);
+# every other value is a number, a flag or null (a latency of a run that completed no request);
+# per-resource figures (instances, links) are never null.
+_SUMMARY_TEXT = ("run", "role", "percentile_method", "rule")
+_SUMMARY_RESOURCES = ("instances", "links")
+
+
+def _check_summary_values(node: Any, path: Path, dotted: str = "") -> None:
+    for key, value in node.items():
+        where = f"{dotted}.{key}" if dotted else str(key)
+        if isinstance(value, dict):
+            if key not in _SUMMARY_TEXT:
+                _check_summary_values(value, path, where)
+        elif not ((value is None and not where.startswith(_SUMMARY_RESOURCES))
+                  or isinstance(value, (bool, int, float)) or (key in _SUMMARY_TEXT and isinstance(value, str))):
+            raise InputError(f"{path}: {where}", f"bad value {str(value)[:40]!r}",
+                             "a number, true/false or null (summary.json as `infralab sim run` writes it)")
+
+
 def _read_json(path: Path) -> Any:
-    try:
-        with path.open(encoding="utf-8") as handle:
-            return json.load(handle)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: line {exc.lineno}", f"not valid JSON: {exc.msg}", "a JSON document") from None
-    except OSError as exc:
-        raise InputError(str(path), f"cannot read: {exc.strerror}", "a readable file") from None
+    """A JSON file through the one input boundary (size cap, UTF-8, nesting, NaN refused)."""
+    return read_json(path, "run", "a JSON document")
 
 
 def _number(text: str, where: str, kind: type) -> Any:
+    """A requests.csv cell: an integer >= 0, or a time in seconds >= 0 (empty: unset, NaN)."""
     if text == "":
         if kind is float:
             return math.nan
         raise InputError(where, "empty", "an integer")
     try:
-        return kind(text)
+        value = kind(text)
     except ValueError:
         raise InputError(where, f"bad value {text!r}", "an integer" if kind is int else "a number") from None
+    if (kind is float and not math.isfinite(value)) or value < 0:
+        expected = "an integer >= 0" if kind is int else "seconds >= 0, or empty when unset"
+        raise InputError(where, f"bad value {text!r}", expected)
+    return value
 
 
 def load_requests(path: Path) -> tuple[RequestRecord, ...]:
     """requests.csv rows as RequestRecords (token times empty), ordered as in the file."""
-    try:
-        handle = path.open(newline="", encoding="utf-8")
-    except OSError as exc:
-        raise InputError(str(path), f"cannot read: {exc.strerror}", "a readable file") from None
-    with handle:
+    text = read_text(path, "run", "requests.csv as `infralab sim run` writes it")
+    with io.StringIO(text, newline="") as handle:
         reader = csv.DictReader(handle)
         columns = reader.fieldnames or []
         missing = [c for c in REQUIRED_COLUMNS if c not in columns]
@@ -146,8 +164,11 @@ def load_requests(path: Path) -> tuple[RequestRecord, ...]:
                 "the columns `infralab sim run` writes (RequestRecord fields)",
             )
         out = []
-        for line, row in enumerate(reader, start=2):
-            where = f"{path}: line {line}"
+        for row in reader:
+            where = f"{path}: line {reader.line_num}"
+            if None in row.values() or None in row:
+                raise InputError(where, "a row with a different number of cells than the header",
+                                 "one cell per column")
             values: dict[str, Any] = {name: row[name] for name in _STR_FIELDS}
             for name in _INT_FIELDS:
                 values[name] = _number(row[name], f"{where}, column {name}", int)
@@ -164,30 +185,50 @@ def load_trace(path: Path) -> tuple[tuple[Interval, ...], tuple[CounterSample, .
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc if isinstance(doc, list) else None
     if not isinstance(events, list):
         raise InputError(str(path), "no traceEvents list", "Chrome/Perfetto Trace Event JSON")
+    for index, ev in enumerate(events):
+        where = f"{path}: traceEvents[{index}]"
+        if not isinstance(ev, dict):
+            raise InputError(where, f"a JSON {type(ev).__name__}, not an event object",
+                             "Trace Event objects with ph, name, pid, ts")
+        if not isinstance(ev.get("pid", 0), (int, str)) or not isinstance(ev.get("args") or {}, dict):
+            raise InputError(where, "a pid that is not a number or name, or args that are not an object",
+                             "Trace Event objects with ph, name, pid, ts and an args object")
     tracks: dict[Any, str] = {}
     for ev in events:
-        if isinstance(ev, dict) and ev.get("ph") == "M" and ev.get("name") == "process_name":
+        if ev.get("ph") == "M" and ev.get("name") == "process_name":
             tracks[ev.get("pid")] = str((ev.get("args") or {}).get("name", f"pid {ev.get('pid')}"))
     intervals: list[Interval] = []
     counters: list[CounterSample] = []
     for index, ev in enumerate(events):
-        if not isinstance(ev, dict) or ev.get("ph") not in ("X", "C"):
+        if ev.get("ph") not in ("X", "C"):
             continue
         track = tracks.get(ev.get("pid"), f"pid {ev.get('pid')}")
         try:
-            ts = float(ev["ts"]) * 1e-6
+            ts = _event_number(ev["ts"], low=-math.inf) * 1e-6
+            args = ev.get("args") or {}
+            if not isinstance(args, dict):
+                raise TypeError
             if ev["ph"] == "X":
-                end = ts + float(ev.get("dur", 0.0)) * 1e-6
-                args = ev.get("args") or {}
+                end = ts + _event_number(ev.get("dur", 0.0), low=0.0) * 1e-6
                 intervals.append(Interval(track, str(ev["name"]), ts, end, tuple(sorted(args.items()))))
             else:
-                for name, value in sorted((ev.get("args") or {}).items()):
-                    counters.append(CounterSample(track, str(name), ts, float(value)))
+                for name, value in sorted(args.items()):
+                    counters.append(CounterSample(track, str(name), ts, _event_number(value, low=-math.inf)))
         except (KeyError, TypeError, ValueError):
             raise InputError(
                 f"{path}: traceEvents[{index}]",
                 f"malformed {ev.get('ph')!r} event",
-                "numeric ts (and dur) in microseconds, a name, and numeric counter args",
+                "finite numeric ts and dur >= 0 in microseconds, a name, and finite numeric counter args",
             ) from None
     meta = doc.get("metadata", {}) if isinstance(doc, dict) else {}
     return tuple(intervals), tuple(counters), meta if isinstance(meta, dict) else {}
+
+
+def _event_number(value: Any, low: float) -> float:
+    """A finite number (not a boolean or text) at least `low`; ValueError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(value)
+    number = float(value)
+    if not math.isfinite(number) or number < low:
+        raise ValueError(value)
+    return number

@@ -21,15 +21,15 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import Field
 from pydantic.dataclasses import dataclass
 
 from infralab.agent.acceptance import Criterion, evaluate, parse_criterion
 from infralab.agent.sim_pool import Execution, SimJob, apply_knob, checked_config, run_pool
 from infralab.config_io import STRICT, load_toml, validate
 from infralab.errors import InputError
+from infralab.field_types import Int
 from infralab.results import atomic_output_dir, dump_json
 from infralab.sim.summary import LATENCY_STATS, RATES, metric_names
 
@@ -50,6 +50,10 @@ METRICS = metric_names(
 )
 
 
+# The most points one search runs (each is a full simulation); checked before any point is built.
+MAX_POINTS = 10_000
+
+
 @dataclass(frozen=True, config=STRICT)
 class ParetoAxes:
     x: str = "ttft_p90_s"  # minimised
@@ -60,10 +64,10 @@ class ParetoAxes:
 class SearchInfo:
     base: str  # simulation config; relative paths resolve against the SPACE file's folder
     name: str = "search"
-    seed: Annotated[int, Field(ge=0)] | None = None  # overrides run.seed of the base config
+    seed: Int(ge=0, le=2**63 - 1) | None = None  # overrides run.seed of the base config
     objective: str = "maximize goodput_per_accelerator"  # "maximize NAME" or "minimize NAME"
     constraints: tuple[str, ...] = ()  # acceptance-style expressions over METRICS
-    top: Annotated[int, Field(gt=0)] = 5
+    top: Int(gt=0, le=MAX_POINTS) = 5
     pareto: ParetoAxes = ParetoAxes()
 
 
@@ -139,6 +143,10 @@ def load_space(path: str | Path) -> Space:
             raise InputError(f"{source}: axes.{key}", "empty list", "one or more values")
         if len({repr(v) for v in values}) != len(values):
             raise InputError(f"{source}: axes.{key}", "repeated values", "each value once")
+    size = math.prod(len(values) for values in spec.axes.values())
+    if size > MAX_POINTS:
+        counts = " x ".join(str(len(values)) for values in spec.axes.values())
+        raise InputError(f"{source}: axes", f"{counts} = {size} points", f"at most {MAX_POINTS} points per search")
     metric, goal = _objective(spec.search.objective, f"{source}: search.objective")
     _check_metric(spec.search.pareto.x, f"{source}: search.pareto.x")
     _check_metric(spec.search.pareto.y, f"{source}: search.pareto.y")
@@ -174,7 +182,7 @@ def load_space(path: str | Path) -> Space:
             checked_config(data, str(base_path), base_dir)
         except InputError as exc:
             where = ", ".join(f"{k} = {v!r}" for k, v in point)
-            raise InputError(f"{source}: axes ({where})", f"gives an invalid config: {exc}", exc.expected) from None
+            raise InputError(f"{source}: axes ({where})", f"gives an invalid config: {exc.where}: {exc.problem}", exc.expected) from None
         points.append(data)
         knobs.append(point)
     return Space(

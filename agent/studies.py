@@ -31,6 +31,7 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from infralab.config_io import STRICT, load_toml, validate
 from infralab.errors import InputError
+from infralab.field_types import Bool, Int
 from infralab.locations import experiments_dir
 
 STUDY_FILE = "study.toml"
@@ -41,9 +42,9 @@ HOOK_FILE = "hook.py"
 class StudyTable:
     title: str
     hypotheses: Annotated[tuple[str, ...], Field(min_length=1)]
-    confirm: bool = False
-    chart: bool = True
-    order: int = 1000
+    confirm: Bool = False
+    chart: Bool = True
+    order: Int(ge=-1_000_000, le=1_000_000) = 1000
 
 
 @pydantic_dataclass(frozen=True, config=STRICT)

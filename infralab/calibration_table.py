@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infralab.errors import InputError
+from infralab.input_files import read_text
 
 COLUMNS: tuple[str, ...] = (
     "kernel",
@@ -149,13 +150,7 @@ def render_table(rows: Iterable[CalibrationRow], comments: Sequence[str] = ()) -
 def read_table(path: str | Path) -> list[CalibrationRow]:
     """Rows of a calibration CSV file; bad content raises InputError naming file, line and column."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(str(path), "file not found", _FILE_EXPECTED) from None
-    except UnicodeDecodeError:
-        raise InputError(str(path), "not UTF-8 text", _FILE_EXPECTED) from None
-    return parse_table(text, str(path))
+    return parse_table(read_text(path, "table", _FILE_EXPECTED), str(path))
 
 
 def parse_table(text: str, source: str) -> list[CalibrationRow]:

@@ -16,7 +16,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from infralab.errors import InputError
 
@@ -174,9 +174,18 @@ def add_args(parser: argparse.ArgumentParser, args: Sequence[Arg]) -> None:
         parser.add_argument(*a.names, **a.options)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line, `error: ...`, with exit status 2 (the
+    shape of every other input error); `--help` still prints the full usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The whole command line from `COMMANDS` (no part of infralab is imported)."""
-    parser = argparse.ArgumentParser(prog="infralab", description="infralab: a testbed for LLM-serving hypotheses")
+    """The whole command line from `COMMANDS` (no part of infralab is imported). Subparsers are of
+    the same class (argparse's default), so every usage error is one line."""
+    parser = OneLineParser(prog="infralab", description="infralab: a testbed for LLM-serving hypotheses")
     top = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     groups: dict[str, argparse._SubParsersAction] = {}
     for command in COMMANDS:

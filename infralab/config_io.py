@@ -7,13 +7,14 @@ the dotted field path and what was expected.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
-from typing import Any, TypeVar
+from types import UnionType
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 import pydantic
 
 from infralab.errors import InputError
+from infralab.input_files import read_toml
 
 T = TypeVar("T")
 
@@ -22,15 +23,10 @@ STRICT = pydantic.ConfigDict(extra="forbid")
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
-    """Read a TOML file; a missing file or a syntax error becomes an InputError naming it."""
-    path = Path(path)
-    try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except FileNotFoundError:
-        raise InputError(str(path), "file not found", "an existing TOML file") from None
-    except tomllib.TOMLDecodeError as exc:  # message carries line and column
-        raise InputError(str(path), f"not valid TOML: {exc}", "TOML syntax") from None
+    """Read a TOML file through the one input boundary (`infralab.input_files`): a missing,
+    unreadable, binary, oversized or too deeply nested file, or a syntax error, is an InputError
+    naming it (and the line)."""
+    return read_toml(path)
 
 
 _UNKNOWN = ("extra_forbidden", "unexpected_keyword_argument")
@@ -64,6 +60,14 @@ def _short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _expected_text(message: str) -> str:
+    """pydantic's message as the expected form: "Input should be greater than 0" -> "greater than 0"."""
+    for lead in ("Value error, ", "Input should be "):
+        if message.startswith(lead):
+            message = message[len(lead):]
+    return message
+
+
 def validate(cls: type[T], data: Any, source: str, prefix: str = "") -> T:
     """Validate `data` into `cls`; on failure raise InputError('source: field', problem, expected).
 
@@ -81,7 +85,74 @@ def validate(cls: type[T], data: Any, source: str, prefix: str = "") -> T:
             "extra_forbidden": "unknown field",
             "unexpected_keyword_argument": "unknown field",
         }.get(first["type"], f"bad value {_short(first.get('input'))}")
-        expected = first["msg"] if first["type"] not in _UNKNOWN + ("missing",) else None
+        expected = _expected_text(first["msg"]) if first["type"] not in _UNKNOWN + ("missing",) else None
+        if first["type"] == "missing":
+            expected = expected_form(cls, tuple(first["loc"]), data)
+        if first["type"] in ("union_tag_not_found", "union_tag_invalid"):  # a tagged table's `kind`
+            field = f"{field}.kind" if field != "<top level>" else "kind"
+            tag = first.get("ctx", {}).get("tag")
+            problem = "missing required field" if tag is None else f"bad value {tag!r}"
+            expected = expected_form(cls, tuple(first["loc"]), data)
         if first["type"] in _UNKNOWN:
             expected = "only the fields this table documents (check the spelling)"
         raise InputError(f"{source}: {field}", problem, expected) from None
+
+
+# ---- what a missing field expects --------------------------------------------------------------
+
+
+def expected_form(cls: type, loc: tuple[Any, ...], data: Any) -> str:
+    """What the field at `loc` of `cls` takes, in words ("an integer > 0 and <= 10000000"), found by
+    walking the dataclass fields (and, in a tagged union, the member the table's `kind` names)."""
+    try:
+        annotation, metadata = cls, []
+        node = data
+        for item in loc:
+            if isinstance(node, dict) and item not in node and node.get("kind") == item:
+                continue  # a tagged union's tag in the location (see _field_path)
+            annotation = _member(annotation, node)
+            fields = getattr(annotation, "__pydantic_fields__", None)
+            if fields is None or item not in fields:
+                return "a value for this field (see the table's documentation)"
+            annotation, metadata = fields[item].annotation, fields[item].metadata
+            node = node.get(item) if isinstance(node, dict) else None
+        return _describe(_member(annotation, node), metadata)
+    except Exception:  # a description is a courtesy: never let it hide the error itself
+        return "a value for this field (see the table's documentation)"
+
+
+def _member(annotation: Any, node: Any) -> Any:
+    """The union member a table's `kind` selects (or the one non-None member of an optional)."""
+    members = [m for m in get_args(annotation) if m is not type(None)] if get_origin(annotation) in (Union, UnionType) else []
+    if not members:
+        return annotation
+    if len(members) == 1:
+        return members[0]
+    kind = node.get("kind") if isinstance(node, dict) else None
+    for member in members:
+        tag = getattr(member, "__pydantic_fields__", {}).get("kind")
+        if tag is not None and kind in get_args(tag.annotation):
+            return member
+    return annotation
+
+
+def _describe(annotation: Any, metadata: list[Any]) -> str:
+    if get_origin(annotation) in (Union, UnionType):
+        tags = [get_args(m.__pydantic_fields__["kind"].annotation)[0] for m in get_args(annotation)
+                if "kind" in getattr(m, "__pydantic_fields__", {})]
+        if tags:
+            return "kind = " + " | ".join(repr(t) for t in tags)
+    if getattr(annotation, "__pydantic_fields__", None) is not None:
+        kinds = getattr(annotation.__pydantic_fields__.get("kind"), "annotation", None)
+        return "a table" + (f" with kind = {get_args(kinds)[0]!r}" if kinds is not None else "")
+    if get_origin(annotation) is Literal:
+        return "one of " + ", ".join(repr(v) for v in get_args(annotation))
+    words = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(annotation)
+    if words is None:
+        return f"a value of type {getattr(annotation, '__name__', annotation)}"
+    bounds = []
+    for item in metadata:
+        for attr, sign in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")):
+            if getattr(item, attr, None) is not None:
+                bounds.append(f"{sign} {getattr(item, attr)}")
+    return words + (" " + " and ".join(bounds) if bounds else "")

@@ -7,6 +7,8 @@ Units: seconds, bytes, tokens, requests per second.
 
 from __future__ import annotations
 
+import math
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args
 
@@ -16,12 +18,25 @@ from pydantic.dataclasses import dataclass
 from infralab import locations
 from infralab.config_io import STRICT, load_toml, validate
 from infralab.errors import InputError
+from infralab.field_types import (
+    MAX_INSTANCES,
+    MAX_RATE,
+    MAX_REQUESTS,
+    MAX_SPAN_S,
+    MAX_TOKENS,
+    MIN_RATE,
+    Bool,
+    Fraction,
+    Int,
+    Number,
+    PositiveSeconds,
+    Seconds,
+    Tokens,
+)
 
-PositiveInt = Annotated[int, Field(gt=0)]
-NonNegInt = Annotated[int, Field(ge=0)]
-PositiveFloat = Annotated[float, Field(gt=0)]
-NonNegFloat = Annotated[float, Field(ge=0)]
-Fraction = Annotated[float, Field(gt=0, le=1)]
+# Every field is strict and bounded (infralab.field_types; the limits are listed in docs/sim.md).
+Rate = Number(ge=MIN_RATE, le=MAX_RATE)  # requests per second
+SpanSeconds = Number(ge=0.0, le=MAX_SPAN_S)
 
 # The trace formats the workload readers parse (infralab.sim.workloads.traces), named once here.
 TraceFormat = Literal["mooncake", "azure", "vidur"]
@@ -34,14 +49,14 @@ TRACE_FORMATS: tuple[str, ...] = get_args(TraceFormat)
 @dataclass(frozen=True, config=STRICT)
 class FixedLength:
     kind: Literal["fixed"]
-    value: PositiveInt
+    value: Tokens
 
 
 @dataclass(frozen=True, config=STRICT)
 class UniformLength:
     kind: Literal["uniform"]
-    low: PositiveInt
-    high: PositiveInt  # inclusive
+    low: Tokens
+    high: Tokens  # inclusive
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -49,9 +64,9 @@ class LogNormalLength:
     """Lengths whose log is normal; `median` in tokens, `sigma` the std-dev of the log."""
 
     kind: Literal["lognormal"]
-    median: PositiveFloat
-    sigma: NonNegFloat
-    max: PositiveInt | None = None  # clip
+    median: Number(ge=1.0, le=MAX_TOKENS)
+    sigma: Number(ge=0.0, le=10.0)  # exp(10) already spans four orders of magnitude
+    max: Tokens | None = None  # clip (without it, lengths are clipped to MAX_TOKENS)
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -72,7 +87,7 @@ LengthSpec = Annotated[
 @dataclass(frozen=True, config=STRICT)
 class PoissonArrivals:
     kind: Literal["poisson"]
-    rate: PositiveFloat  # requests per second
+    rate: Rate  # requests per second
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -80,8 +95,8 @@ class GammaArrivals:
     """Gamma inter-arrival times: mean 1/rate, coefficient of variation `cv` (cv=1 is Poisson)."""
 
     kind: Literal["gamma"]
-    rate: PositiveFloat
-    cv: PositiveFloat
+    rate: Rate
+    cv: Number(ge=1e-3, le=100.0)
 
 
 ArrivalSpec = Annotated[Union[PoissonArrivals, GammaArrivals], Field(discriminator="kind")]
@@ -97,17 +112,17 @@ class TraceWorkload:
     kind: Literal["trace"]
     path: str  # relative paths resolve against the config file's folder
     format: TraceFormat
-    rate_scale: PositiveFloat = 1.0  # >1 compresses inter-arrival times (more load)
-    start_s: NonNegFloat = 0.0  # time window, seconds from the trace's first request
-    end_s: PositiveFloat | None = None
-    max_requests: PositiveInt | None = None  # truncation after windowing
-    max_prompt_tokens: PositiveInt | None = None  # clip prompts (e.g. to the model's context)
+    rate_scale: Number(ge=1e-6, le=1e6) = 1.0  # >1 compresses inter-arrival times (more load)
+    start_s: SpanSeconds = 0.0  # time window, seconds from the trace's first request
+    end_s: PositiveSeconds | None = None
+    max_requests: Int(gt=0, le=MAX_REQUESTS) | None = None  # truncation after windowing
+    max_prompt_tokens: Tokens | None = None  # clip prompts (e.g. to the model's context)
 
 
 @dataclass(frozen=True, config=STRICT)
 class SyntheticWorkload:
     kind: Literal["synthetic"]
-    num_requests: PositiveInt
+    num_requests: Int(gt=0, le=MAX_REQUESTS)
     arrival: ArrivalSpec
     prompt: LengthSpec
     output: LengthSpec
@@ -122,7 +137,7 @@ WorkloadSpec = Annotated[Union[TraceWorkload, SyntheticWorkload], Field(discrimi
 @dataclass(frozen=True, config=STRICT)
 class HardwareConfig:
     accelerator: str  # catalog name (e.g. "H100") or a path to a TOML file
-    tp: PositiveInt = 1  # tensor-parallel degree of one instance
+    tp: Int(gt=0, le=1024) = 1  # tensor-parallel degree of one instance
     tp_link: str = "nvlink4"  # link used by TP collectives inside an instance
 
 
@@ -140,9 +155,9 @@ class EfficiencyConfig:
 class HostOverheadConfig:
     """CPU-side costs that add to device time on the critical path."""
 
-    per_step_s: NonNegFloat = 0.0  # scheduler + launch per engine iteration
-    per_request_s: NonNegFloat = 0.0  # per sequence in a step's batch (input prep, sampling)
-    per_output_token_s: NonNegFloat = 0.0  # detokenisation / streaming per generated token
+    per_step_s: Seconds = 0.0  # scheduler + launch per engine iteration
+    per_request_s: Seconds = 0.0  # per sequence in a step's batch (input prep, sampling)
+    per_output_token_s: Seconds = 0.0  # detokenisation / streaming per generated token
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -159,12 +174,12 @@ class CostConfig:
 
 @dataclass(frozen=True, config=STRICT)
 class EngineConfig:
-    max_num_seqs: PositiveInt = 256  # running sequences per instance
-    max_batched_tokens: PositiveInt = 8192  # token budget per step (chunked prefill)
-    block_size: PositiveInt = 16  # tokens per paged KV block
+    max_num_seqs: Int(gt=0, le=1_000_000) = 256  # running sequences per instance
+    max_batched_tokens: Tokens = 8192  # token budget per step (chunked prefill)
+    block_size: Int(gt=0, le=65536) = 16  # tokens per paged KV block
     gpu_memory_utilization: Fraction = 0.9  # of HBM, before weights are subtracted
-    prefix_cache: bool = True
-    prefix_block_tokens: PositiveInt = 512  # granularity of prompt-prefix identity (Mooncake hash_ids)
+    prefix_cache: Bool = True
+    prefix_block_tokens: Int(gt=0, le=65536) = 512  # granularity of prompt-prefix identity (Mooncake hash_ids)
     preemption: Literal["recompute"] = "recompute"
     # "fast": times runs of identical decode steps together; "reference": the plain per-step
     # scheduler it must match exactly (slower; for checking a new admission or preemption rule).
@@ -180,15 +195,15 @@ class TransferConfig:
     # "per_prefill_nic": one link per prefill instance (its egress NIC), shared by its flows;
     # "shared": one link for the whole cluster.
     topology: Literal["per_prefill_nic", "shared"] = "per_prefill_nic"
-    layer_groups: PositiveInt = 4  # layerwise mode: KV sent in this many flows per prefill step
+    layer_groups: Int(gt=0, le=1024) = 4  # layerwise mode: KV sent in this many flows per prefill step
 
 
 @dataclass(frozen=True, config=STRICT)
 class ClusterConfig:
     layout: Literal["colocated", "disaggregated"] = "colocated"
-    instances: PositiveInt = 1  # colocated
-    prefill_instances: PositiveInt = 1  # disaggregated
-    decode_instances: PositiveInt = 1
+    instances: Int(gt=0, le=MAX_INSTANCES) = 1  # colocated
+    prefill_instances: Int(gt=0, le=MAX_INSTANCES) = 1  # disaggregated
+    decode_instances: Int(gt=0, le=MAX_INSTANCES) = 1
     router: Literal["round_robin", "least_outstanding_tokens", "prefix_aware"] = "round_robin"
     decode_router: Literal["round_robin", "least_outstanding_tokens"] = "least_outstanding_tokens"
     transfer: TransferConfig = TransferConfig()
@@ -196,14 +211,14 @@ class ClusterConfig:
 
 @dataclass(frozen=True, config=STRICT)
 class SLOConfig:
-    ttft_s: PositiveFloat = 2.0
-    tpot_s: PositiveFloat = 0.1
+    ttft_s: Number(gt=0.0, le=86400.0) = 2.0
+    tpot_s: Number(gt=0.0, le=86400.0) = 0.1
 
 
 @dataclass(frozen=True, config=STRICT)
 class RunConfig:
     name: str = "run"
-    seed: NonNegInt = 0
+    seed: Int(ge=0, le=2**63 - 1) = 0
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -246,6 +261,9 @@ def _require_file(value: str, base_dir: Path, where: str, what: str) -> None:
         resolved = resolve_path(value, base_dir)
     except InputError as exc:  # an @data/ path with no shared data folder: blame the field too
         raise InputError(where, f"{value}: {exc.where} {exc.problem}", exc.expected) from None
+    if resolved.exists() and not resolved.is_file():
+        what_it_is = "a folder" if resolved.is_dir() else "not a regular file (a device, pipe or socket)"
+        raise InputError(where, f"{value} is {what_it_is}", f"a {what} file")
     if not resolved.is_file():
         raise InputError(
             where,
@@ -284,6 +302,8 @@ def check_config(cfg: SimConfig, source: str, base_dir: Path) -> None:
                 "end_s > start_s (seconds from the trace's first request)",
             )
         _require_file(workload.path, base_dir, f"{source}: workload.path", f"{workload.format} trace")
+    if isinstance(workload, SyntheticWorkload):
+        check_memory(workload, cfg.cluster, source)
     if cfg.cost.calibration is not None:
         _require_file(cfg.cost.calibration, base_dir, f"{source}: cost.calibration", "calibration CSV")
     for where, value in (
@@ -294,3 +314,49 @@ def check_config(cfg: SimConfig, source: str, base_dir: Path) -> None:
     ):
         if looks_like_path(value):
             _require_file(value, base_dir, f"{source}: {where}", "spec TOML")
+
+
+# A floor on the bytes a run holds per request (its record, its place in the queues) besides its
+# token times, per generated token (one float64 timestamp) and per instance (engine state, KV
+# block tables). A floor, so that only runs that cannot fit are refused: today's records take more
+# (docs/sim.md measures 22-32 kB per trace request with the timeline kept).
+REQUEST_BYTES = 1024
+TOKEN_BYTES = 8
+INSTANCE_BYTES = 1 << 20
+
+
+def machine_memory_bytes() -> int:
+    """Physical memory of this machine (bytes); a large figure when the OS does not say."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 50
+
+
+def mean_length(spec: LengthSpec) -> float:
+    """Expected tokens of a length distribution (0 for an empirical one: unknown before reading)."""
+    if isinstance(spec, FixedLength):
+        return float(spec.value)
+    if isinstance(spec, UniformLength):
+        return (spec.low + spec.high) / 2
+    if isinstance(spec, LogNormalLength):
+        clip = spec.max if spec.max is not None else MAX_TOKENS
+        return min(spec.median * math.exp(min(spec.sigma, 10.0) ** 2 / 2), clip)
+    return 0.0
+
+
+def check_memory(workload: SyntheticWorkload, cluster: ClusterConfig, source: str) -> None:
+    """Refuse a synthetic run whose records alone would need more memory than this machine has,
+    before any request is drawn (estimate: REQUEST_BYTES per request, TOKEN_BYTES per generated
+    token, INSTANCE_BYTES per instance)."""
+    n = workload.num_requests
+    instances = cluster.instances + cluster.prefill_instances + cluster.decode_instances
+    need = n * (REQUEST_BYTES + TOKEN_BYTES * mean_length(workload.output)) + instances * INSTANCE_BYTES
+    have = machine_memory_bytes()
+    if need > have:
+        raise InputError(
+            f"{source}: workload.num_requests",
+            f"{n} requests of ~{mean_length(workload.output):.0f} output tokens need about "
+            f"{need / 1e9:.1f} GB of memory, more than this machine's {have / 1e9:.1f} GB",
+            "fewer requests or shorter outputs",
+        )

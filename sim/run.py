@@ -76,7 +76,7 @@ def simulate_config(cfg: SimConfig, base_dir: Path, source: str = "<config>") ->
             load_link, cfg.cluster.transfer.link, base_dir, source, "cluster.transfer.link"
         )
     with _config_fields_of(source):
-        requests = build_workload(cfg.workload, base_dir, cfg.run.seed)
+        requests = build_workload(cfg.workload, base_dir, cfg.run.seed, model.context_length)
         calibration = None
         if cfg.cost.calibration is not None:
             calibration = CalibrationTable.load(resolve_path(cfg.cost.calibration, base_dir))

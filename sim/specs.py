@@ -15,24 +15,29 @@ those fields.
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import field_validator
 from pydantic.dataclasses import dataclass
 
 from infralab.config_io import STRICT, load_toml, validate
+from infralab.input_files import parse_toml
 from infralab.errors import InputError
+from infralab.field_types import MAX_TOKENS, Bool, Int, Number
 from infralab.sim.config import looks_like_path
 
-PositiveInt = Annotated[int, Field(gt=0)]
-NonNegInt = Annotated[int, Field(ge=0)]
-PositiveFloat = Annotated[float, Field(gt=0)]
-NonNegFloat = Annotated[float, Field(ge=0)]
+# Strict, bounded fields (infralab.field_types); limits in docs/sim.md. Widths and counts of a
+# model stay below 2**20 (every public model is far below), layers below 10,000.
+Width = Int(gt=0, le=1 << 20)
+OptionalWidth = Int(ge=0, le=1 << 20)  # 0 = the feature is absent
+Layers = Int(gt=0, le=10_000)
+FlopsPerSecond = Number(ge=1.0, le=1e18)
+BytesPerSecond = Number(ge=1.0, le=1e16)
+Bytes = Number(ge=1.0, le=1e16)
 
 #: Bytes per element of each data type the specs and the cost model know.
 DTYPE_BYTES: Mapping[str, float] = MappingProxyType(
@@ -52,9 +57,9 @@ class AcceleratorSpec:
     for it (what torch reports, e.g. "NVIDIA H200")."""
 
     name: str
-    peak_flops: dict[str, PositiveFloat] = dataclasses.field(hash=False)
-    hbm_bandwidth: PositiveFloat
-    hbm_capacity: PositiveFloat
+    peak_flops: dict[str, FlopsPerSecond] = dataclasses.field(hash=False)
+    hbm_bandwidth: BytesPerSecond
+    hbm_capacity: Bytes
     calibration_device: str
     source: str = ""
     notes: str = ""
@@ -87,8 +92,8 @@ class LinkSpec:
     message (the fixed cost a transfer or one collective step pays before bytes flow)."""
 
     name: str
-    bandwidth: PositiveFloat
-    latency: NonNegFloat
+    bandwidth: BytesPerSecond
+    latency: Number(ge=0.0, le=60.0)
     source: str = ""
     notes: str = ""
 
@@ -115,30 +120,34 @@ class ModelSpec:
 
     name: str
     source: str  # citation of the public config the figures come from
-    num_layers: PositiveInt
-    hidden_size: PositiveInt
-    num_heads: PositiveInt
-    num_kv_heads: PositiveInt
-    head_dim: PositiveInt
-    vocab_size: PositiveInt
-    intermediate_size: NonNegInt  # dense MLP width (0 when no layer is dense)
-    num_experts: NonNegInt = 0  # routed experts per MoE layer; 0 = dense model
-    experts_per_token: NonNegInt = 0
-    moe_intermediate_size: NonNegInt = 0  # width of one routed (and one shared) expert
-    num_shared_experts: NonNegInt = 0
-    first_k_dense_layers: NonNegInt = 0  # leading layers with a dense MLP in an MoE model
-    tie_word_embeddings: bool = False
+    num_layers: Layers
+    hidden_size: Width
+    num_heads: Width
+    num_kv_heads: Width
+    head_dim: Width
+    vocab_size: Int(gt=0, le=100_000_000)
+    intermediate_size: OptionalWidth  # dense MLP width (0 when no layer is dense)
+    # Longest sequence (tokens) the model was trained for: its public config's
+    # `max_position_embeddings` (or the context its card states). A prompt longer than it is an
+    # input error; None (unknown) skips that check.
+    context_length: Int(gt=0, le=MAX_TOKENS) | None = None
+    num_experts: OptionalWidth = 0  # routed experts per MoE layer; 0 = dense model
+    experts_per_token: OptionalWidth = 0
+    moe_intermediate_size: OptionalWidth = 0  # width of one routed (and one shared) expert
+    num_shared_experts: OptionalWidth = 0
+    first_k_dense_layers: Int(ge=0, le=10_000) = 0  # leading layers with a dense MLP in an MoE model
+    tie_word_embeddings: Bool = False
     layer_types: tuple[LayerType, ...] = ()
     # multi-head latent attention (0 = plain GQA)
-    kv_lora_rank: NonNegInt = 0
-    q_lora_rank: NonNegInt = 0  # 0 = queries projected directly from the hidden state
-    qk_nope_head_dim: NonNegInt = 0
-    qk_rope_head_dim: NonNegInt = 0
-    v_head_dim: NonNegInt = 0
+    kv_lora_rank: OptionalWidth = 0
+    q_lora_rank: OptionalWidth = 0  # 0 = queries projected directly from the hidden state
+    qk_nope_head_dim: OptionalWidth = 0
+    qk_rope_head_dim: OptionalWidth = 0
+    v_head_dim: OptionalWidth = 0
     # linear attention (KDA)
-    linear_num_heads: NonNegInt = 0
-    linear_head_dim: NonNegInt = 0  # K = V head dim
-    linear_conv_kernel: NonNegInt = 0  # short-conv kernel size (0 = none)
+    linear_num_heads: OptionalWidth = 0
+    linear_head_dim: OptionalWidth = 0  # K = V head dim
+    linear_conv_kernel: OptionalWidth = 0  # short-conv kernel size (0 = none)
     notes: str = ""
 
     def __post_init__(self) -> None:
@@ -367,10 +376,7 @@ def _read_spec(kind: str, name_or_path: str, base_dir: Path | None) -> tuple[dic
             f"one of {', '.join(catalog_names()[kind])}, or a path to a TOML file",
         )
     label = f"catalog {kind}/{entry.name}"
-    try:
-        return tomllib.loads(entry.read_text(encoding="utf-8")), label
-    except tomllib.TOMLDecodeError as exc:  # a broken shipped file is still reported, not raised raw
-        raise InputError(label, f"not valid TOML: {exc}", "TOML syntax") from None
+    return parse_toml(entry.read_text(encoding="utf-8"), label, "a spec TOML"), label
 
 
 def load_accelerator(name_or_path: str, base_dir: Path | None = None) -> AcceleratorSpec:

@@ -19,9 +19,8 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
 from pydantic.dataclasses import dataclass
 
 from infralab.agent.findings import Evidence, Finding, Where
@@ -30,6 +29,7 @@ from infralab.agent.validators import host
 from infralab.agent.validators.base import Declaration, Measurement, sample_keys
 from infralab.config_io import STRICT
 from infralab.errors import InputError
+from infralab.field_types import MAX_REQUESTS, MAX_SPAN_S, Int, Number
 from infralab.sim.records import RunRecord
 from infralab.sim.summary import Metric, ResourceStats, RunSummary, metric_names
 
@@ -57,12 +57,15 @@ CLUSTER_METRICS = metric_names(
 )
 
 
+WindowSeconds = Number(ge=0.0, le=MAX_SPAN_S)
+
+
 @dataclass(frozen=True, config=STRICT)
 class ClusterSetup:
     config: str  # a simulation config (`infralab sim run` format), relative to the hypothesis file
-    window_s: tuple[float, float] | None = None  # trace time window [start, end) in seconds
-    max_requests: Annotated[int, Field(gt=0)] | None = None
-    processes: Annotated[int, Field(gt=0)] = 2  # arms x seeds run in parallel over this many workers (processes, Ray CPUs)
+    window_s: tuple[WindowSeconds, WindowSeconds] | None = None  # trace time window [start, end) in seconds
+    max_requests: Int(gt=0, le=MAX_REQUESTS) | None = None
+    processes: Int(gt=0, le=256) = 2  # arms x seeds run in parallel over this many workers (processes, Ray CPUs)
 
 
 def check_cluster_setup(hyp: Hypothesis, setup: ClusterSetup, where: Any) -> None:
@@ -70,6 +73,9 @@ def check_cluster_setup(hyp: Hypothesis, setup: ClusterSetup, where: Any) -> Non
     from infralab.agent.sim_pool import arm_config
     from infralab.sim.config import load_config
 
+    if setup.window_s is not None and not setup.window_s[0] < setup.window_s[1]:
+        start, end = setup.window_s
+        raise where.error("setup.window_s", f"[{start}, {end}] ends before it starts", "[start, end] with start < end, seconds")
     try:
         load_config(hyp.resolve(setup.config))
     except InputError as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from infralab.errors import InputError
 from infralab.sim.config import SyntheticWorkload, TraceWorkload, resolve_path
 from infralab.sim.random_streams import stream
 from infralab.sim.workloads.arrivals import arrival_times
@@ -12,7 +13,9 @@ from infralab.sim.workloads.request import Request
 from infralab.sim.workloads.traces import read_trace
 
 
-def build_workload(spec: TraceWorkload | SyntheticWorkload, base_dir: Path, seed: int) -> list[Request]:
+def build_workload(
+    spec: TraceWorkload | SyntheticWorkload, base_dir: Path, seed: int, context_length: int | None = None
+) -> list[Request]:
     """The requests of a workload, ids 0..n-1 in arrival order, first arrival at 0 s.
 
     Trace paths that are relative resolve against `base_dir` (the config file's folder).
@@ -20,6 +23,8 @@ def build_workload(spec: TraceWorkload | SyntheticWorkload, base_dir: Path, seed
     ("workload.arrivals", "workload.prompt", "workload.output"), so the same seed gives the same
     requests, and changing one distribution leaves the others' draws unchanged. Prompt and
     output lengths are drawn independently (an empirical pair loses the trace's correlation).
+    With `context_length` (the model's, tokens), a prompt longer than it is an InputError naming
+    the trace file and line, or the config's `workload.prompt`.
     """
     if isinstance(spec, TraceWorkload):
         return read_trace(
@@ -30,9 +35,13 @@ def build_workload(spec: TraceWorkload | SyntheticWorkload, base_dir: Path, seed
             end_s=spec.end_s,
             max_requests=spec.max_requests,
             max_prompt_tokens=spec.max_prompt_tokens,
+            context_length=context_length,
         )
     if isinstance(spec, SyntheticWorkload):
-        return _synthetic(spec, Path(base_dir), seed)
+        requests = _synthetic(spec, Path(base_dir), seed)
+        if context_length is not None:
+            _check_context(requests, context_length)
+        return requests
     raise TypeError(f"unknown workload spec {spec!r}")
 
 
@@ -47,3 +56,14 @@ def _synthetic(spec: SyntheticWorkload, base_dir: Path, seed: int) -> list[Reque
 def _lengths(spec, n: int, seed: int, base_dir: Path, field: str) -> list[int]:
     # The config field doubles as the stream name: "workload.prompt", "workload.output".
     return sample_lengths(spec, n, stream(seed, field), base_dir, field).tolist()
+
+
+def _check_context(requests: list[Request], context_length: int) -> None:
+    too_long = next((r for r in requests if r.prompt_tokens > context_length), None)
+    if too_long is not None:
+        raise InputError(
+            "workload.prompt",
+            f"request {too_long.id} draws a prompt of {too_long.prompt_tokens} tokens, longer than "
+            f"the model's context_length {context_length}",
+            "prompt lengths that fit the model's context (lower the values, or set `max` for lognormal)",
+        )

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from infralab.errors import InputError
+from infralab.field_types import MAX_TOKENS
 from infralab.sim.config import EmpiricalLength, FixedLength, LogNormalLength, UniformLength, resolve_path
 from infralab.sim.workloads.traces import read_trace_column
 
@@ -40,7 +41,8 @@ def sample_lengths(
 def lognormal_lengths(
     median: float, sigma: float, clip: int | None, n: int, rng: np.random.Generator
 ) -> np.ndarray:
-    """Lengths exp(N(ln median, sigma)), rounded to whole tokens, at least 1 and at most `clip`."""
+    """Lengths exp(N(ln median, sigma)), rounded to whole tokens, at least 1 and at most `clip`
+    (without one, at most MAX_TOKENS: a wide sigma must not overflow int64)."""
     values = np.rint(rng.lognormal(np.log(median), sigma, size=n))
-    upper = clip if clip is not None else np.inf
+    upper = clip if clip is not None else MAX_TOKENS
     return np.clip(values, 1, upper).astype(np.int64)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import io
 import json
 import math
 import warnings
@@ -34,6 +35,8 @@ from typing import Literal
 import numpy as np
 
 from infralab.errors import InputError
+from infralab.field_types import MAX_TOKENS
+from infralab.input_files import read_text
 from infralab.sim.config import TRACE_FORMATS, TraceFormat
 from infralab.sim.workloads.request import Request
 
@@ -41,7 +44,7 @@ from infralab.sim.workloads.request import Request
 # Mooncake's hash_ids each cover this many prompt tokens.
 MOONCAKE_BLOCK_TOKENS = 512
 
-_LENGTH_EXPECTED = "a non-negative integer number of tokens"
+_LENGTH_EXPECTED = f"a non-negative integer number of tokens, at most {MAX_TOKENS}"
 _ORDER_EXPECTED = "requests in non-decreasing arrival order"
 
 _AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -63,6 +66,8 @@ class TraceColumns:
     prompt_tokens: list[int]
     output_tokens: list[int]
     block_hashes: list[tuple[int, ...]] | None  # None: the format carries no prefix identity
+    lines: list[int]  # the file line of each request, for errors found after parsing
+    prompt_field: str  # the prompt-length column's name in this file, for those errors
 
 
 # ---- public API ------------------------------------------------------------------------------
@@ -77,6 +82,7 @@ def read_trace(
     end_s: float | None = None,
     max_requests: int | None = None,
     max_prompt_tokens: int | None = None,
+    context_length: int | None = None,
 ) -> list[Request]:
     """Read a trace file into requests with ids 0..n-1 in arrival order (ties keep file order).
 
@@ -84,7 +90,8 @@ def read_trace(
     [start_s, end_s); keep the first `max_requests`; shift arrivals so the first kept request
     arrives at 0; divide arrival times by `rate_scale` (>1 means more load); clip prompts to
     `max_prompt_tokens` (dropping the block hashes beyond the clipped prompt).
-    Raises InputError naming file, line and field for a bad file, or an empty selection.
+    Raises InputError naming file, line and field for a bad file, an empty selection, or a kept
+    prompt (after the clip) longer than `context_length` tokens (the model's context).
     """
     path = Path(path)
     _check_options(rate_scale, start_s, end_s, max_requests, max_prompt_tokens)
@@ -96,7 +103,10 @@ def read_trace(
             f"one of the columns {' / '.join(_VIDUR_ARRIVAL)} (a length-only trace can feed an "
             "'empirical' length distribution instead)",
         )
-    return _select_requests(path, columns, rate_scale, start_s, end_s, max_requests, max_prompt_tokens)
+    kept = _window(path, columns.arrival_s, start_s, end_s, max_requests)
+    if context_length is not None:
+        _check_context(path, columns, kept, context_length, max_prompt_tokens)
+    return _requests(columns, kept, rate_scale, max_prompt_tokens)
 
 
 def read_trace_column(
@@ -113,15 +123,9 @@ def parse_trace(path: Path, format: TraceFormat) -> TraceColumns:
     parsers = {"mooncake": _parse_mooncake, "azure": _parse_azure, "vidur": _parse_vidur}
     if format not in parsers:
         raise InputError("trace format", f"unknown format {format!r}", " / ".join(TRACE_FORMATS))
-    try:
-        with path.open(encoding="utf-8", newline="") as handle:
-            columns = parsers[format](path, handle)
-    except FileNotFoundError:
-        raise InputError(str(path), "file not found", f"an existing {format} trace file") from None
-    except IsADirectoryError:
-        raise InputError(str(path), "is a folder", f"a {format} trace file") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(str(path), f"not UTF-8 text (byte {exc.start})", f"a {format} trace file") from None
+    # The one input boundary reads it (missing, folder, device, size cap, UTF-8, a BOM dropped).
+    text = read_text(path, "trace", f"a {format} trace file")
+    columns = parsers[format](path, io.StringIO(text, newline=""))
     if not columns.prompt_tokens:
         raise InputError(str(path), "the trace has no requests", "at least one request row")
     _warn_zero_lengths(path, columns)
@@ -143,16 +147,10 @@ def _check_options(rate_scale, start_s, end_s, max_requests, max_prompt_tokens) 
             raise InputError(name, f"bad value {value!r}", "a positive integer")
 
 
-def _select_requests(
-    path: Path,
-    columns: TraceColumns,
-    rate_scale: float,
-    start_s: float,
-    end_s: float | None,
-    max_requests: int | None,
-    max_prompt_tokens: int | None,
-) -> list[Request]:
-    times = columns.arrival_s
+def _window(
+    path: Path, times: list[float] | None, start_s: float, end_s: float | None, max_requests: int | None
+) -> list[int]:
+    """Indices of the requests in [start_s, end_s) from the first, at most `max_requests`."""
     assert times is not None
     first = times[0]
     stop = math.inf if end_s is None else end_s
@@ -166,6 +164,15 @@ def _select_requests(
             f"no requests in the window [{start_s}, {end_s}) s",
             f"a window inside the trace's span of 0 to {span:.3f} s",
         )
+    return kept
+
+
+def _requests(
+    columns: TraceColumns, kept: list[int], rate_scale: float, max_prompt_tokens: int | None
+) -> list[Request]:
+    """The kept rows as requests numbered 0.., the first arriving at 0, prompts clipped."""
+    times = columns.arrival_s
+    assert times is not None
     origin = times[kept[0]]
     hashes = columns.block_hashes
     requests = []
@@ -178,6 +185,21 @@ def _select_requests(
         arrival = (times[i] - origin) / rate_scale
         requests.append(Request(new_id, arrival, prompt, columns.output_tokens[i], blocks))
     return requests
+
+
+def _check_context(
+    path: Path, columns: TraceColumns, kept: list[int], context_length: int, max_prompt_tokens: int | None
+) -> None:
+    """The first kept request whose (clipped) prompt exceeds the model's context, by its file line."""
+    clip = max_prompt_tokens if max_prompt_tokens is not None else math.inf
+    for i in kept:
+        prompt = min(columns.prompt_tokens[i], clip)
+        if prompt > context_length:
+            raise InputError(
+                _where(path, columns.lines[i], columns.prompt_field),
+                f"a prompt of {prompt} tokens, longer than the model's context_length {context_length}",
+                "prompts that fit the model's context (set workload.max_prompt_tokens to clip them)",
+            )
 
 
 def _warn_zero_lengths(path: Path, columns: TraceColumns) -> None:
@@ -224,6 +246,8 @@ def _token_count(value: object, path: Path, line: int, field: str) -> int:
         raise InputError(_where(path, line, field), f"bad value {value!r}", _LENGTH_EXPECTED)
     if count < 0:
         raise InputError(_where(path, line, field), f"negative value {count}", _LENGTH_EXPECTED)
+    if count > MAX_TOKENS:
+        raise InputError(_where(path, line, field), f"{count} tokens, over the limit", _LENGTH_EXPECTED)
     return count
 
 
@@ -264,6 +288,7 @@ def _parse_mooncake(path: Path, handle) -> TraceColumns:
     prompts: list[int] = []
     outputs: list[int] = []
     hashes: list[tuple[int, ...]] = []
+    lines: list[int] = []
     previous_ms, previous_line = -math.inf, 0
     for line_no, line in enumerate(handle, 1):
         if not line.strip():
@@ -281,7 +306,8 @@ def _parse_mooncake(path: Path, handle) -> TraceColumns:
         prompts.append(_token_count(raw_in, path, line_no, "input_length"))
         outputs.append(_token_count(raw_out, path, line_no, "output_length"))
         hashes.append(_hash_ids(record.get("hash_ids", ()), path, line_no))
-    return TraceColumns(times, prompts, outputs, hashes)
+        lines.append(line_no)
+    return TraceColumns(times, prompts, outputs, hashes, lines, "input_length")
 
 
 def _json_object(path: Path, line_no: int, line: str) -> dict:
@@ -293,6 +319,8 @@ def _json_object(path: Path, line_no: int, line: str) -> dict:
             hint = "; this looks like a CSV file: use format 'azure' or 'vidur'"
         problem = f"not valid JSON ({exc.msg}){hint}"
         raise InputError(f"{path}:{line_no}", problem, _MOONCAKE_EXPECTED) from None
+    except RecursionError:
+        raise InputError(f"{path}:{line_no}", "nested too deeply", _MOONCAKE_EXPECTED) from None
     if not isinstance(record, dict):
         problem = f"a JSON {type(record).__name__}, not an object"
         raise InputError(f"{path}:{line_no}", problem, _MOONCAKE_EXPECTED)
@@ -357,6 +385,7 @@ def _parse_azure(path: Path, handle) -> TraceColumns:
     times: list[float] = []
     prompts: list[int] = []
     outputs: list[int] = []
+    lines: list[int] = []
     day_cache: dict[str, int] = {}
     origin: tuple[int, float] | None = None
     previous, previous_line = -math.inf, 0
@@ -371,7 +400,8 @@ def _parse_azure(path: Path, handle) -> TraceColumns:
         times.append(t)
         prompts.append(_token_count(row[in_col], path, line_no, "ContextTokens"))
         outputs.append(_token_count(row[out_col], path, line_no, "GeneratedTokens"))
-    return TraceColumns(times, prompts, outputs, None)
+        lines.append(line_no)
+    return TraceColumns(times, prompts, outputs, None, lines, "ContextTokens")
 
 
 def _wallclock(text: str, path: Path, line: int, day_cache: dict[str, int]) -> tuple[int, float]:
@@ -409,6 +439,7 @@ def _parse_vidur(path: Path, handle) -> TraceColumns:
     times: list[float] | None = [] if t_col is not None else None
     prompts: list[int] = []
     outputs: list[int] = []
+    lines: list[int] = []
     previous, previous_line = -math.inf, 0
     for line_no, row in _cells(path, reader, len(header)):
         if times is not None:
@@ -418,4 +449,5 @@ def _parse_vidur(path: Path, handle) -> TraceColumns:
             times.append(t)
         prompts.append(_token_count(row[in_col], path, line_no, in_name))
         outputs.append(_token_count(row[out_col], path, line_no, out_name))
-    return TraceColumns(times, prompts, outputs, None)
+        lines.append(line_no)
+    return TraceColumns(times, prompts, outputs, None, lines, in_name)

@@ -169,5 +169,13 @@ def test_input_error_is_one_line(tmp_path):
 def test_request_too_long_for_the_kv_cache_names_config(capsys, tmp_path):
     for module in ("infralab.sim.cost_model", "infralab.sim.cluster"):
         pytest.importorskip(module)
-    cfg = write(tmp_path, VALID.replace("value = 100", "value = 5000000"))
+    # A prompt inside the model's context (8,192 tokens) that still outgrows a KV cache shrunk to
+    # under 1 GB (21 % of 80 GB, less 16 GB of weights).
+    small_kv = VALID.replace("value = 100", "value = 8000") + "\n[engine]\ngpu_memory_utilization = 0.21\n"
+    cfg = write(tmp_path, small_kv)
     assert_one_error(capsys, tmp_path, cfg, "cfg.toml", "request 0", "max_prompt_tokens")
+
+
+def test_prompt_longer_than_the_context_names_the_field(capsys, tmp_path):
+    cfg = write(tmp_path, VALID.replace("value = 100", "value = 5000000"))
+    assert_one_error(capsys, tmp_path, cfg, "cfg.toml", "workload.prompt", "context_length 8192")

@@ -266,3 +266,44 @@ def test_missing_file(tmp_path):
     with pytest.raises(InputError) as info:
         load_model(str(tmp_path / "nope.toml"))
     assert "not found" in str(info.value)
+
+
+def test_catalog_models_carry_their_public_context_length():
+    expected = {"llama-3-8b": 8192, "llama-3-70b": 8192, "mixtral-8x7b": 32768, "kimi-linear-48b-a3b": 1048576}
+    assert {name: load_model(name).context_length for name in expected} == expected
+    assert set(expected) == set(catalog_names()["models"])
+
+
+def test_context_length_is_optional_and_hugging_face_names_are_not_fields(tmp_path):
+    assert load_model(str(write(tmp_path, "m.toml", GOOD_MODEL))).context_length is None
+    path = write(tmp_path, "hf.toml", GOOD_MODEL + "max_position_embeddings = 4096\n")
+    with pytest.raises(InputError, match="max_position_embeddings: unknown field"):
+        load_model(str(path))
+
+
+@pytest.mark.parametrize("field, value", [("num_layers", "true"), ("num_heads", "2.0"), ("context_length", "0"),
+                                          ("tie_word_embeddings", "1"), ("hidden_size", str(2**63))])
+def test_model_fields_are_strict_and_bounded(tmp_path, field, value):
+    text = "\n".join(line for line in GOOD_MODEL.splitlines() if not line.startswith(f"{field} ="))
+    path = write(tmp_path, "m.toml", text + f"\n{field} = {value}\n")
+    with pytest.raises(InputError) as err:
+        load_model(str(path))
+    assert err.value.where == f"{path}: {field}"
+
+
+@pytest.mark.parametrize("text, field", [
+    ('name = "a"\npeak_flops = { bf16 = inf }\nhbm_bandwidth = 1e12\nhbm_capacity = 8e10\ncalibration_device = "a"\n', "peak_flops.bf16"),
+    ('name = "a"\npeak_flops = { bf16 = 1e15 }\nhbm_bandwidth = 1e12\nhbm_capacity = nan\ncalibration_device = "a"\n', "hbm_capacity"),
+])
+def test_accelerator_numbers_are_finite(tmp_path, text, field):
+    path = write(tmp_path, "a.toml", text)
+    with pytest.raises(InputError) as err:
+        load_accelerator(str(path))
+    assert err.value.where == f"{path}: {field}"
+
+
+def test_link_latency_is_finite(tmp_path):
+    path = write(tmp_path, "l.toml", 'name = "l"\nbandwidth = 1e9\nlatency = inf\n')
+    with pytest.raises(InputError, match="finite") as err:
+        load_link(str(path))
+    assert err.value.where == f"{path}: latency"

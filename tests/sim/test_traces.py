@@ -288,3 +288,29 @@ def test_unknown_format(tmp_path):
     path = _write(tmp_path, "t.jsonl", _moon(0, 10, 1))
     with pytest.raises(InputError, match="unknown format"):
         read_trace(path, "sharegpt")  # type: ignore[arg-type]
+
+
+def test_mooncake_with_a_byte_order_mark(tmp_path):
+    path = tmp_path / "t.jsonl"
+    rows = ['{"timestamp": 0, "input_length": 5, "output_length": 2}', '{"timestamp": 7, "input_length": 9, "output_length": 3}']
+    path.write_bytes(b"\xef\xbb\xbf" + "\n".join(rows).encode() + b"\n")
+    requests = read_trace(path, "mooncake")
+    assert [(r.arrival_s, r.prompt_tokens, r.output_tokens) for r in requests] == [(0.0, 5, 2), (0.007, 9, 3)]
+
+
+def test_a_token_count_above_the_limit_names_the_line(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 5, "output_length": 2}\n'
+                    '{"timestamp": 1, "input_length": 1000000000, "output_length": 2}\n')
+    assert _error(path, "mooncake").startswith(f"{path}:2: input_length: 1000000000 tokens, over the limit")
+
+
+def test_a_prompt_longer_than_the_context_names_the_trace_line(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,1\n1,500,1\n2,20,1\n")
+    with pytest.raises(InputError, match="context_length 100") as err:
+        read_trace(path, "vidur", context_length=100)
+    assert err.value.where == f"{path}:3: num_prefill_tokens"
+    # Clipped prompts, or a window without the long row, fit.
+    assert len(read_trace(path, "vidur", context_length=100, max_prompt_tokens=100)) == 3
+    assert len(read_trace(path, "vidur", context_length=100, max_requests=1)) == 1

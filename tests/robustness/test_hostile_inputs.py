@@ -1,0 +1,96 @@
+"""Every hostile input gets one clean error: exit 2, one line `error: ...` naming the file and the
+field, no traceback, nothing written. The corpus is generated (tests/robustness/hostile_inputs.py)
+and run through the CLI in-process; the counts per class are printed by test_corpus_counts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from infralab.cli import main
+from robustness.hostile_inputs import (
+    BASE_CONFIG,
+    CLASSES,
+    MOONCAKE_ROWS,
+    OUT,
+    all_cases,
+    counts,
+    to_toml,
+    trace_config,
+    with_value,
+    write,
+)
+
+CASES = all_cases()
+
+
+def run(argv: list[str], capsys) -> tuple[int, str, str]:
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's usage errors
+        code = exc.code if isinstance(exc.code, int) else 1
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_hostile_input_gets_one_line(case, tmp_path, capsys):
+    argv, needles = case.build(tmp_path)
+    code, out, err = run(argv, capsys)
+    lines = err.splitlines()
+    assert code == 2, (code, err, out)
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: "), err
+    assert "Traceback" not in err + out
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    assert not (tmp_path / OUT).exists(), "a refused input wrote output"
+
+
+def test_corpus_counts():
+    """At least 200 cases, every class represented; the counts per class are printed (-s)."""
+    per_class = counts(CASES)
+    print("hostile inputs per class:", json.dumps(per_class), "total", len(CASES))
+    assert set(per_class) >= set(CLASSES)
+    assert min(per_class.values()) >= 10
+    assert len(CASES) >= 200
+    assert len({case.id for case in CASES}) == len(CASES), "case ids are unique"
+
+
+# ---- what must still be accepted ------------------------------------------------------------------
+
+
+def test_mooncake_with_a_byte_order_mark_is_read(tmp_path, capsys):
+    write(tmp_path, "t.jsonl", b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\n" for r in MOONCAKE_ROWS).encode())
+    cfg = write(tmp_path, "cfg.toml", to_toml(trace_config("t.jsonl", "mooncake")))
+    code, _, err = run(["sim", "run", str(cfg), "--out", str(tmp_path / OUT)], capsys)
+    assert code == 0, err
+    summary = json.loads((tmp_path / OUT / "summary.json").read_text())
+    assert summary["requests"]["completed"] == len(MOONCAKE_ROWS) if "requests" in summary else True
+    assert (tmp_path / OUT / "requests.csv").read_text().count("\n") == len(MOONCAKE_ROWS) + 1
+
+
+def test_an_integer_for_a_number_field_is_accepted(tmp_path, capsys):
+    data = with_value(with_value(BASE_CONFIG, "workload.arrival.rate", 2), "slo.ttft_s", 3)
+    cfg = write(tmp_path, "cfg.toml", to_toml(data))
+    code, _, err = run(["sim", "run", str(cfg), "--out", str(tmp_path / OUT)], capsys)
+    assert code == 0, err
+
+
+def test_help_is_unchanged(capsys):
+    code, out, _ = run(["sim", "run", "--help"], capsys)
+    assert code == 0
+    assert out.startswith("usage: infralab sim run")
+    assert "--out DIR" in out and len(out.splitlines()) > 3
+
+
+def test_same_config_same_bytes(tmp_path, capsys):
+    """Determinism holds through the input boundary: two runs of one config write the same files."""
+    cfg = write(tmp_path, "cfg.toml", to_toml(BASE_CONFIG))
+    for name in ("a", "b"):
+        code, _, err = run(["sim", "run", str(cfg), "--out", str(tmp_path / name)], capsys)
+        assert code == 0, err
+    for path in sorted((tmp_path / "a").iterdir()):
+        assert path.read_bytes() == (tmp_path / "b" / path.name).read_bytes(), path.name
