@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import math
 import sys
-from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 import numpy as np
 
+from infralab.sim import pooled_stats
 from infralab.sim.config import SLOConfig
-from infralab.sim.records import CounterSample, Interval, RequestRecord, RunRecord
+from infralab.sim.pooled_stats import PooledSample
+from infralab.sim.records import RequestRecord, RunRecord
 from infralab.sim.summary import (
     PERCENTILES,
     CounterStats,
@@ -105,6 +107,49 @@ def distribution(values: np.ndarray) -> Distribution:
     )
 
 
+def pooled_distribution(sample: PooledSample) -> Distribution:
+    """`distribution` of a sample given in pooled form (infralab.sim.pooled_stats): the same bits
+    as `distribution` of the expanded array, without holding it."""
+    if sample.n == 0:
+        return Distribution(None, None, None, None, None, None)
+    mean = pooled_stats.mean(sample)
+    percentiles = dict(zip((f"p{p}" for p in PERCENTILES), pooled_stats.percentiles(sample, PERCENTILES)))
+    return Distribution(
+        mean=mean, median=pooled_stats.median(sample), std=pooled_stats.std(sample, mean), **percentiles
+    )
+
+
+def itl_sample(done: Sequence[RequestRecord]) -> PooledSample:
+    """Every inter-token gap of `done` (seconds), pooled in request order, as a PooledSample."""
+    lengths = np.fromiter((max(len(r.token_times_s) - 1, 0) for r in done), dtype=np.int64, count=len(done))
+    ends = np.cumsum(lengths)  # position after each request's last gap
+
+    def gaps_of(first: int, last: int) -> np.ndarray:
+        """The gaps of requests first..last-1, in order."""
+        times = [np.frombuffer(r.token_times_s, dtype=float) for r in done[first:last]]
+        if not times:
+            return np.empty(0)
+        gaps = np.diff(np.concatenate(times))
+        # Drop the differences across two requests (at each request's last token).
+        cut = np.cumsum([len(t) for t in times])[:-1] - 1
+        return np.delete(gaps, cut)
+
+    def chunk(start: int, stop: int) -> np.ndarray:
+        first = int(np.searchsorted(ends, start, side="right"))
+        last = int(np.searchsorted(ends, stop, side="left")) + 1
+        offset = int(ends[first - 1]) if first else 0
+        return gaps_of(first, min(last, len(done)))[start - offset : stop - offset]
+
+    parts, first = [], 0
+    while first < len(done):
+        # Requests in slices of about CHUNK gaps.
+        last = max(first + 1, int(np.searchsorted(ends, (ends[first - 1] if first else 0) + pooled_stats.CHUNK)))
+        parts.append(pooled_stats.weighted(gaps_of(first, last)))
+        first = last
+    values, counts = pooled_stats.merge_weighted(parts)
+    return PooledSample(values, counts, chunk)
+
+
 def busy_time_s(spans: list[tuple[float, float]] | np.ndarray, lo: float, hi: float) -> float:
     """Length of the union of [start, end) spans, clipped to [lo, hi] (seconds)."""
     arr = np.asarray(spans, dtype=float).reshape(-1, 2)
@@ -124,11 +169,11 @@ def busy_time_s(spans: list[tuple[float, float]] | np.ndarray, lo: float, hi: fl
     return float(np.sum(period_ends - starts[new_period]))
 
 
-def counter_stats(samples: list[CounterSample], lo: float, hi: float) -> CounterStats:
+def counter_stats(times: np.ndarray | Sequence[float], values: np.ndarray | Sequence[float], lo: float, hi: float) -> CounterStats:
     """Time-weighted mean over [lo, hi] of a step-function counter (0 before its first sample),
-    and its maximum."""
-    times = np.fromiter((s.t_s for s in samples), dtype=float, count=len(samples))
-    values = np.fromiter((s.value for s in samples), dtype=float, count=len(samples))
+    and its maximum; `times` (s) and `values` are the samples in recording order."""
+    times = np.asarray(times, dtype=float)
+    values = np.asarray(values, dtype=float)
     order = np.argsort(times, kind="stable")  # equal times keep recording order: the last wins
     times, values = np.clip(times[order], lo, hi), values[order]
     edges = np.append(times, hi)
@@ -173,49 +218,25 @@ def saturation(arrivals: np.ndarray, delays: np.ndarray) -> Saturation:
     )
 
 
-def _group_intervals(intervals: list[Interval]) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Indices of the intervals that make each resource busy ("batch" intervals of an instance,
-    every interval of a link), per track, and all intervals' (start, end) rows."""
-    codes: dict[tuple[str, str], int] = {}
-    code = np.fromiter(
-        (codes.setdefault((iv.track, iv.name), len(codes)) for iv in intervals), dtype=np.int64, count=len(intervals)
-    )
-    bounds = np.empty((len(intervals), 2))
-    bounds[:, 0] = np.fromiter((iv.start_s for iv in intervals), dtype=float, count=len(intervals))
-    bounds[:, 1] = np.fromiter((iv.end_s for iv in intervals), dtype=float, count=len(intervals))
-    wanted: dict[str, list[int]] = defaultdict(list)
-    for (track, name), c in codes.items():
-        if (track.startswith("instance/") and name == "batch") or track.startswith("link/"):
-            wanted[track].append(c)
-    return {track: np.flatnonzero(np.isin(code, cs)) for track, cs in wanted.items()}, bounds
-
-
 def _resource_stats(
     run: RunRecord, lo: float, hi: float
 ) -> tuple[dict[str, ResourceStats], dict[str, ResourceStats]]:
     """Per-instance and per-link busy fractions, link bytes, counter statistics."""
-    members, bounds = _group_intervals(run.intervals)
-    spans = {track: bounds[idx] for track, idx in members.items()}
-    link_bytes = {
-        track: float(sum(dict(run.intervals[i].args).get("bytes", 0) for i in idx.tolist()))
-        for track, idx in members.items()
-        if track.startswith("link/")
-    }
-    by_track: dict[str, dict[str, list[CounterSample]]] = defaultdict(lambda: defaultdict(list))
-    for c in run.counters:
-        by_track[c.track][c.name].append(c)
-    tracks = set(spans) | set(by_track) | set(run.resources)
+    tally = run.tally()
+    tracks = set(tally.spans) | set(tally.counters) | set(run.resources)
     span = hi - lo
     instances: dict[str, ResourceStats] = {}
     links: dict[str, ResourceStats] = {}
     for track in sorted(tracks):
         if not track.startswith(("instance/", "link/")):
             continue
-        busy = busy_time_s(spans.get(track, np.empty((0, 2))), lo, hi)
+        spans = tally.spans.get(track)
+        busy = busy_time_s(np.frombuffer(spans, dtype=float) if spans else np.empty((0, 2)), lo, hi)
         fraction = busy / span if span > 0 else 0.0
-        counters = {name: counter_stats(s, lo, hi) for name, s in sorted(by_track.get(track, {}).items())}
+        series = tally.counters.get(track, {})
+        counters = {name: counter_stats(t, v, lo, hi) for name, (t, v) in sorted(series.items())}
         if track.startswith("link/"):
-            links[track] = ResourceStats(fraction, counters, bytes=link_bytes.get(track, 0.0))
+            links[track] = ResourceStats(fraction, counters, bytes=float(tally.link_bytes.get(track, 0.0)))
         else:
             instances[track] = ResourceStats(fraction, counters, role=run.resources.get(track, {}).get("role"))
     return instances, links
@@ -229,8 +250,6 @@ def summarize(run: RunRecord, slo: SLOConfig) -> RunSummary:
     ttft = np.array([m.ttft_s for m in per_req], dtype=float)
     e2e = np.array([m.e2e_s for m in per_req], dtype=float)
     tpot = np.array([m.tpot_s for m in per_req if m.tpot_s is not None], dtype=float)
-    itl_parts = [np.diff(np.frombuffer(r.token_times_s, dtype=float)) for r in done]
-    itl = np.concatenate(itl_parts) if itl_parts else np.empty(0)
 
     first_arrival = min((r.arrival_s for r in run.requests), default=0.0)
     last_finish = max((r.finish_s for r in done), default=first_arrival)
@@ -259,7 +278,7 @@ def summarize(run: RunRecord, slo: SLOConfig) -> RunSummary:
         latency=Latencies(
             ttft_s=distribution(ttft),
             tpot_s=distribution(tpot),
-            itl_s=distribution(itl),
+            itl_s=pooled_distribution(itl_sample(done)),
             e2e_s=distribution(e2e),
             queueing_delay_s=distribution(delays),
         ),

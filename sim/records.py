@@ -2,12 +2,19 @@
 metrics, timeline and attribution code (which read it). Times are simulated seconds.
 
 Kept as plain, append-only containers so the engine's hot path does only cheap appends.
+
+Memory: a run's intervals and counter samples go into an `IntervalLog` and a `CounterLog`. Both
+fold every item, as it is appended, into the run's `ResourceTally` (what the summary needs: busy
+spans merged as they come, bytes per link, counter series as compact arrays), and keep the items
+themselves only when the run keeps its timeline (`RunRecord.with_timeline`). A run without a
+timeline thus holds a few bytes per counter change instead of an object per step.
 """
 
 from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,13 +62,136 @@ class CounterSample:
     value: float
 
 
+def is_busy_interval(track: str, name: str) -> bool:
+    """Does an interval make its resource busy? An instance's "batch" intervals, and every interval
+    of a link."""
+    return (track.startswith("instance/") and name == "batch") or track.startswith("link/")
+
+
+class ResourceTally:
+    """What the run summary needs of intervals and counter samples, folded in as they are recorded.
+
+    - `spans[track]`: the busy spans of a resource (`is_busy_interval`) as a flat array
+      (start0, end0, start1, end1, ...; s). A span that starts within the last kept span (the usual
+      case: steps back to back) is merged into it. That keeps the union of the spans, and so its
+      maximal periods and their length, exactly the same.
+    - `link_bytes[track]`: the sum of the "bytes" arg of a link's intervals, in recording order.
+    - `counters[track][name]`: (times s, values) of a counter's samples, in recording order.
+    - `last_end_s`: the latest end of any interval (s).
+    """
+
+    def __init__(self) -> None:
+        self.spans: dict[str, array] = {}
+        self.link_bytes: dict[str, float] = {}
+        self.counters: dict[str, dict[str, tuple[array, array]]] = {}
+        self.last_end_s = -math.inf
+
+    def add_interval(self, iv: Interval) -> None:
+        if iv.end_s > self.last_end_s:
+            self.last_end_s = iv.end_s
+        track = iv.track
+        if not is_busy_interval(track, iv.name):
+            return
+        spans = self.spans.get(track)
+        if spans is None:
+            spans = self.spans[track] = array("d")
+        if spans and spans[-2] <= iv.start_s <= spans[-1]:
+            if iv.end_s > spans[-1]:
+                spans[-1] = iv.end_s
+        else:
+            spans.append(iv.start_s)
+            spans.append(iv.end_s)
+        if track.startswith("link/"):
+            self.link_bytes[track] = self.link_bytes.get(track, 0) + dict(iv.args).get("bytes", 0)
+
+    def add_counter(self, c: CounterSample) -> None:
+        series = self.counters.setdefault(c.track, {}).get(c.name)
+        if series is None:
+            series = self.counters[c.track][c.name] = (array("d"), array("d"))
+        series[0].append(c.t_s)
+        series[1].append(c.value)
+
+    @classmethod
+    def of(cls, intervals: Iterable[Interval], counters: Iterable[CounterSample]) -> ResourceTally:
+        tally = cls()
+        for iv in intervals:
+            tally.add_interval(iv)
+        for c in counters:
+            tally.add_counter(c)
+        return tally
+
+
+class IntervalLog(list):
+    """A run's intervals: each appended one is folded into `tally`, and kept only when `keep`.
+
+    A list, so that the engine and the host model append to it as to any list (their hot path)."""
+
+    def __init__(self, tally: ResourceTally, keep: bool = True) -> None:
+        super().__init__()
+        self.tally = tally
+        self.keep = keep
+
+    def extend(self, items: Iterable[Interval]) -> None:
+        for item in items:
+            self.append(item)
+
+    def append(self, iv: Interval) -> None:
+        self.tally.add_interval(iv)
+        if self.keep:
+            super().append(iv)
+
+
+class CounterLog(list):
+    """A run's counter samples: folded into `tally`, kept only when `keep` (see `IntervalLog`)."""
+
+    def __init__(self, tally: ResourceTally, keep: bool = True) -> None:
+        super().__init__()
+        self.tally = tally
+        self.keep = keep
+
+    def extend(self, items: Iterable[CounterSample]) -> None:
+        for item in items:
+            self.append(item)
+
+    def append(self, c: CounterSample) -> None:
+        self.tally.add_counter(c)
+        if self.keep:
+            super().append(c)
+
+
 @dataclass(slots=True)
 class RunRecord:
-    """Everything a run produced, in order of occurrence within each list."""
+    """Everything a run produced, in order of occurrence within each list.
+
+    `intervals` and `counters` are an `IntervalLog` and a `CounterLog` sharing one `ResourceTally`
+    unless the caller passes plain lists (`tally()` then folds them on demand)."""
 
     requests: list[RequestRecord] = field(default_factory=list)
-    intervals: list[Interval] = field(default_factory=list)
+    intervals: list[Interval] = field(default_factory=lambda: IntervalLog(ResourceTally()))
     counters: list[CounterSample] = field(default_factory=list)
     # Static facts per resource, e.g. {"instance/prefill-0": {"role": "prefill", "kv_capacity_blocks": 1234}}
     resources: dict[str, dict[str, Any]] = field(default_factory=dict)
     end_s: float = 0.0  # simulated time when the last event happened
+
+    def __post_init__(self) -> None:
+        # Counters share the intervals' tally when both are logs made here.
+        if isinstance(self.intervals, IntervalLog) and type(self.counters) is list and not self.counters:
+            self.counters = CounterLog(self.intervals.tally, self.intervals.keep)
+
+    @classmethod
+    def with_timeline(cls, keep: bool) -> RunRecord:
+        """An empty record that keeps its intervals and counter samples only when `keep`; the
+        summary's figures (its `tally`) are the same either way."""
+        tally = ResourceTally()
+        return cls(intervals=IntervalLog(tally, keep), counters=CounterLog(tally, keep))
+
+    @property
+    def keeps_timeline(self) -> bool:
+        return not isinstance(self.intervals, IntervalLog) or self.intervals.keep
+
+    def tally(self) -> ResourceTally:
+        """What the summary needs of this run's intervals and counters (see `ResourceTally`)."""
+        iv, cs = self.intervals, self.counters
+        if isinstance(iv, IntervalLog) and isinstance(cs, CounterLog) and iv.tally is cs.tally:
+            return iv.tally
+        return ResourceTally.of(iv, cs)

@@ -73,12 +73,23 @@ class PreparedRun:
     transfer_link: Any | None
 
 
-def simulate_config(cfg: SimConfig, base_dir: Path, source: str = "<config>") -> RunRecord:
+def simulate_config(
+    cfg: SimConfig,
+    base_dir: Path,
+    source: str = "<config>",
+    *,
+    timeline: bool = True,
+    on_read: Callable[[], None] | None = None,
+) -> RunRecord:
     """Build the run's specs, workload and cost model from `cfg` and simulate it.
 
     `base_dir` is where relative paths in the config resolve; `source` names the config in errors.
+    `timeline=False`: the record keeps no intervals or counter samples (`RunRecord.with_timeline`;
+    the summary is the same). `on_read` is called once the inputs are read, before simulating.
     """
     prepared = prepare_run(cfg, base_dir, source)
+    if on_read is not None:
+        on_read()
     with _config_fields_of(source):
         return simulate(prepared.cfg, prepared.requests, prepared.cost, prepared.transfer_link)
 
@@ -163,10 +174,9 @@ def run_config_file(
     cfg = with_seed(cfg, seed)
     # Enter the output folder first: a folder that is not ours is refused before the (long) run.
     with atomic_output_dir(out_dir) as tmp:
-        prepared = prepare_run(cfg, base_dir, source=str(config_path))
-        phases.lap("read")
-        with _config_fields_of(str(config_path)):
-            run = simulate(prepared.cfg, prepared.requests, prepared.cost, prepared.transfer_link)
+        run = simulate_config(
+            cfg, base_dir, source=str(config_path), timeline=timeline, on_read=lambda: phases.lap("read")
+        )
         phases.lap("simulate")
         summary = summarize(run, cfg.slo).with_run(run_facts(cfg, config_path))
         phases.lap("summarise")

@@ -136,8 +136,7 @@ def test_busy_time_merges_overlaps_and_clips():
 
 
 def test_counter_stats_step_function():
-    samples = [CounterSample("t", "q", 1.0, 4.0), CounterSample("t", "q", 3.0, 1.0)]
-    stats = counter_stats(samples, 0.0, 4.0)  # 0 on [0,1), 4 on [1,3), 1 on [3,4]
+    stats = counter_stats([1.0, 3.0], [4.0, 1.0], 0.0, 4.0)  # 0 on [0,1), 4 on [1,3), 1 on [3,4]
     assert (stats.mean, stats.max) == (pytest.approx(9 / 4), 4.0)
 
 
