@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import sys
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -33,7 +34,7 @@ import numpy as np
 from infralab.sim import pooled_stats
 from infralab.sim.config import SLOConfig
 from infralab.sim.pooled_stats import PooledSample
-from infralab.sim.records import RequestRecord, RunRecord
+from infralab.sim.records import RequestRecord, RunRecord, token_time_pieces
 from infralab.sim.summary import (
     PERCENTILES,
     CounterStats,
@@ -120,19 +121,28 @@ def pooled_distribution(sample: PooledSample) -> Distribution:
 
 
 def itl_sample(done: Sequence[RequestRecord]) -> PooledSample:
-    """Every inter-token gap of `done` (seconds), pooled in request order, as a PooledSample."""
+    """Every inter-token gap of `done` (seconds), pooled in request order, as a PooledSample.
+
+    The weighted form needs no expansion: a request's token times are pieces of arrays of step
+    end times (`TokenTimes`), so within a piece its gaps are the gaps between consecutive steps,
+    and each step gap is counted once for every request whose piece spans it (difference arrays
+    over step indices). The gap between two pieces (first token to a later decode step,
+    preemption, hand-off to a decode instance) is taken one by one."""
     lengths = np.fromiter((max(len(r.token_times_s) - 1, 0) for r in done), dtype=np.int64, count=len(done))
     ends = np.cumsum(lengths)  # position after each request's last gap
 
     def gaps_of(first: int, last: int) -> np.ndarray:
         """The gaps of requests first..last-1, in order."""
-        times = [np.frombuffer(r.token_times_s, dtype=float) for r in done[first:last]]
-        if not times:
+        views, sizes = [], []
+        for r in done[first:last]:
+            pieces = token_time_pieces(r.token_times_s)
+            views.extend(np.frombuffer(t, dtype=float)[a : b + 1] for t, a, b in pieces)
+            sizes.append(len(r.token_times_s))
+        if not views:
             return np.empty(0)
-        gaps = np.diff(np.concatenate(times))
+        gaps = np.diff(np.concatenate(views))
         # Drop the differences across two requests (at each request's last token).
-        cut = np.cumsum([len(t) for t in times])[:-1] - 1
-        return np.delete(gaps, cut)
+        return np.delete(gaps, np.cumsum(sizes)[:-1] - 1)
 
     def chunk(start: int, stop: int) -> np.ndarray:
         first = int(np.searchsorted(ends, start, side="right"))
@@ -140,14 +150,42 @@ def itl_sample(done: Sequence[RequestRecord]) -> PooledSample:
         offset = int(ends[first - 1]) if first else 0
         return gaps_of(first, min(last, len(done)))[start - offset : stop - offset]
 
-    parts, first = [], 0
-    while first < len(done):
-        # Requests in slices of about CHUNK gaps.
-        last = max(first + 1, int(np.searchsorted(ends, (ends[first - 1] if first else 0) + pooled_stats.CHUNK)))
-        parts.append(pooled_stats.weighted(gaps_of(first, last)))
-        first = last
-    values, counts = pooled_stats.merge_weighted(parts)
+    values, counts = pooled_stats.merge_weighted(_step_gap_counts(done))
     return PooledSample(values, counts, chunk)
+
+
+def _step_gap_counts(done: Sequence[RequestRecord]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(distinct gaps, counts) parts that together hold every inter-token gap of `done`."""
+    arrays: dict[int, tuple[array, list[int], list[int]]] = {}
+    between: list[float] = []  # gaps from one piece to the next
+    for r in done:
+        previous = None
+        for times, a, b in token_time_pieces(r.token_times_s):
+            if previous is not None:
+                between.append(times[a] - previous)
+            if b > a:
+                entry = arrays.get(id(times))
+                if entry is None:
+                    entry = arrays[id(times)] = (times, [], [])
+                entry[1].append(a + 1)  # gaps times[m] - times[m - 1] for m in a+1..b
+                entry[2].append(b + 1)
+            previous = times[b]
+    parts = [pooled_stats.weighted(np.array(between, dtype=float))] if between else []
+    private: list[np.ndarray] = []  # gaps of arrays that only one piece uses (records made by hand)
+    for times, starts, stops in arrays.values():
+        t = np.frombuffer(times, dtype=float)
+        if len(starts) == 1:
+            private.append(np.diff(t[starts[0] - 1 : stops[0]]))
+            continue
+        spans = np.zeros(len(times) + 1, dtype=np.int64)
+        np.add.at(spans, np.array(starts, dtype=np.int64), 1)
+        np.add.at(spans, np.array(stops, dtype=np.int64), -1)
+        counts = np.cumsum(spans[:-1])
+        steps = np.flatnonzero(counts)
+        parts.append(pooled_stats.merge_weighted([(t[steps] - t[steps - 1], counts[steps])]))
+    if private:
+        parts.append(pooled_stats.weighted(np.concatenate(private)))
+    return parts
 
 
 def busy_time_s(spans: list[tuple[float, float]] | np.ndarray, lo: float, hi: float) -> float:

@@ -19,6 +19,83 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+class TokenTimes:
+    """A request's output-token end times (s), in order, as pieces (times, first, last): the
+    entries first..last of an array of times. The engine adds the steps a request decoded in as
+    one piece that points into the instance's own array of step end times (`add_steps`), so a
+    request holds a few references instead of a float per token; `append` and `extend` add
+    times of their own. Reads like a sequence of floats (len, index, iteration)."""
+
+    __slots__ = ("pieces", "_len")
+
+    def __init__(self, times: Iterable[float] = ()) -> None:
+        self.pieces: list[tuple[array, int, int]] = []
+        self._len = 0
+        self.extend(times)
+
+    def add_steps(self, step_ends: array, first: int, last: int) -> None:
+        """Add the times step_ends[first..last] (inclusive); a piece that continues the last one
+        (same array, next index) extends it."""
+        if last < first:
+            return
+        pieces = self.pieces
+        if pieces:
+            times, a, b = pieces[-1]
+            if times is step_ends and b + 1 == first:
+                pieces[-1] = (times, a, last)
+                self._len += last - first + 1
+                return
+        pieces.append((step_ends, first, last))
+        self._len += last - first + 1
+
+    def append(self, t: float) -> None:
+        self.add_steps(array("d", (t,)), 0, 0)
+
+    def extend(self, times: Iterable[float]) -> None:
+        own = array("d", times)
+        self.add_steps(own, 0, len(own) - 1)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self):
+        for times, a, b in self.pieces:
+            yield from times[a : b + 1]
+
+    def __getitem__(self, index: int) -> float:
+        if index < 0:
+            index += self._len
+        if not 0 <= index < self._len:
+            raise IndexError("token index out of range")
+        for times, a, b in self.pieces:
+            if index <= b - a:
+                return times[a + index]
+            index -= b - a + 1
+        raise AssertionError("unreachable")
+
+    def to_array(self) -> array:
+        """The times as one array('d') (a copy)."""
+        out = array("d")
+        for times, a, b in self.pieces:
+            out.extend(times[a : b + 1])
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TokenTimes | array | list | tuple):
+            return list(self) == list(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"TokenTimes({list(self)!r})"
+
+
+def token_time_pieces(times: TokenTimes | array) -> list[tuple[array, int, int]]:
+    """The pieces of a request's token times; plain arrays (records made by hand) are one piece."""
+    if isinstance(times, TokenTimes):
+        return times.pieces
+    return [(times, 0, len(times) - 1)] if len(times) else []
+
+
 @dataclass(slots=True)
 class RequestRecord:
     """One request's life. Unset times are NaN."""
@@ -32,8 +109,10 @@ class RequestRecord:
     decode_instance: str = ""
     first_scheduled_s: float = math.nan  # start of the first step that computed any of its prompt
     first_token_s: float = math.nan  # end of the step that produced output token 1
-    # End time of every output token, first included; len == output_tokens once finished.
-    token_times_s: array = field(default_factory=lambda: array("d"))
+    # End time of every output token, first included; len == output_tokens once finished. The
+    # engine fills a TokenTimes (pieces of its step end times); records made by hand may hold an
+    # array('d').
+    token_times_s: TokenTimes | array = field(default_factory=TokenTimes)
     kv_transfer_start_s: float = math.nan  # disaggregated layouts only
     kv_transfer_end_s: float = math.nan
     finish_s: float = math.nan

@@ -17,12 +17,15 @@ from infralab.sim.config import SLOConfig
 from infralab.sim.metrics import (
     busy_time_s,
     counter_stats,
+    distribution,
+    itl_sample,
+    pooled_distribution,
     print_summary,
     request_metrics,
     saturation,
     summarize,
 )
-from infralab.sim.records import CounterSample, Interval, RequestRecord, RunRecord
+from infralab.sim.records import CounterSample, Interval, RequestRecord, RunRecord, TokenTimes
 from infralab.sim.summary import (
     ACCELERATOR_METRIC_NAMES,
     INSTANCE_METRIC_NAMES,
@@ -250,3 +253,49 @@ def test_summary_json_round_trip_on_random_runs(requests):
     doc = json.loads(json.dumps(summary.to_json(), allow_nan=False))
     assert RunSummary.from_json(doc) == summary
     assert RunSummary.from_json(doc).to_json() == doc
+
+
+# ---- the pooled ITL equals the expanded one ---------------------------------------------------
+
+
+@st.composite
+def requests_on_shared_steps(draw):
+    """Requests whose token times are pieces of a few shared arrays of step ends (as the engine
+    records them), some with a hand-made piece (a first token elsewhere, a preemption)."""
+    n_arrays = draw(st.integers(1, 3))
+    arrays = []
+    for _ in range(n_arrays):
+        gaps = draw(st.lists(st.sampled_from([0.01, 0.02, 0.025, 0.1, 0.3]), min_size=2, max_size=60))
+        arrays.append(array("d", np.cumsum(gaps).tolist()))
+    reqs = []
+    for rid in range(draw(st.integers(0, 25))):
+        times = TokenTimes()
+        if draw(st.booleans()):
+            times.append(draw(st.floats(0.0, 0.01)))
+        for _ in range(draw(st.integers(1, 3))):
+            steps = arrays[draw(st.integers(0, n_arrays - 1))]
+            first = draw(st.integers(0, len(steps) - 1))
+            times.add_steps(steps, first, draw(st.integers(first, len(steps) - 1)))
+        reqs.append(
+            RequestRecord(id=rid, arrival_s=0.0, prompt_tokens=1, output_tokens=len(times), first_scheduled_s=0.0,
+                          first_token_s=times[0], token_times_s=times, finish_s=times[len(times) - 1])
+        )
+    return reqs
+
+
+@settings(max_examples=150, deadline=None)
+@given(requests_on_shared_steps())
+def test_pooled_itl_is_bit_identical_to_the_expanded_gaps(reqs):
+    expanded = [np.diff(np.array(list(r.token_times_s))) for r in reqs]
+    itl = np.concatenate(expanded) if expanded else np.empty(0)
+    assert pooled_distribution(itl_sample(reqs)) == distribution(itl)
+
+
+def test_token_times_read_like_a_sequence():
+    steps = array("d", [1.0, 2.0, 3.0, 4.0])
+    times = TokenTimes([0.5])
+    times.add_steps(steps, 1, 2)
+    times.add_steps(steps, 3, 3)  # continues the piece
+    assert list(times) == [0.5, 2.0, 3.0, 4.0] and len(times) == 4 and times[-1] == 4.0 and times[1] == 2.0
+    assert len(times.pieces) == 2
+    assert times == [0.5, 2.0, 3.0, 4.0]
