@@ -25,7 +25,7 @@ from infralab.sim.metrics import (
     saturation,
     summarize,
 )
-from infralab.sim.records import CounterSample, Interval, RequestRecord, RunRecord, TokenTimes
+from infralab.sim.records import CounterSample, Interval, RequestRecord, RunRecord, TokenTimes, is_busy_interval
 from infralab.sim.summary import (
     ACCELERATOR_METRIC_NAMES,
     INSTANCE_METRIC_NAMES,
@@ -299,3 +299,56 @@ def test_token_times_read_like_a_sequence():
     assert list(times) == [0.5, 2.0, 3.0, 4.0] and len(times) == 4 and times[-1] == 4.0 and times[1] == 2.0
     assert len(times.pieces) == 2
     assert times == [0.5, 2.0, 3.0, 4.0]
+
+
+# ---- a record without its timeline summarises the same ----------------------------------------
+
+
+def replayed(run: RunRecord, keep: bool) -> RunRecord:
+    """`run`'s requests, intervals and counters recorded into a record that keeps its timeline
+    only when `keep`."""
+    out = RunRecord.with_timeline(keep)
+    for iv in run.intervals:
+        out.intervals.append(iv)
+    for c in run.counters:
+        out.counters.append(c)
+    out.requests, out.resources, out.end_s = run.requests, run.resources, run.end_s
+    return out
+
+
+@st.composite
+def busy_runs(draw):
+    """Back-to-back, overlapping and gapped spans on an instance and a link, counters that change."""
+    run = two_request_run()
+    t = 0.0
+    for _ in range(draw(st.integers(0, 30))):
+        t += draw(st.sampled_from([0.0, 0.0, 0.1, 0.25]))  # 0: back to back
+        d = draw(st.sampled_from([0.05, 0.1, 0.5]))
+        track = draw(st.sampled_from(["instance/colocated-0", "link/nic-0", "thread/x"]))
+        name = draw(st.sampled_from(["batch", "transfer"]))
+        start = t - draw(st.sampled_from([0.0, 0.05]))  # sometimes starting inside the last span
+        run.intervals.append(Interval(track, name, start, start + d, (("bytes", draw(st.integers(0, 9))),)))
+        run.counters.append(CounterSample("instance/colocated-0", "running", t, float(draw(st.integers(0, 5)))))
+        t += d
+    return run
+
+
+@settings(max_examples=100, deadline=None)
+@given(busy_runs())
+def test_a_record_without_its_timeline_summarises_the_same(run):
+    kept, dropped = replayed(run, keep=True), replayed(run, keep=False)
+    assert len(dropped.intervals) == len(dropped.counters) == 0 and not dropped.keeps_timeline
+    assert list(kept.intervals) == list(run.intervals)
+    expected = summarize(run, SLOConfig())  # plain lists: folded on demand
+    assert summarize(kept, SLOConfig()) == expected
+    assert summarize(dropped, SLOConfig()) == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(busy_runs(), st.floats(0.0, 2.0), st.floats(0.0, 10.0))
+def test_merged_busy_spans_give_the_busy_time_of_the_raw_spans(run, lo, length):
+    tally = replayed(run, keep=False).tally()
+    for track, spans in tally.spans.items():
+        raw = [(iv.start_s, iv.end_s) for iv in run.intervals if iv.track == track and is_busy_interval(iv.track, iv.name)]
+        assert busy_time_s(np.frombuffer(spans), lo, lo + length) == busy_time_s(raw, lo, lo + length)
+    assert set(tally.spans) == {iv.track for iv in run.intervals if is_busy_interval(iv.track, iv.name)}
