@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import sys
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -150,12 +150,12 @@ def itl_sample(done: Sequence[RequestRecord]) -> PooledSample:
         offset = int(ends[first - 1]) if first else 0
         return gaps_of(first, min(last, len(done)))[start - offset : stop - offset]
 
-    values, counts = pooled_stats.merge_weighted(_step_gap_counts(done))
-    return PooledSample(values, counts, chunk)
+    return PooledSample(int(ends[-1]) if len(ends) else 0, _step_gap_parts(done), chunk)
 
 
-def _step_gap_counts(done: Sequence[RequestRecord]) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(distinct gaps, counts) parts that together hold every inter-token gap of `done`."""
+def _step_gap_parts(done: Sequence[RequestRecord]) -> Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]:
+    """(gaps, counts) parts that together hold every inter-token gap of `done` (see `itl_sample`),
+    made again on each call, one block of steps at a time."""
     arrays: dict[int, tuple[array, list[int], list[int]]] = {}
     between: list[float] = []  # gaps from one piece to the next
     for r in done:
@@ -170,21 +170,31 @@ def _step_gap_counts(done: Sequence[RequestRecord]) -> list[tuple[np.ndarray, np
                 entry[1].append(a + 1)  # gaps times[m] - times[m - 1] for m in a+1..b
                 entry[2].append(b + 1)
             previous = times[b]
-    parts = [pooled_stats.weighted(np.array(between, dtype=float))] if between else []
+    shared: list[tuple[np.ndarray, np.ndarray]] = []  # (step ends, requests spanning each gap)
     private: list[np.ndarray] = []  # gaps of arrays that only one piece uses (records made by hand)
     for times, starts, stops in arrays.values():
         t = np.frombuffer(times, dtype=float)
         if len(starts) == 1:
             private.append(np.diff(t[starts[0] - 1 : stops[0]]))
             continue
-        spans = np.zeros(len(times) + 1, dtype=np.int64)
+        spans = np.zeros(len(times) + 1, dtype=np.int32)
         np.add.at(spans, np.array(starts, dtype=np.int64), 1)
         np.add.at(spans, np.array(stops, dtype=np.int64), -1)
-        counts = np.cumsum(spans[:-1])
-        steps = np.flatnonzero(counts)
-        parts.append(pooled_stats.merge_weighted([(t[steps] - t[steps - 1], counts[steps])]))
+        shared.append((t, np.cumsum(spans[:-1], dtype=np.int32)))
+    one = np.ones(1, dtype=np.int64)
+    fixed = [(np.array(between, dtype=float), np.broadcast_to(one, (len(between),)))]
     if private:
-        parts.append(pooled_stats.weighted(np.concatenate(private)))
+        gaps = np.concatenate(private)
+        fixed.append((gaps, np.broadcast_to(one, gaps.shape)))
+
+    def parts() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        yield from fixed
+        for t, counts in shared:
+            for lo in range(1, len(t), pooled_stats.CHUNK):
+                block = counts[lo : lo + pooled_stats.CHUNK]
+                steps = np.flatnonzero(block) + lo
+                yield t[steps] - t[steps - 1], counts[steps]
+
     return parts
 
 

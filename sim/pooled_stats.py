@@ -2,10 +2,11 @@
 `np.std`, `np.median` and `np.percentile` (linear) give on the expanded array.
 
 A `PooledSample` is the sample in two forms:
-- `weighted`: its distinct values, ascending, with how often each occurs (`counts`). Order
+- `parts()`: (values, counts) pairs that hold every value as often as it occurs. Order
   statistics, and so the median and the percentiles, come from these: the value at rank k of the
-  expanded sorted array is the first distinct value whose cumulative count exceeds k. The
-  interpolation between two ranks is numpy's (`_lerp` in numpy/lib/_function_base_impl.py).
+  expanded sorted array is found by narrowing a value range over histograms of the parts until few
+  enough entries are left to sort, so no step holds them all. The interpolation between two ranks
+  is numpy's (`_lerp` in numpy/lib/_function_base_impl.py).
 - `chunk(start, stop)`: the values at positions [start, stop) of the expanded array in its own
   order. numpy sums a float64 array pairwise: an array longer than its block is split at
   n2 = n // 2 rounded down to a multiple of 8, and the halves summed alone and added. Summing each
@@ -19,11 +20,14 @@ request decoding across that step, and many values (one per output token).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
+# Order statistics: bins per narrowing round, and how many entries are few enough to sort.
+BINS = 4096
+SORT_LIMIT = 1 << 20
 # Longest stretch of the expanded sample materialised at once (values; 8 MiB of float64). At least
 # numpy's pairwise block (128), below which numpy does not split.
 CHUNK = 1 << 20
@@ -31,38 +35,66 @@ CHUNK = 1 << 20
 
 @dataclass(frozen=True)
 class PooledSample:
-    """A sample of `n` float values: `values` (distinct, ascending) and their `counts` (int64, >= 1),
-    and `chunk(start, stop)`, the values at positions [start, stop) in the sample's own order."""
+    """A sample of `n` float values, given twice and never whole:
+    - `parts()`: an iterable of (values, counts) array pairs (counts int, >= 1) that together hold
+      every value as often as it occurs; in any order, a value may appear in several parts;
+    - `chunk(start, stop)`: the values at positions [start, stop) in the sample's own order."""
 
-    values: np.ndarray
-    counts: np.ndarray
+    n: int
+    parts: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]]
     chunk: Callable[[int, int], np.ndarray]
-
-    @property
-    def n(self) -> int:
-        return int(self.counts.sum())
 
     def at_rank(self, ranks: np.ndarray) -> np.ndarray:
         """Values at 0-based `ranks` of the expanded sorted sample."""
-        return self.values[np.searchsorted(np.cumsum(self.counts), ranks, side="right")]
+        lo, hi = math.inf, -math.inf
+        for values, _ in self.parts():
+            if len(values):
+                lo, hi = min(lo, float(values.min())), max(hi, float(values.max()))
+        found = {k: self._at_rank(k, lo, hi) for k in sorted(set(np.asarray(ranks).tolist()))}
+        return np.array([found[k] for k in np.asarray(ranks).tolist()], dtype=float)
+
+    def _at_rank(self, rank: int, lo: float, hi: float) -> float:
+        # Narrow a value range [lo, hi] that holds the rank: histogram the entries in range over
+        # BINS bins, keep the bin that holds it, until few enough entries remain to sort.
+        below = 0  # how many values lie below lo
+        while True:
+            if lo == hi:
+                return lo
+            inner = np.linspace(lo, hi, BINS + 1)[1:-1]
+            histogram = np.zeros(BINS, dtype=np.int64)
+            picked_values, picked_counts, picked = [], [], 0
+            for values, counts in self.parts():
+                keep = (values >= lo) & (values <= hi)
+                v, c = values[keep], counts[keep]
+                histogram += np.bincount(np.searchsorted(inner, v, side="right"), weights=c, minlength=BINS).astype(
+                    np.int64
+                )
+                picked += len(v)
+                if picked <= SORT_LIMIT:
+                    picked_values.append(v)
+                    picked_counts.append(c)
+            if picked <= SORT_LIMIT:
+                v = np.concatenate(picked_values) if picked_values else np.empty(0)
+                c = np.concatenate(picked_counts) if picked_counts else np.empty(0, dtype=np.int64)
+                order = np.argsort(v, kind="stable")
+                at = np.searchsorted(np.cumsum(c[order]), rank - below, side="right")
+                return float(v[order][at])
+            cumulative = np.cumsum(histogram)
+            b = int(np.searchsorted(cumulative, rank - below, side="right"))
+            below += int(cumulative[b - 1]) if b else 0
+            edges = np.concatenate(([lo], inner, [hi]))
+            new_lo, new_hi = float(edges[b]), float(edges[b + 1])
+            # Bin b holds lo <= v < new_hi (the last bin: v <= hi); the next round's range is
+            # closed, so step its top below new_hi unless it is the last bin.
+            lo, hi = new_lo, new_hi if b == BINS - 1 else float(np.nextafter(new_hi, -math.inf))
+            if hi < lo:
+                hi = lo
 
 
 def weighted(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(distinct values ascending, counts) of `values`."""
     distinct, counts = np.unique(values, return_counts=True)
     return distinct, counts.astype(np.int64)
-
-
-def merge_weighted(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """One (distinct values, counts) from several, counts of equal values added."""
-    if not parts:
-        return np.empty(0), np.empty(0, dtype=np.int64)
-    values = np.concatenate([v for v, _ in parts])
-    counts = np.concatenate([c for _, c in parts])
-    distinct, inverse = np.unique(values, return_inverse=True)
-    total = np.zeros(len(distinct), dtype=np.int64)
-    np.add.at(total, inverse, counts)
-    return distinct, total
 
 
 def pairwise_sum(chunk: Callable[[int, int], np.ndarray], start: int, stop: int) -> float:

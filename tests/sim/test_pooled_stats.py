@@ -8,15 +8,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infralab.sim import pooled_stats
-from infralab.sim.pooled_stats import PooledSample, merge_weighted, weighted
+from infralab.sim.pooled_stats import PooledSample, weighted
 from infralab.sim.summary import PERCENTILES
 
 
 def sample_of(x: np.ndarray, parts: int = 3) -> PooledSample:
-    """`x` as a PooledSample whose weighted form is merged from `parts` pieces."""
+    """`x` as a PooledSample whose weighted form comes in `parts` pieces (a value may be in several)."""
     pieces = [weighted(p) for p in np.array_split(x, parts) if len(p)]
-    values, counts = merge_weighted(pieces)
-    return PooledSample(values, counts, lambda a, b: x[a:b])
+    return PooledSample(len(x), lambda: iter(pieces), lambda a, b: x[a:b])
 
 
 def assert_same_as_numpy(x: np.ndarray) -> None:
@@ -56,4 +55,15 @@ def test_chunked_sum_matches_numpy_across_split_points(monkeypatch, chunk):
     for n in (1, 7, 8, 127, 128, 129, 1000, 8193, 100_003):
         x = rng.exponential(size=n) * rng.choice([1e-3, 1.0, 1e3], size=n)
         assert pooled_stats.pairwise_sum(lambda a, b: x[a:b], 0, n) == np.sum(x)
+        assert_same_as_numpy(x)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=1, max_size=300), st.integers(1, 5))
+def test_order_statistics_narrow_down_when_too_many_to_sort(values, copies):
+    # Small bins and sort limit force several narrowing rounds.
+    x = np.repeat(np.array(values), copies)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pooled_stats, "BINS", 4)
+        mp.setattr(pooled_stats, "SORT_LIMIT", 3)
         assert_same_as_numpy(x)
