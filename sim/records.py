@@ -26,11 +26,12 @@ class TokenTimes:
     request holds a few references instead of a float per token; `append` and `extend` add
     times of their own. Reads like a sequence of floats (len, index, iteration)."""
 
-    __slots__ = ("pieces", "_len")
+    __slots__ = ("pieces", "_len", "_own")
 
     def __init__(self, times: Iterable[float] = ()) -> None:
         self.pieces: list[tuple[array, int, int]] = []
         self._len = 0
+        self._own: array | None = None  # the array `append` and `extend` write to
         self.extend(times)
 
     def add_steps(self, step_ends: array, first: int, last: int) -> None:
@@ -49,11 +50,16 @@ class TokenTimes:
         self._len += last - first + 1
 
     def append(self, t: float) -> None:
-        self.add_steps(array("d", (t,)), 0, 0)
+        self.extend((t,))
 
     def extend(self, times: Iterable[float]) -> None:
-        own = array("d", times)
-        self.add_steps(own, 0, len(own) - 1)
+        """Add times of the record's own (one array per record, grown while it is the last piece)."""
+        own = self._own
+        if own is None or not self.pieces or self.pieces[-1][0] is not own:
+            own = self._own = array("d")
+        start = len(own)
+        own.extend(times)
+        self.add_steps(own, start, len(own) - 1)
 
     def __len__(self) -> int:
         return self._len
