@@ -19,9 +19,9 @@ seed = 3
 accelerator = "H100"
 
 [engine]
-max_num_seqs = 8
+max_num_seqs = 16
 max_batched_tokens = 512
-gpu_memory_utilization = 0.2
+gpu_memory_utilization = 0.21
 
 [workload]
 kind = "synthetic"
@@ -29,7 +29,7 @@ num_requests = 60
 
 [workload.arrival]
 kind = "poisson"
-rate = 8.0
+rate = 40.0
 
 [workload.prompt]
 kind = "uniform"
