@@ -12,6 +12,7 @@ timeline thus holds a few bytes per counter change instead of an object per step
 
 from __future__ import annotations
 
+import heapq
 import math
 from array import array
 from collections.abc import Iterable
@@ -206,42 +207,86 @@ class ResourceTally:
         return tally
 
 
-class IntervalLog(list):
-    """A run's intervals: each appended one is folded into `tally`, and kept only when `keep`.
+class EarliestEvents:
+    """The earliest `limit` + 1 timeline events of a run (intervals by start time, counter samples
+    by time), shared by its IntervalLog and CounterLog, and how many there were.
+
+    The timeline writes at most `limit` events: those before the time of the (limit + 1)-th
+    earliest (`infralab.sim.timeline`). Any limit + 1 earliest events give that time and hold every
+    event before it, so the rest need not be kept. Events come nearly in time order, so once
+    `limit` + 1 are held a later one is refused at the cost of one comparison."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.total = 0
+        self._heap: list[tuple[float, int, bool, Any]] = []  # (-time, -order, is interval, event)
+
+    def offer(self, t: float, is_interval: bool, event: Any) -> None:
+        self.total += 1
+        heap = self._heap
+        if len(heap) <= self.limit:
+            heapq.heappush(heap, (-t, -self.total, is_interval, event))
+        elif t < -heap[0][0]:
+            heapq.heapreplace(heap, (-t, -self.total, is_interval, event))
+
+    def kept(self, is_interval: bool) -> list[Any]:
+        """The kept intervals (or counter samples), in recording order."""
+        mine = sorted((-order, event) for _, order, interval, event in self._heap if interval == is_interval)
+        return [event for _, event in mine]
+
+
+class _EventLog(list):
+    """A run's intervals or counter samples: each appended one is folded into `tally`, and kept
+    only when `keep` (all of them, or, with `earliest`, only the earliest; `RunRecord.close`).
 
     A list, so that the engine and the host model append to it as to any list (their hot path)."""
 
-    def __init__(self, tally: ResourceTally, keep: bool = True) -> None:
+    IS_INTERVAL = True
+
+    def __init__(self, tally: ResourceTally, keep: bool = True, earliest: EarliestEvents | None = None) -> None:
         super().__init__()
         self.tally = tally
         self.keep = keep
+        self.earliest = earliest if keep else None
 
-    def extend(self, items: Iterable[Interval]) -> None:
+    def extend(self, items: Iterable[Any]) -> None:
         for item in items:
             self.append(item)
 
-    def append(self, iv: Interval) -> None:
+    def _fold(self, item: Any) -> float:
+        """Fold `item` into the tally; returns its time (s)."""
+        raise NotImplementedError
+
+    def append(self, item: Any) -> None:
+        t = self._fold(item)
+        if self.earliest is not None:
+            self.earliest.offer(t, self.IS_INTERVAL, item)
+        elif self.keep:
+            super().append(item)
+
+    def close(self) -> None:
+        """Keep the earliest events (recording order) as the list's items."""
+        if self.earliest is not None:
+            list.extend(self, self.earliest.kept(self.IS_INTERVAL))
+            self.earliest = None
+
+
+class IntervalLog(_EventLog):
+    """A run's intervals (see `_EventLog`)."""
+
+    def _fold(self, iv: Interval) -> float:
         self.tally.add_interval(iv)
-        if self.keep:
-            super().append(iv)
+        return iv.start_s
 
 
-class CounterLog(list):
-    """A run's counter samples: folded into `tally`, kept only when `keep` (see `IntervalLog`)."""
+class CounterLog(_EventLog):
+    """A run's counter samples (see `_EventLog`)."""
 
-    def __init__(self, tally: ResourceTally, keep: bool = True) -> None:
-        super().__init__()
-        self.tally = tally
-        self.keep = keep
+    IS_INTERVAL = False
 
-    def extend(self, items: Iterable[CounterSample]) -> None:
-        for item in items:
-            self.append(item)
-
-    def append(self, c: CounterSample) -> None:
+    def _fold(self, c: CounterSample) -> float:
         self.tally.add_counter(c)
-        if self.keep:
-            super().append(c)
+        return c.t_s
 
 
 @dataclass(slots=True)
@@ -257,6 +302,10 @@ class RunRecord:
     # Static facts per resource, e.g. {"instance/prefill-0": {"role": "prefill", "kv_capacity_blocks": 1234}}
     resources: dict[str, dict[str, Any]] = field(default_factory=dict)
     end_s: float = 0.0  # simulated time when the last event happened
+    # Set when only the earliest events were kept (`with_timeline`): how many were recorded, and
+    # the most a timeline of this record may show.
+    events_total: int | None = None
+    max_events: int | None = None
 
     def __post_init__(self) -> None:
         # Counters share the intervals' tally when both are logs made here.
@@ -264,11 +313,24 @@ class RunRecord:
             self.counters = CounterLog(self.intervals.tally, self.intervals.keep)
 
     @classmethod
-    def with_timeline(cls, keep: bool) -> RunRecord:
-        """An empty record that keeps its intervals and counter samples only when `keep`; the
-        summary's figures (its `tally`) are the same either way."""
+    def with_timeline(cls, keep: bool, max_events: int | None = None) -> RunRecord:
+        """An empty record that keeps its intervals and counter samples only when `keep`, and
+        then, when `max_events` is given, only those a timeline of at most `max_events` events
+        shows (`EarliestEvents`; call `close` when the run is over). The summary's figures (its
+        `tally`) are the same either way."""
         tally = ResourceTally()
-        return cls(intervals=IntervalLog(tally, keep), counters=CounterLog(tally, keep))
+        earliest = EarliestEvents(max_events) if keep and max_events is not None else None
+        return cls(intervals=IntervalLog(tally, keep, earliest), counters=CounterLog(tally, keep, earliest))
+
+    def close(self) -> None:
+        """The run is over: a record that kept only its earliest events lists them now, and
+        `events_total` says how many there were."""
+        logs = [log for log in (self.intervals, self.counters) if isinstance(log, _EventLog)]
+        for log in logs:
+            if log.earliest is not None:
+                self.events_total = log.earliest.total
+                self.max_events = log.earliest.limit
+            log.close()
 
     @property
     def keeps_timeline(self) -> bool:

@@ -114,7 +114,13 @@ def write_trace(
     max_events: int = DEFAULT_MAX_EVENTS,
     metadata: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Write the Trace Event JSON of `run` to `out`; returns the metadata written (counts, cutoff)."""
+    """Write the Trace Event JSON of `run` to `out`; returns the metadata written (counts, cutoff).
+
+    A record that kept only its earliest events (`RunRecord.with_timeline(..., max_events=N)`)
+    gives the same file as one that kept them all, for any `max_events` up to N."""
+    total = len(run.intervals) + len(run.counters) if run.events_total is None else run.events_total
+    if run.max_events is not None and max_events > run.max_events and total > run.max_events:
+        raise ValueError(f"the run kept only the events of a {run.max_events}-event timeline, not {max_events}")
     kept_intervals, kept_counters, cutoff = _kept(run, max_events)
     intervals: dict[str, list[Interval]] = defaultdict(list)
     counters: dict[str, list[CounterSample]] = defaultdict(list)
@@ -162,7 +168,6 @@ def write_trace(
             )
         written += len(mine)
 
-    total = len(run.intervals) + len(run.counters)
     meta = {
         "generator": "infralab.sim.timeline",
         "time_unit": "microseconds of simulated time",
