@@ -2,16 +2,29 @@
 
     "prefill_throughput_ratio >= 0.95"
     "p90_ttft_s <= 2.0 and goodput_rps >= 3"
-    "max_rel_err['3xtf32/ksplit'] <= 1e-6"    (a mapping looked up by key)
+    "max_rel_err['3xtf32/ksplit'] <= 1e-6"    (a mapping metric looked up by key)
 
-Only arithmetic, comparisons, `and`/`or`/`not`, numbers, metric names (dotted names allowed, e.g.
-`release.degradation`), subscripts by string, and `abs`/`min`/`max` are accepted; anything else is a
-parse error naming the expression. Evaluation never runs user code.
+Only arithmetic (+ - * /), comparisons, `and`/`or`/`not`, finite numbers, metric names (dotted names
+allowed, e.g. `release.degradation`), subscripts by a string key on a metric declared as a mapping,
+and `abs(x)`, `min(x, y, ...)`, `max(x, y, ...)` are accepted. Everything is checked when the
+expression is loaded, so that evaluation cannot fail on the expression itself:
+
+- at most `MAX_TEXT` characters, `MAX_NODES` syntax nodes and `MAX_DEPTH` levels of nesting (measured
+  without recursion, before any recursive walk);
+- numbers and strings are not mixed: strings appear only as subscript keys, subscripts only on mapping
+  metrics, and every operand of arithmetic, comparisons and functions is a number;
+- calls have the right number of arguments (`abs` one, `min`/`max` at least two);
+- the expression reads at least one metric (`"1 == 1"` decides nothing).
+
+Evaluation never runs user code. What can still fail is arithmetic on measured values (division by
+zero, a value that is not a number, a non-finite result): `judge` turns that into an inconclusive
+judgement with a reason.
 """
 
 from __future__ import annotations
 
 import ast
+import math
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,6 +42,18 @@ _COMPARE = {
     ast.NotEq: operator.ne,
 }
 _FUNCTIONS = {"abs": abs, "min": min, "max": max}
+# Allowed argument counts: (least, most); None means no upper bound.
+_ARITY: dict[str, tuple[int, int | None]] = {"abs": (1, 1), "min": (2, None), "max": (2, None)}
+
+MAX_TEXT = 1000  # characters
+MAX_NODES = 200  # syntax nodes (ast.walk count)
+MAX_DEPTH = 40  # nesting levels of the syntax tree (a 30-term sum is 33 deep)
+GRAMMAR = ("metric names (arm.metric), finite numbers, + - * /, comparisons, and/or/not, "
+           "abs(x), min(x, y, ...), max(x, y, ...), mapping_metric['key']")
+
+# The two kinds a sub-expression can have; a mapping is only ever subscripted.
+_NUMBER = "number"
+_MAPPING = "mapping"
 
 
 @dataclass(frozen=True)
@@ -49,59 +74,132 @@ def _dotted(node: ast.AST) -> str | None:
     return None
 
 
-def _check(node: ast.AST, text: str, where: str, names: set[str]) -> None:
-    """Reject every construct outside the small grammar above; collect metric names."""
-    dotted = _dotted(node)
-    if dotted is not None:
-        names.add(dotted)
-        return
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str)):
-        return
-    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        _check(node.left, text, where, names)
-        _check(node.right, text, where, names)
-        return
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.Not)):
-        _check(node.operand, text, where, names)
-        return
-    if isinstance(node, ast.BoolOp):
-        for value in node.values:
-            _check(value, text, where, names)
-        return
-    if isinstance(node, ast.Compare) and all(type(op) in _COMPARE for op in node.ops):
-        for part in (node.left, *node.comparators):
-            _check(part, text, where, names)
-        return
-    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
-        _check(node.value, text, where, names)
-        return
-    if (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id in _FUNCTIONS
-        and not node.keywords
-    ):
+def _bounded(tree: ast.AST, text: str, where: str) -> None:
+    """Reject trees too large or too deep, walking with an explicit stack (no recursion), so that
+    the recursive checks below never meet a tree deeper than MAX_DEPTH."""
+    stack = [(tree, 1)]
+    nodes = 0
+    while stack:
+        node, depth = stack.pop()
+        nodes += 1
+        if depth > MAX_DEPTH:
+            raise InputError(where, f"expression nested deeper than {MAX_DEPTH} levels: {_short(text)}",
+                             f"a flatter expression of {GRAMMAR}")
+        if nodes > MAX_NODES:
+            raise InputError(where, f"expression has more than {MAX_NODES} parts: {_short(text)}",
+                             f"a shorter expression of {GRAMMAR}")
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+
+
+def _short(text: str) -> str:
+    return repr(text) if len(text) <= 60 else repr(text[:57] + "...")
+
+
+class _Checker:
+    """Type-checks a bounded tree: every node must be a number (or a mapping metric, subscripted)."""
+
+    def __init__(self, text: str, where: str, mappings: frozenset[str]) -> None:
+        self.text, self.where, self.mappings = text, where, mappings
+        self.names: set[str] = set()
+
+    def fail(self, problem: str) -> InputError:
+        return InputError(self.where, f"{problem} in {_short(self.text)}", GRAMMAR)
+
+    def number(self, node: ast.AST) -> None:
+        if self.kind(node) != _NUMBER:
+            name = ast.unparse(node)
+            raise self.fail(f"{name!r} is a mapping metric; look a key up, e.g. {name}['key']")
+
+    def kind(self, node: ast.AST) -> str:
+        dotted = _dotted(node)
+        if dotted is not None:
+            if dotted in _FUNCTIONS:
+                raise self.fail(f"function {dotted!r} used as a value")
+            self.names.add(dotted)
+            return _MAPPING if dotted in self.mappings else _NUMBER
+        if isinstance(node, ast.Constant):
+            return self.constant(node.value)
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            self.number(node.left)
+            self.number(node.right)
+            if isinstance(node.op, ast.Div) and isinstance(node.right, ast.Constant) and node.right.value == 0:
+                raise self.fail("division by the constant 0")
+            return _NUMBER
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.Not)):
+            self.number(node.operand)
+            return _NUMBER
+        if isinstance(node, ast.BoolOp):
+            for value in node.values:
+                self.number(value)
+            return _NUMBER
+        if isinstance(node, ast.Compare) and all(type(op) in _COMPARE for op in node.ops):
+            for part in (node.left, *node.comparators):
+                self.number(part)
+            return _NUMBER
+        if isinstance(node, ast.Subscript):
+            return self.subscript(node)
+        if isinstance(node, ast.Call):
+            return self.call(node)
+        raise self.fail(f"unsupported construct {type(node).__name__}")
+
+    def constant(self, value: Any) -> str:
+        if isinstance(value, str):
+            raise self.fail(f"string {_short(value)} outside a subscript (strings are only mapping keys)")
+        if not isinstance(value, (int, float)):  # bool is an int; complex, bytes, None, ... are not
+            raise self.fail(f"constant {value!r} is not a number")
+        try:
+            finite = math.isfinite(float(value))
+        except OverflowError:
+            finite = False
+        if not finite:
+            raise self.fail(f"number {_short(str(value))} is not finite")
+        return _NUMBER
+
+    def subscript(self, node: ast.Subscript) -> str:
+        base = _dotted(node.value)
+        if base is None or base not in self.mappings:
+            raise self.fail(f"subscript on {ast.unparse(node.value)!r}, which is a number, not a mapping metric")
+        if not (isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)):
+            raise self.fail("a subscript key that is not a string constant")
+        self.names.add(base)
+        return _NUMBER
+
+    def call(self, node: ast.Call) -> str:
+        name = node.func.id if isinstance(node.func, ast.Name) else None
+        if name not in _FUNCTIONS or node.keywords:
+            raise self.fail(f"call to {ast.unparse(node.func)!r} (only abs, min, max, without keywords)")
+        least, most = _ARITY[name]
+        if len(node.args) < least or (most is not None and len(node.args) > most):
+            wanted = f"exactly {least}" if least == most else f"at least {least}"
+            raise self.fail(f"{name}() takes {wanted} argument(s), got {len(node.args)}")
         for arg in node.args:
-            _check(arg, text, where, names)
-        return
-    raise InputError(
-        where,
-        f"unsupported construct {type(node).__name__} in {text!r}",
-        "metric names, numbers, + - * /, comparisons, and/or/not, abs/min/max",
-    )
+            self.number(arg)
+        return _NUMBER
 
 
-def parse_criterion(text: str, where: str = "acceptance") -> Criterion:
-    """Parse one expression; InputError (naming `where`) on syntax errors or forbidden constructs."""
+def parse_criterion(text: str, where: str = "acceptance", mappings: frozenset[str] = frozenset()) -> Criterion:
+    """Parse and check one expression; InputError (naming `where`) on anything outside the grammar.
+
+    `mappings`: the metric names whose values are mappings (looked up by string key); every
+    other metric is a number.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise InputError(where, f"got {text!r}", "a non-empty expression like 'variant.metric <= 0.05'")
+    if len(text) > MAX_TEXT:
+        raise InputError(where, f"expression is {len(text)} characters long: {_short(text)}",
+                         f"at most {MAX_TEXT} characters")
     try:
         tree = ast.parse(text, mode="eval")
-    except SyntaxError as exc:
-        raise InputError(where, f"cannot parse {text!r}: {exc.msg}", "an expression like 'ratio >= 0.95'") from None
-    names: set[str] = set()
-    _check(tree.body, text, where, names)
-    # A name used only as a function is not a metric.
-    names -= set(_FUNCTIONS)
-    return Criterion(text=text, tree=tree, names=frozenset(names))
+    except (SyntaxError, RecursionError, MemoryError, ValueError) as exc:
+        msg = exc.msg if isinstance(exc, SyntaxError) else type(exc).__name__
+        raise InputError(where, f"cannot parse {_short(text)}: {msg}", "an expression like 'ratio >= 0.95'") from None
+    _bounded(tree.body, text, where)
+    checker = _Checker(text, where, frozenset(mappings))
+    checker.number(tree.body)
+    if not checker.names:
+        raise InputError(where, f"{_short(text)} reads no measurement, so it would decide nothing",
+                         "an expression over at least one metric, e.g. 'variant.metric <= 0.05'")
+    return Criterion(text=text, tree=tree, names=frozenset(checker.names))
 
 
 def evaluate(criterion: Criterion, metrics: Mapping[str, Any]) -> Any:
@@ -163,6 +261,11 @@ class Unmeasured(KeyError):
     """A metric the criterion needs was not measured by this validator."""
 
 
+class Undefined(ArithmeticError):
+    """The measured values make a part of the criterion undefined (division by zero, a value that is
+    not a finite number); the criterion is then inconclusive, with this as the reason."""
+
+
 @dataclass(frozen=True)
 class ComparisonJudgement:
     """One comparison inside a criterion, with the numbers the noise rule used."""
@@ -184,12 +287,14 @@ class ComparisonJudgement:
 @dataclass(frozen=True)
 class Judgement:
     """A criterion judged on samples: True, False, None (inconclusive), or `unmeasured` naming the
-    metric that was missing."""
+    metric that was missing. `undefined` says why the values could not be judged at all (then
+    the outcome is None)."""
 
     criterion: str
     outcome: bool | None
     comparisons: tuple[ComparisonJudgement, ...]
     unmeasured: str | None = None
+    undefined: str | None = None
 
     @property
     def verdict(self) -> str:
@@ -205,10 +310,17 @@ def _sub(node: ast.AST) -> Criterion:
 def _values(node: ast.AST, samples: list[Mapping[str, Any]]) -> list[float]:
     sub = _sub(node)
     try:
-        return [float(evaluate(sub, s)) for s in samples]
+        values = [float(evaluate(sub, s)) for s in samples]
     except KeyError as exc:
         missing = [n for n in sorted(_names(node)) if any(n not in s for s in samples)]
         raise Unmeasured(f"metric {missing[0]!r}" if missing else str(exc.args[0])) from None
+    except ZeroDivisionError:
+        raise Undefined(f"{sub.text} divides by zero") from None
+    except (ArithmeticError, TypeError, ValueError) as exc:
+        raise Undefined(f"{sub.text} is not a number here ({type(exc).__name__}: {exc})") from None
+    if not all(math.isfinite(v) for v in values):
+        raise Undefined(f"{sub.text} is not finite ({next(v for v in values if not math.isfinite(v))})")
+    return values
 
 
 def _names(node: ast.AST) -> set[str]:
@@ -242,7 +354,12 @@ def judge(criterion: Criterion, samples: list[Mapping[str, Any]], varies: bool) 
 
     def compare(left_node: ast.AST, op: ast.cmpop, right_node: ast.AST) -> bool | None:
         lv, rv = _values(left_node, samples), _values(right_node, samples)
-        (lm, lvar), (rm, rvar) = _stats(lv), _stats(rv)
+        try:
+            (lm, lvar), (rm, rvar) = _stats(lv), _stats(rv)
+        except OverflowError:
+            lm = lvar = rm = rvar = math.inf
+        if not all(math.isfinite(x) for x in (lm, rm, lvar, rvar)):
+            raise Undefined(f"the means of {ast.unparse(left_node)} and {ast.unparse(right_node)} overflow")
         outcome: bool | None = bool(_COMPARE[type(op)](lm, rm))
         varying = [var for var, vals in ((lvar, lv), (rvar, rv)) if len(set(vals)) > 1]
         if varies and len(samples) < 2:
@@ -279,4 +396,6 @@ def judge(criterion: Criterion, samples: list[Mapping[str, Any]], varies: bool) 
         outcome = truth(criterion.tree.body)
     except Unmeasured as exc:
         return Judgement(criterion.text, None, tuple(found), unmeasured=str(exc.args[0]))
+    except Undefined as exc:
+        return Judgement(criterion.text, None, tuple(found), undefined=str(exc.args[0]))
     return Judgement(criterion.text, outcome, tuple(found))

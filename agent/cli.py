@@ -1,14 +1,15 @@
 """Handlers of the agent's commands (flags in the command table, infralab/cli.py):
 
-    infralab test HYPOTHESIS.toml [--confirm] [--quick] [--json] [--out DIR]
+    infralab test HYPOTHESIS.toml [--confirm] [--quick] [--json] [--out DIR] [--backend B] [--ray-address A]
     infralab reproduce [--out results/<timestamp>] [--quick] [--study NAME ...]
     infralab explain RUN [--against BASELINE] [--json] [--metric M] [--top N] [--overlap A B]...
-    infralab search SPACE.toml [--out DIR] [--jobs N] [--json] [--no-progress]
+    infralab search SPACE.toml [--out DIR] [--jobs N] [--json] [--no-progress] [--backend B] [--ray-address A]
     infralab gil run EXPERIMENT.toml --out DIR [--probe]
 
 `test` exit status: 0 accepted, 1 rejected, 3 not decided (inconclusive, partial, unmeasured),
 2 bad input. `reproduce` exits 0 when every study ran (its verdicts are results, not failures).
 `explain` and `search` print text for people, or with --json the documents of docs/explain.md.
+`--backend`/`--ray-address` choose where simulation jobs run (`infralab.agent.sim_pool.Execution`).
 """
 
 from __future__ import annotations
@@ -17,9 +18,22 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from infralab.agent.sim_pool import Execution
 
 EXIT = {"accepted": 0, "rejected": 1}
 EXIT_UNDECIDED = 3
+
+
+def _execution(args: argparse.Namespace) -> Execution:
+    """The --backend and --ray-address flags, checked (the chosen backend can run here)."""
+    from infralab.agent.sim_pool import Execution, require_backend
+
+    execution = Execution(backend=args.backend, ray_address=args.ray_address)
+    require_backend(execution)
+    return execution
 
 
 def test(args: argparse.Namespace) -> int:
@@ -28,13 +42,14 @@ def test(args: argparse.Namespace) -> int:
     from infralab.agent.validators.ladder import run_test, test_json
     from infralab.results import atomic_output_dir
 
+    execution = _execution(args)
     hyp = load_hypothesis(args.hypothesis, quick=args.quick)
-    if args.out:
+    if args.out is not None:
         with atomic_output_dir(args.out) as tmp:
-            result = run_test(hyp, confirm=args.confirm, workdir=Path(tmp))
+            result = run_test(hyp, confirm=args.confirm, workdir=Path(tmp), execution=execution)
             write_test_result(result, Path(tmp))
     else:
-        result = run_test(hyp, confirm=args.confirm)
+        result = run_test(hyp, confirm=args.confirm, execution=execution)
     if args.json:
         print(json.dumps(test_json(result), sort_keys=True, indent=2, allow_nan=False))
     else:
@@ -79,8 +94,8 @@ def explain(args: argparse.Namespace) -> int:
 def search(args: argparse.Namespace) -> int:
     from infralab.agent.search import format_text, run_search
 
-    out = args.out or str(Path("results") / "search" / Path(args.space).stem)
-    report = run_search(args.space, out, jobs=args.jobs, progress=not args.no_progress)
+    out = args.out if args.out is not None else str(Path("results") / "search" / Path(args.space).stem)
+    report = run_search(args.space, out, jobs=args.jobs, progress=not args.no_progress, execution=_execution(args))
     if args.json:
         sys.stdout.write(json.dumps(report, sort_keys=True, indent=2, allow_nan=False) + "\n")
     else:

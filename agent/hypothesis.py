@@ -167,7 +167,7 @@ def load_hypothesis(path: str | Path, quick: bool = False) -> Hypothesis:
     if quick:
         setup.update(spec.quick)
     arms = _arms(spec, allowed, where)
-    criteria = _criteria(info, arms, where)
+    criteria = _criteria(info, arms, allowed, where)
     validators = tuple(v for v in LADDER if v in info.validators)
     hyp = Hypothesis(
         name=info.name, claim=info.claim, kind=info.kind, metrics=info.metrics, validators=validators,
@@ -302,15 +302,21 @@ def _has_type(value: Knob, kind: type) -> bool:
     return isinstance(value, kind)
 
 
-def _criteria(info: HypothesisTable, arms: tuple[Arm, ...], where: Locator) -> tuple[Criterion, ...]:
+def _criteria(
+    info: HypothesisTable, arms: tuple[Arm, ...], allowed: Allowed, where: Locator
+) -> tuple[Criterion, ...]:
+    """Parse and check every acceptance expression (acceptance.py's rules): each reads only declared
+    metrics of declared arms, and subscripts only the metrics the validators declare as mappings."""
     if not info.acceptance:
         raise where.error("hypothesis.acceptance", "is empty", "at least one expression, e.g. \"variant.metric <= 0.05\"")
     arm_names = [a.name for a in arms]
+    mapping_metrics = {m for d in allowed.declarations for m in d.mappings}
+    mappings = frozenset(f"{arm}.{m}" for arm in arm_names for m in mapping_metrics)
     criteria = []
     for i, text in enumerate(info.acceptance):
         key = f"hypothesis.acceptance[{i}]"
         try:
-            criterion = parse_criterion(text, key)
+            criterion = parse_criterion(text, key, mappings)
         except InputError as exc:
             raise where.error(key, exc.problem, exc.expected, needle=text) from None
         for name in sorted(criterion.names):

@@ -6,8 +6,9 @@ Every point of the space (the Cartesian product of the axes, last axis fastest) 
 simulation config with the `[fixed]` changes and the point's axis values applied (knobs as in
 agent/sim_pool.py), validated as a whole before anything runs. Points run through the agent's one
 simulation pool (`infralab.agent.sim_pool.run_pool`, also the `cluster` validator's) over local
-processes; results are ordered by point index, never by completion, and hold no wall-clock times,
-so the same SPACE file (and seed) gives byte-identical search.json and search.csv.
+processes or a Ray cluster (`--backend ray`); results are ordered by point index, never by
+completion, and hold no wall-clock times, so the same SPACE file (and seed) gives byte-identical
+search.json and search.csv on either backend and any number of workers.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pydantic import Field
 from pydantic.dataclasses import dataclass
 
 from infralab.agent.acceptance import Criterion, evaluate, parse_criterion
-from infralab.agent.sim_pool import SimJob, apply_knob, checked_config, run_pool
+from infralab.agent.sim_pool import Execution, SimJob, apply_knob, checked_config, run_pool
 from infralab.config_io import STRICT, load_toml, validate
 from infralab.errors import InputError
 from infralab.results import atomic_output_dir, dump_json
@@ -202,15 +203,18 @@ def _deep_copy(data: Any) -> Any:
 # ---- one point ----------------------------------------------------------------------------------
 
 
-def run_points(space: Space, jobs: int = 2, progress: bool = True) -> list[dict[str, Any]]:
-    """Every point's METRICS, in point order; `jobs` local processes (1: in this process)."""
+def run_points(
+    space: Space, jobs: int = 2, progress: bool = True, execution: Execution = Execution()
+) -> list[dict[str, Any]]:
+    """Every point's METRICS, in point order; `jobs` workers of `execution`'s backend (local
+    processes, 1: in this process; or the CPUs of the local Ray cluster started for the run)."""
     from tqdm import tqdm
 
     sims = [SimJob(config=data, base_dir=str(space.base_dir), source=space.source) for data in space.points]
     bar = tqdm(total=len(sims), desc=f"search {space.info.name}", unit="config", file=sys.stderr,
                disable=not progress)
     with bar:
-        results = run_pool(sims, processes=jobs, on_done=lambda: bar.update(1))
+        results = run_pool(sims, workers=jobs, on_done=lambda: bar.update(1), execution=execution)
     return [{name: result.metrics[name] for name in METRICS} for result in results]
 
 
@@ -248,7 +252,7 @@ def feasibility(space: Space, metrics: dict[str, Any]) -> list[str]:
     for crit in space.constraints:
         try:
             ok = bool(evaluate(crit, metrics))
-        except (TypeError, KeyError):  # a None metric (no finished request) cannot satisfy it
+        except (TypeError, KeyError, ArithmeticError):  # a None metric (no finished request), or x / 0, cannot satisfy it
             ok = False
         if not ok:
             violated.append(crit.text)
@@ -367,14 +371,20 @@ def format_text(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_search(space_path: str | Path, out: str | Path, jobs: int = 2, progress: bool = True) -> dict[str, Any]:
-    """Everything `infralab search` does: validate, run every point, write DIR/search.json,
-    DIR/search.csv and DIR/pareto.png atomically; returns the report."""
+def run_search(
+    space_path: str | Path,
+    out: str | Path,
+    jobs: int = 2,
+    progress: bool = True,
+    execution: Execution = Execution(),
+) -> dict[str, Any]:
+    """Everything `infralab search` does: validate, run every point on `execution`'s backend,
+    write DIR/search.json, DIR/search.csv and DIR/pareto.png atomically; returns the report."""
     if jobs < 1:
         raise InputError("--jobs", f"{jobs}", "a positive number of processes")
     space = load_space(space_path)
     with atomic_output_dir(out) as tmp:
-        results = run_points(space, jobs=jobs, progress=progress)
+        results = run_points(space, jobs=jobs, progress=progress, execution=execution)
         report = build_report(space, results)
         dump_json(report, tmp / "search.json")
         write_csv(report, tmp / "search.csv")

@@ -9,8 +9,10 @@ about the ratio). A string value that looks like a path (`infralab.sim.config.lo
 resolves against the folder of the file that named it (the SPACE file, the hypothesis file).
 
 The pool. `run_pool` runs `SimJob`s (a config as plain data, the folder its relative paths resolve
-against) over local processes (1: in this process). Results come back in job order, never in
-completion order, and hold no wall-clock time, so the same jobs give the same results.
+against) on one of two backends, chosen by an `Execution`: "local", processes on this machine (1
+worker: in this process), or "ray", tasks on a Ray cluster (agent/ray_pool.py). Results come back
+in job order, never in completion order, and hold no wall-clock time; each job is deterministic, so
+the same jobs give the same results on either backend and any number of workers.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from infralab.config_io import validate
 from infralab.errors import InputError
@@ -128,6 +130,42 @@ def accelerator_count(cfg: SimConfig) -> int:
 
 # ---- the pool -----------------------------------------------------------------------------------
 
+BACKENDS = ("local", "ray")
+RAY_ADDRESS_EXPECTED = "--backend ray with --ray-address HOST:PORT (the address `ray start --head` prints)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Execution:
+    """Where the pool runs its jobs (`infralab search` and `infralab test` flags --backend and
+    --ray-address): `backend` "local" (processes on this machine) or "ray" (tasks on a Ray
+    cluster); `ray_address` joins a running cluster, None starts a local one of the pool's
+    workers for the run. The backend never changes results, only where and how fast they run."""
+
+    backend: Literal["local", "ray"] = "local"
+    ray_address: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise InputError("--backend", f"unknown backend {self.backend!r}", f"one of {', '.join(BACKENDS)}")
+        if self.ray_address is not None and self.backend != "ray":
+            raise InputError("--ray-address", f"{self.ray_address!r} given with --backend {self.backend}",
+                             RAY_ADDRESS_EXPECTED)
+
+    def describe(self, workers: int) -> str:
+        """Where the runs went, for notes: "N processes" (local), or the Ray cluster."""
+        if self.backend == "local":
+            return f"{workers} processes"
+        return f"Ray at {self.ray_address}" if self.ray_address else f"a local Ray cluster of {workers} CPUs"
+
+
+def require_backend(execution: Execution) -> None:
+    """Fail early, with one InputError, when the chosen backend cannot run here (ray not installed)."""
+    if execution.backend == "ray":
+        from infralab.agent.ray_pool import import_ray
+
+        import_ray()
+
+
 # What a caller wants from a run besides its summary (e.g. the worst request), computed in the
 # worker from the run's records: a module-level function, so that it can be sent to a process.
 Inspect = Callable[[RunRecord, RunSummary], Any]
@@ -169,22 +207,35 @@ def run_one(job: SimJob, inspect: Inspect | None = None) -> SimResult:
 
 def run_pool(
     jobs: Sequence[SimJob],
-    processes: int = 1,
+    workers: int = 1,
     inspect: Inspect | None = None,
     on_done: Callable[[], None] | None = None,
+    execution: Execution = Execution(),
 ) -> list[SimResult]:
-    """Every job's result, in job order, over up to `processes` local processes (1: in this
-    process). `on_done` is called in this process after each job (e.g. a progress bar). The
-    first failure stops the pool without waiting for the jobs not started yet, and is raised."""
+    """Every job's result, in job order, on `execution`'s backend: up to `workers` local processes
+    (1: in this process), or Ray tasks (a local cluster of `workers` CPUs, or the cluster at
+    `execution.ray_address`). `on_done` is called in this process after each job (e.g. a progress
+    bar). The first failure stops the pool without waiting for the jobs not started yet, and is
+    raised."""
+    if execution.backend == "ray":
+        from infralab.agent.ray_pool import run_on_ray
+
+        return run_on_ray(jobs, workers, inspect, on_done, execution.ray_address)
+    return _run_local(jobs, workers, inspect, on_done)
+
+
+def _run_local(
+    jobs: Sequence[SimJob], workers: int, inspect: Inspect | None, on_done: Callable[[], None] | None
+) -> list[SimResult]:
     work = functools.partial(run_one, inspect=inspect)
     results: list[SimResult | None] = [None] * len(jobs)
-    if processes <= 1 or len(jobs) <= 1:
+    if workers <= 1 or len(jobs) <= 1:
         for i, job in enumerate(jobs):
             results[i] = work(job)
             if on_done is not None:
                 on_done()
     else:
-        with ProcessPoolExecutor(max_workers=min(processes, len(jobs))) as pool:
+        with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
             futures = {pool.submit(work, job): i for i, job in enumerate(jobs)}
             try:
                 for future in as_completed(futures):

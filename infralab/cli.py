@@ -9,9 +9,12 @@ returns the exit status; bad input raises `InputError`, printed as one line with
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +64,16 @@ class Command:
     description: str | None = None
 
 
+# Where simulation jobs run (infralab.agent.sim_pool.Execution), for `search` and `test`. The
+# choices are sim_pool.BACKENDS (this table imports no part; tests/agent/test_ray_backend.py checks).
+BACKEND_ARGS = (
+    arg("--backend", choices=("local", "ray"), default="local",
+        help="run simulations in local processes (default) or as tasks on a Ray cluster (extra: infralab[ray])"),
+    arg("--ray-address", metavar="ADDR", default=None,
+        help="with --backend ray: join the running cluster at ADDR (HOST:PORT, ray://HOST:PORT or auto); "
+             "default: start a local one for the run"),
+)
+
 BENCH_ARGS = (
     arg("--out", metavar="FILE.csv", default=None,
         help="calibration table to write (default: results/calibration-<grid>-<device>.csv)"),
@@ -69,6 +82,7 @@ BENCH_ARGS = (
     arg("--kernels", default="all", metavar="NAME,...",
         help="comma-separated kernel names from the kernel registry (default: all)"),
     arg("--no-progress", action="store_true", help="no progress bar on stderr"),
+    arg("--force", action="store_true", help="replace the --out file if it exists (default: refuse)"),
 )
 
 COMMANDS: tuple[Command, ...] = (
@@ -111,7 +125,10 @@ COMMANDS: tuple[Command, ...] = (
                 arg("--quick", action="store_true", help="use the file's [quick] table (smoke-test sizes)"),
                 arg("--json", action="store_true", help="print the result as JSON (schema infralab.test/1)"),
                 arg("--out", help="also write result.json, report.md and raw files here (atomically)"),
-            )),
+                *BACKEND_ARGS,
+            ),
+            description="With --backend ray, a cluster hypothesis's runs (arms x seeds) go to Ray; a local "
+                        "Ray cluster gets setup.processes CPUs."),
     Command(("reproduce",), "run the studies under experiments/ and write results/<timestamp>/report.md",
             "infralab.agent.cli:reproduce", (
                 arg("--out", help="result folder (default results/<UTC timestamp>)"),
@@ -138,9 +155,12 @@ COMMANDS: tuple[Command, ...] = (
                 arg("space", metavar="SPACE.toml", help="search space (docs/explain.md)"),
                 arg("--out", metavar="DIR", default=None,
                     help="results folder (default results/search/<SPACE file stem>)"),
-                arg("--jobs", type=positive_int, default=2, metavar="N", help="local processes (default 2)"),
+                arg("--jobs", type=positive_int, default=2, metavar="N",
+                    help="local processes, or the CPUs of the local Ray cluster started for the run (default 2; "
+                         "a cluster joined with --ray-address runs as many points at once as it has CPUs)"),
                 arg("--json", action="store_true", help="print search.json on stdout"),
                 arg("--no-progress", action="store_true", help="no progress bar"),
+                *BACKEND_ARGS,
             )),
 )
 
@@ -191,14 +211,55 @@ def dispatch(args: argparse.Namespace) -> int:
     return int(resolve(args.handler)(args) or 0)
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised like KeyboardInterrupt so that it unwinds through every cleanup (a
+    BaseException, so that no `except Exception` swallows it)."""
+
+
+EXIT_SIGINT = 128 + signal.SIGINT  # 130, as a shell reports a Ctrl-C
+EXIT_SIGTERM = 128 + signal.SIGTERM  # 143
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    """Unwind on the first SIGINT/SIGTERM; ignore later ones so that the cleanup is not cut short."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt if signum == signal.SIGINT else Terminated
+
+
+@contextlib.contextmanager
+def _signals_unwind() -> Iterator[None]:
+    """Install `_on_signal` for SIGINT and SIGTERM while a command runs (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; bad input prints one line `error: ...` and exits with status 2."""
+    """Run one command; bad input prints one line `error: ...` and exits with status 2.
+
+    Ctrl-C (SIGINT) and SIGTERM print one line and exit 130 and 143; the atomic writers of
+    infralab.results remove their temporaries on the way out.
+    """
     args = parse(argv)
     try:
-        return dispatch(args)
+        with _signals_unwind():
+            return dispatch(args)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("error: interrupted (SIGINT); no partial output was kept", file=sys.stderr)
+        return EXIT_SIGINT
+    except Terminated:
+        print("error: terminated (SIGTERM); no partial output was kept", file=sys.stderr)
+        return EXIT_SIGTERM
 
 
 if __name__ == "__main__":

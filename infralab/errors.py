@@ -18,3 +18,7 @@ class InputError(ValueError):
         if expected:
             text += f" (expected {expected})"
         super().__init__(text)
+
+    def __reduce__(self) -> tuple[type[InputError], tuple[str, str, str | None]]:
+        # Rebuilt from its parts when it crosses processes (a worker of the simulation pool).
+        return (type(self), (self.where, self.problem, self.expected))

@@ -24,6 +24,7 @@ from infralab.errors import InputError
 from infralab.kernels.bench_cases import GRIDS, KERNELS, BenchCase, ShapeGrid, cases_for, prepare
 from infralab.kernels.calibration import CalibrationRow, DevicePeaks, WorkCounts, make_row, write_table
 from infralab.kernels.interpreter import kernel_device
+from infralab.results import check_new_file
 
 Timer = Callable[[Callable[[], object]], float]
 """Takes a zero-argument callable, returns the median seconds of one call."""
@@ -215,19 +216,24 @@ def summary_lines(rows: Sequence[CalibrationRow]) -> list[str]:
     return lines
 
 
-def bench_command(kernels_flag: str | None, grid_flag: str, out: str | None, progress: bool = True) -> int:
-    """The `bench` subcommand: validate flags, run, write the table atomically, print a summary."""
+def bench_command(
+    kernels_flag: str | None, grid_flag: str, out: str | None, progress: bool = True, force: bool = False
+) -> int:
+    """The `bench` subcommand: validate flags, run, write the table atomically, print a summary.
+
+    An existing table at the output path is replaced only with `force` (checked before timing)."""
     kernels = parse_kernels(kernels_flag)
     grid = parse_grid(grid_flag)
     if out is not None and not out.endswith(".csv"):
         raise InputError("--out", f"got {out!r}", "a file path ending in .csv")
     device = kernel_device()
     label = device_label(device)
+    target = check_new_file(out or default_out(grid.name, label), force)
     from infralab.kernels.device_peaks import peaks_for
 
     peaks = peaks_for(label) if device != "cpu" else None
     rows = run_bench(kernels, grid, device, peaks=peaks, progress=progress)
-    path = write_table(rows, out or default_out(grid.name, label), header_comments(grid.name, label))
+    path = write_table(rows, target, header_comments(grid.name, label))
     print("\n".join(summary_lines(rows)))
     print(f"wrote {len(rows)} rows to {path}")
     return 0

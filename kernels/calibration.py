@@ -8,10 +8,7 @@ its tests keep one import. `WorkCounts` is the shared layer's (`infralab.work_fo
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +25,7 @@ from infralab.calibration_table import (
     render_table,
 )
 from infralab.errors import InputError
+from infralab.results import atomic_output_file
 from infralab.work_formulas import WorkCounts
 
 __all__ = [
@@ -109,16 +107,6 @@ def write_table(rows: Iterable[CalibrationRow], path: str | Path, comments: Sequ
     path = Path(path)
     if path.is_dir():
         raise InputError(f"--out {path}", "is a folder", "a file path ending in .csv")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(render_table(rows, comments))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-        raise
+    with atomic_output_file(path) as handle:
+        handle.write(render_table(rows, comments))
     return path

@@ -82,7 +82,7 @@ def _partition_lines(report) -> list[str]:
 
 
 def bench(args: argparse.Namespace) -> int:
-    """`infralab kernels bench [--out FILE.csv] [--grid small|full] [--kernels ...] [--no-progress]`."""
+    """`infralab kernels bench [--out FILE.csv] [--grid small|full] [--kernels ...] [--no-progress] [--force]`."""
     from infralab.kernels.bench import bench_command
 
-    return bench_command(args.kernels, args.grid, args.out, progress=not args.no_progress)
+    return bench_command(args.kernels, args.grid, args.out, progress=not args.no_progress, force=args.force)

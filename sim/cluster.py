@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
-
 import simpy
 
 from infralab.errors import InputError
@@ -27,23 +25,28 @@ from infralab.sim.engine.instance import Instance
 from infralab.sim.engine.request_state import Seq
 from infralab.sim.kv_transfer import KVTransfer
 from infralab.sim.link import Link
+from infralab.sim.protocols import LinkRate, Router, ServedRequest, StepCostModel, StepListener
 from infralab.sim.records import RequestRecord, RunRecord
 from infralab.sim.routers import make_router
 
 
 def simulate(
     cfg: SimConfig,
-    requests: Sequence[Any],
-    cost: Any,
-    transfer_link: Any | None = None,
+    requests: Sequence[ServedRequest],
+    cost: StepCostModel,
+    transfer_link: LinkRate | None = None,
     *,
     check_invariants: bool = False,
+    timeline: bool = True,
+    max_timeline_events: int | None = None,
 ) -> RunRecord:
     """Run `requests` (each with id, arrival_s, prompt_tokens, output_tokens, block_hashes) through
     the cluster `cfg.cluster`, each step timed by `cost.step(work).total_s` (s); returns the run's
     record, one RequestRecord per request in the given order. `transfer_link` (a LinkSpec:
     bandwidth B/s, latency s) is required for disaggregated layouts. `check_invariants` recounts
-    every instance's aggregates after each step (slow; for tests).
+    every instance's aggregates after each step (slow; for tests). `timeline=False`: the record
+    keeps no intervals or counter samples; `max_timeline_events`: only those a timeline of that
+    many events shows (`RunRecord.with_timeline`; the summary is the same either way).
 
     Raises InputError for an engine config or request the cluster can never serve.
     """
@@ -51,7 +54,7 @@ def simulate(
     capacity = _kv_capacity_blocks(cost, engine)
     _check_requests(requests, engine, capacity)
     env = simpy.Environment()
-    record = RunRecord()
+    record = RunRecord.with_timeline(timeline, max_timeline_events)
     records = [
         RequestRecord(id=r.id, arrival_s=r.arrival_s, prompt_tokens=r.prompt_tokens, output_tokens=r.output_tokens)
         for r in requests
@@ -59,7 +62,7 @@ def simulate(
 
     arrivals = _ArrivalClock()
 
-    def instance(name: str, index: int, role: str, listener: Any = None) -> Instance:
+    def instance(name: str, index: int, role: str, listener: StepListener | None = None) -> Instance:
         horizon = None if role == "decode" else arrivals.next_s
         return Instance(env, name, index, role, engine, cost, capacity, record, listener, check_invariants, horizon)
 
@@ -87,8 +90,11 @@ def simulate(
     if unfinished:
         raise RuntimeError(f"simulation stalled with {len(unfinished)} unfinished requests, e.g. {unfinished[:5]}")
     record.requests = records
+    record.close()
     # The last recorded time (SimPy's own clock can differ from it by the rounding of a delay).
-    record.end_s = max([rec.finish_s for rec in records] + [iv.end_s for iv in record.intervals], default=0.0)
+    last_interval_end = record.tally().last_end_s
+    interval_ends = [last_interval_end] if last_interval_end > -math.inf else []
+    record.end_s = max([rec.finish_s for rec in records] + interval_ends, default=0.0)
     return record
 
 
@@ -104,9 +110,9 @@ class _ArrivalClock:
 
 def _arrivals(
     env: simpy.Environment,
-    requests: Sequence[Any],
+    requests: Sequence[ServedRequest],
     records: list[RequestRecord],
-    router: Any,
+    router: Router,
     front: list[Instance],
     clock: _ArrivalClock,
 ):
@@ -125,7 +131,7 @@ def _arrivals(
         target.submit(Seq(request, rec, decodes_here=target.role != "prefill"))
 
 
-def _kv_capacity_blocks(cost: Any, engine: EngineConfig) -> int:
+def _kv_capacity_blocks(cost: StepCostModel, engine: EngineConfig) -> int:
     if engine.prefix_block_tokens % engine.block_size:
         raise InputError(
             "engine.prefix_block_tokens",
@@ -143,7 +149,7 @@ def _kv_capacity_blocks(cost: Any, engine: EngineConfig) -> int:
     return blocks
 
 
-def _check_requests(requests: Sequence[Any], engine: EngineConfig, capacity_blocks: int) -> None:
+def _check_requests(requests: Sequence[ServedRequest], engine: EngineConfig, capacity_blocks: int) -> None:
     """Every request must fit one instance's KV cache at its longest (prompt + all outputs but the
     last, which is never fed back); otherwise it could never finish."""
     bs = engine.block_size

@@ -166,6 +166,9 @@ class EngineConfig:
     prefix_cache: bool = True
     prefix_block_tokens: PositiveInt = 512  # granularity of prompt-prefix identity (Mooncake hash_ids)
     preemption: Literal["recompute"] = "recompute"
+    # "fast": times runs of identical decode steps together; "reference": the plain per-step
+    # scheduler it must match exactly (slower; for checking a new admission or preemption rule).
+    scheduler: Literal["fast", "reference"] = "fast"
 
 
 @dataclass(frozen=True, config=STRICT)

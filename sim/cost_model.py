@@ -191,15 +191,14 @@ class CostModel:
         if m.is_mla:  # the compressed latent, replicated on every rank
             self._kv_heads = 1
             self._kv_dim = m.kv_lora_rank + m.qk_rope_head_dim
-            self._kv_elems_layer = self._kv_dim
             # absorbed decode: scores over the whole latent, values over its non-RoPE part
             self._decode_qk_dim, self._decode_v_dim = self._kv_dim, m.kv_lora_rank
         else:
             self._kv_heads = max(1, m.num_kv_heads // tp)
             self._kv_dim = m.head_dim
-            self._kv_elems_layer = 2 * self._kv_heads * m.head_dim
             self._decode_qk_dim = self._decode_v_dim = m.head_dim
-        self._kv_bytes_layer = self._kv_elems_layer * self._kv_width  # per token, layer, rank
+        # per token, layer, rank
+        self._kv_bytes_layer = m.kv_elements_per_token_per_layer(tp) * self._kv_width
         self._full_layers = m.num_full_attention_layers
         self._linear_layers = m.num_linear_attention_layers
         self._lin_heads = m.linear_num_heads // tp
@@ -257,7 +256,7 @@ class CostModel:
 
     def kv_bytes_per_token(self) -> int:
         """KV-cache bytes one token takes on the whole instance (all TP ranks, replicas included)."""
-        return int(self._full_layers * self._kv_bytes_layer * self.tp)
+        return self.model.kv_bytes_per_token(self.cfg.kv_dtype, self.tp)
 
     def linear_state_bytes_per_seq(self) -> int:
         """Linear-attention state bytes one sequence holds on the whole instance (split, not
@@ -302,6 +301,23 @@ class CostModel:
 
     def step(self, work: StepWork) -> StepCost:
         """Seconds of one engine step doing `work` (device time per rank + host overheads)."""
+        ops = self._op_times(work)
+        device = sum(ops)
+        host = self._host_s(work)
+        return StepCost(device_s=device, host_s=host, total_s=device + host, by_op=dict(zip(OPS, ops)))
+
+    def decode_step_s(self, seqs: int, context_tokens: int) -> float:
+        """Seconds of a decode-only step: `step(StepWork.decode(seqs, context_tokens)).total_s`.
+
+        The engine's hot path (runs of identical decode steps) calls this millions of times on a
+        long trace; it skips building the per-op mapping and the StepCost. The same sum of the same
+        terms as `step`, so the result is bit-identical."""
+        work = StepWork.decode(seqs, context_tokens)
+        return sum(self._op_times(work)) + self._host_s(work)
+
+    def _op_times(self, work: StepWork) -> tuple[float, float, float, float, float, float]:
+        """Seconds (one rank) of each operator of OPS, in that order: the one place that says
+        what a step's device time is made of. Terms that depend only on token counts are memoised."""
         tokens = work.prefill_tokens + work.decode_seqs
         dense = self._dense_cache.get(tokens)
         if dense is None:
@@ -312,47 +328,23 @@ class CostModel:
         lm = self._lm_cache.get(work.output_tokens)
         if lm is None:
             lm = self._lm_cache[work.output_tokens] = self._lm_head_time(work.output_tokens)
-        by_op = {
-            "dense_gemm": dense,
-            "attention": self._attention_time(work),
-            "linear_attention": self._linear_attention_time(work),
-            "moe_experts": moe,
-            "lm_head": lm,
-            "tp_collectives": self._collective_time(tokens, work.output_tokens),
-        }
-        device = sum(by_op.values())
-        host_cfg = self.cfg.host
-        host = (
-            host_cfg.per_step_s
-            + host_cfg.per_request_s * (work.prefill_seqs + work.decode_seqs)
-            + host_cfg.per_output_token_s * work.output_tokens
+        return (
+            dense,
+            self._attention_time(work),
+            self._linear_attention_time(work),
+            moe,
+            lm,
+            self._collective_time(tokens, work.output_tokens),
         )
-        return StepCost(device_s=device, host_s=host, total_s=device + host, by_op=by_op)
 
-    def decode_step_s(self, seqs: int, context_tokens: int) -> float:
-        """Seconds of a decode-only step: exactly `step(StepWork.decode(seqs, context_tokens)).total_s`.
-
-        The engine's hot path (runs of identical decode steps) calls this millions of times on a
-        long trace; it skips building the StepWork, the per-op mapping and the StepCost, and adds
-        the same terms in the same order, so the result is bit-identical."""
-        dense = self._dense_cache.get(seqs)
-        moe = self._moe_cache.get(seqs)
-        lm = self._lm_cache.get(seqs)
-        if dense is None or moe is None or lm is None:
-            return self.step(StepWork.decode(seqs, context_tokens)).total_s
-        work = StepWork.decode(seqs, context_tokens)
-        device = (
-            0
-            + dense
-            + self._attention_time(work)
-            + self._linear_attention_time(work)
-            + moe
-            + lm
-            + self._collective_time(seqs, seqs)
+    def _host_s(self, work: StepWork) -> float:
+        """Host overheads of a step (s): per step, per scheduled sequence, per output token."""
+        host = self.cfg.host
+        return (
+            host.per_step_s
+            + host.per_request_s * (work.prefill_seqs + work.decode_seqs)
+            + host.per_output_token_s * work.output_tokens
         )
-        host_cfg = self.cfg.host
-        host = host_cfg.per_step_s + host_cfg.per_request_s * seqs + host_cfg.per_output_token_s * seqs
-        return device + host
 
     # -- operators (seconds per step, one rank) --
 

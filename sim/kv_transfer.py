@@ -20,15 +20,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
 import simpy
 
 from infralab.sim.config import TransferConfig
 from infralab.sim.engine.instance import Instance
 from infralab.sim.engine.request_state import Seq
-from infralab.sim.engine.scheduler import StepPlan
+from infralab.sim.engine.step import StepPlan
 from infralab.sim.link import Link
+from infralab.sim.protocols import Router, StepCostModel
 
 
 @dataclass(slots=True)
@@ -53,10 +52,10 @@ class KVTransfer:
         self,
         env: simpy.Environment,
         cfg: TransferConfig,
-        cost: Any,
+        cost: StepCostModel,
         links: dict[str, Link],
         decode_pool: Sequence[Instance],
-        decode_router: Any,
+        decode_router: Router,
     ) -> None:
         self.env = env
         self.layerwise = cfg.mode == "layerwise"

@@ -17,10 +17,9 @@ import heapq
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Any
-
 import simpy
 
+from infralab.sim.protocols import LinkRate
 from infralab.sim.records import CounterSample, Interval, RunRecord
 
 # A flow counts as done when what is left of it is below this fraction of its size: the
@@ -47,7 +46,7 @@ class Link:
     CounterSample "active_flows" on that track.
     """
 
-    def __init__(self, env: simpy.Environment, spec: Any, name: str, record: RunRecord | None = None) -> None:
+    def __init__(self, env: simpy.Environment, spec: LinkRate, name: str, record: RunRecord | None = None) -> None:
         if not spec.bandwidth > 0:
             raise ValueError(f"link {name}: bandwidth must be > 0 bytes/s, got {spec.bandwidth!r}")
         if not spec.latency >= 0:

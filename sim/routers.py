@@ -2,14 +2,16 @@
 `choose(request, instances) -> instance`; ties always go to the lowest instance index, so runs are
 deterministic.
 
-Instances expose `index`, `outstanding_tokens` (queued + running work left, tokens) and
-`cached_prefix_tokens(request)` (prompt tokens their prefix cache holds for it).
+Each satisfies `infralab.sim.protocols.Router`; instances are read through `RoutedInstance`: `index`,
+`outstanding_tokens` (queued + running work left, tokens) and `cached_prefix_tokens(request)`
+(prompt tokens their prefix cache holds for it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+
+from infralab.sim.protocols import InstanceT, Router, ServedRequest
 
 
 class RoundRobin:
@@ -18,7 +20,7 @@ class RoundRobin:
     def __init__(self) -> None:
         self._next = 0
 
-    def choose(self, request: Any, instances: Sequence[Any]) -> Any:
+    def choose(self, request: ServedRequest, instances: Sequence[InstanceT]) -> InstanceT:
         chosen = instances[self._next % len(instances)]
         self._next += 1
         return chosen
@@ -27,7 +29,7 @@ class RoundRobin:
 class LeastOutstandingTokens:
     """The instance with the fewest queued and running tokens of work left."""
 
-    def choose(self, request: Any, instances: Sequence[Any]) -> Any:
+    def choose(self, request: ServedRequest, instances: Sequence[InstanceT]) -> InstanceT:
         return min(instances, key=lambda inst: (inst.outstanding_tokens, inst.index))
 
 
@@ -35,7 +37,7 @@ class PrefixAware:
     """The instance whose prefix cache holds the longest prefix of the request's prompt; ties go to
     the least outstanding tokens."""
 
-    def choose(self, request: Any, instances: Sequence[Any]) -> Any:
+    def choose(self, request: ServedRequest, instances: Sequence[InstanceT]) -> InstanceT:
         return min(
             instances,
             key=lambda inst: (-inst.cached_prefix_tokens(request), inst.outstanding_tokens, inst.index),
@@ -49,7 +51,7 @@ ROUTERS = {
 }
 
 
-def make_router(name: str) -> RoundRobin | LeastOutstandingTokens | PrefixAware:
+def make_router(name: str) -> Router:
     """A fresh router by its config name (`cluster.router`, `cluster.decode_router`)."""
     try:
         return ROUTERS[name]()

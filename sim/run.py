@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from infralab.errors import InputError
-from infralab.results import atomic_output_dir, dump_json
+from infralab.results import atomic_output_dir, dump_json, pause_point
 from infralab.sim.calibration import CalibrationTable
 from infralab.sim.cluster import simulate
 from infralab.sim.config import SimConfig, load_config, looks_like_path, resolve_path
@@ -80,19 +80,28 @@ def simulate_config(
     source: str = "<config>",
     *,
     timeline: bool = True,
+    max_timeline_events: int | None = None,
     on_read: Callable[[], None] | None = None,
 ) -> RunRecord:
     """Build the run's specs, workload and cost model from `cfg` and simulate it.
 
     `base_dir` is where relative paths in the config resolve; `source` names the config in errors.
-    `timeline=False`: the record keeps no intervals or counter samples (`RunRecord.with_timeline`;
-    the summary is the same). `on_read` is called once the inputs are read, before simulating.
+    `timeline=False`: the record keeps no intervals or counter samples; `max_timeline_events`:
+    only those a timeline of that many events shows (`RunRecord.with_timeline`). The summary is
+    the same either way. `on_read` is called once the inputs are read, before simulating.
     """
     prepared = prepare_run(cfg, base_dir, source)
     if on_read is not None:
         on_read()
     with _config_fields_of(source):
-        return simulate(prepared.cfg, prepared.requests, prepared.cost, prepared.transfer_link)
+        return simulate(
+            prepared.cfg,
+            prepared.requests,
+            prepared.cost,
+            prepared.transfer_link,
+            timeline=timeline,
+            max_timeline_events=max_timeline_events,
+        )
 
 
 def prepare_run(cfg: SimConfig, base_dir: Path, source: str = "<config>") -> PreparedRun:
@@ -187,8 +196,14 @@ def run_config_file(
     cfg = with_seed(cfg, seed)
     # Enter the output folder first: a folder that is not ours is refused before the (long) run.
     with atomic_output_dir(out_dir) as tmp:
+        pause_point("simulating")
         run = simulate_config(
-            cfg, base_dir, source=str(config_path), timeline=timeline, on_read=lambda: phases.lap("read")
+            cfg,
+            base_dir,
+            source=str(config_path),
+            timeline=timeline,
+            max_timeline_events=max_trace_events if timeline else None,
+            on_read=lambda: phases.lap("read"),
         )
         phases.lap("simulate")
         summary = summarize(run, cfg.slo).with_run(run_facts(cfg, config_path))
@@ -246,6 +261,7 @@ def write_results(
     trace.json into `folder`."""
     (folder / "config.toml").write_bytes(config_path.read_bytes())
     dump_json(summary.to_json(), folder / "summary.json")
+    pause_point("writing")  # a testing hook: a kill here leaves a half-written temporary folder
     write_requests_csv(run, folder / "requests.csv")
     if max_trace_events is not None:
         save_trace(run, folder / "trace.json", max_events=max_trace_events, metadata={"run": summary.run})

@@ -183,12 +183,13 @@ class ModelSpec:
         """Per-head value width used by full attention (elements)."""
         return self.v_head_dim if self.is_mla else self.head_dim
 
-    @property
-    def kv_elements_per_token_per_layer(self) -> int:
-        """Cached elements per token in one full-attention layer (K and V, or MLA's latent)."""
+    def kv_elements_per_token_per_layer(self, tp: int = 1) -> int:
+        """Cached elements per token in one full-attention layer (K and V, or MLA's latent) on one
+        of `tp` tensor-parallel ranks: KV heads are split across ranks and replicated when tp
+        exceeds their number; MLA's latent is replicated on every rank."""
         if self.is_mla:
             return self.kv_lora_rank + self.qk_rope_head_dim
-        return 2 * self.num_kv_heads * self.head_dim
+        return 2 * max(1, self.num_kv_heads // tp) * self.head_dim
 
     # -- parameters --
 
@@ -272,11 +273,13 @@ class ModelSpec:
 
     # -- caches --
 
-    def kv_bytes_per_token(self, kv_dtype: str) -> int:
-        """KV-cache bytes one token occupies, over all full-attention layers of the whole model
-        (no replication across tensor-parallel ranks; see CostModel for per-instance figures)."""
+    def kv_bytes_per_token(self, kv_dtype: str, tp: int = 1) -> int:
+        """KV-cache bytes one token occupies over all full-attention layers, summed over `tp`
+        tensor-parallel ranks (replicas included, see `kv_elements_per_token_per_layer`). The one
+        definition: with tp = 1 it is the model's KV (what moves between instances); with the
+        instance's tp, what its KV cache holds (`CostModel.kv_bytes_per_token`)."""
         width = _dtype_bytes(kv_dtype, "KV dtype")
-        return int(self.num_full_attention_layers * self.kv_elements_per_token_per_layer * width)
+        return int(self.num_full_attention_layers * self.kv_elements_per_token_per_layer(tp) * tp * width)
 
     def linear_state_bytes_per_seq(self, state_dtype: str = "fp32", conv_dtype: str = "bf16") -> int:
         """Recurrent-state bytes one sequence holds over all linear-attention layers: the KDA state

@@ -11,10 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from infralab.agent.findings import Finding
 from infralab.agent.hypothesis import Hypothesis
+
+if TYPE_CHECKING:
+    from infralab.agent.sim_pool import Execution
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ class Declaration:
     setup: type
     required: tuple[str, ...] = ()
     check: Callable[[Hypothesis, Any, Any], None] | None = None
+    mappings: tuple[str, ...] = ()  # the metrics whose values map a key to a number (`m['key']` in acceptance)
 
 
 class Validator(Protocol):
@@ -79,8 +83,10 @@ class Validator(Protocol):
         """Why this validator cannot run here (None: it can)."""
         ...
 
-    def measure(self, hyp: Hypothesis, workdir: Path | None) -> Measurement:
-        """Measure every arm of `hyp`; write raw files under `workdir` when it is given."""
+    def measure(self, hyp: Hypothesis, workdir: Path | None, execution: Execution) -> Measurement:
+        """Measure every arm of `hyp`; write raw files under `workdir` when it is given.
+        `execution`: where simulation jobs run (`infralab test --backend`); only the simulator's
+        cluster runs use it, the other validators measure on this machine."""
         ...
 
 

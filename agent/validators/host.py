@@ -68,8 +68,12 @@ def check_host_setup(hyp: Hypothesis, setup: HostConcurrencySetup, where: Any) -
                               needle=name)
 
 
+MAPPING_METRICS = ("degradation", "kv_python_over_comm", "main_gil_wait_s")
+
+
 def declaration(metrics: tuple[str, ...]) -> Declaration:
-    return Declaration(KIND, metrics, KNOBS, HostConcurrencySetup, required=tuple(KNOBS), check=check_host_setup)
+    return Declaration(KIND, metrics, KNOBS, HostConcurrencySetup, required=tuple(KNOBS), check=check_host_setup,
+                       mappings=tuple(m for m in metrics if m in MAPPING_METRICS))
 
 
 def measure(hyp: Hypothesis, setup: HostConcurrencySetup, workdir: Path | None, validator: str):

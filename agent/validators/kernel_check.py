@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field
 from pydantic.dataclasses import dataclass
@@ -29,6 +29,9 @@ from infralab.calibration_table import parse_shape
 from infralab.config_io import STRICT
 from infralab.errors import InputError
 from infralab.kernels.interpreter import use_interpreter_without_gpu
+
+if TYPE_CHECKING:
+    from infralab.agent.sim_pool import Execution  # measures on this machine whatever the pool's backend
 
 NAME = "kernel-check"
 KIND = "kernel-numerics"
@@ -118,7 +121,7 @@ class KernelCheck:
         missing = [m for m in ("torch", "triton") if importlib.util.find_spec(m) is None]
         return f"not installed: {', '.join(missing)}" if missing else None
 
-    def measure(self, hyp: Hypothesis, workdir: Path | None) -> Measurement:
+    def measure(self, hyp: Hypothesis, workdir: Path | None, execution: Execution) -> Measurement:
         device = use_interpreter_without_gpu()
         from infralab.kernels.partition import run_task
 

@@ -34,6 +34,7 @@ from infralab.agent.findings import (
     with_verdicts,
 )
 from infralab.agent.hypothesis import Hypothesis
+from infralab.agent.sim_pool import Execution
 from infralab.agent.validators.base import Measurement, Validator
 
 SCHEMA = "infralab.test/1"
@@ -95,9 +96,12 @@ def judge_all(hyp: Hypothesis, m: Measurement) -> tuple[Judgement, ...]:
     return tuple(judge(c, samples, m.varies) for c in hyp.acceptance)
 
 
-def run_test(hyp: Hypothesis, confirm: bool = False, workdir: Path | None = None) -> TestResult:
+def run_test(
+    hyp: Hypothesis, confirm: bool = False, workdir: Path | None = None, execution: Execution = Execution()
+) -> TestResult:
     """Walk the ladder for `hyp` (rules in the module docstring); raw files go under
-    `workdir/<validator>/` when `workdir` is given."""
+    `workdir/<validator>/` when `workdir` is given. `execution` says where simulation jobs run
+    (`infralab test --backend`); every validator gets it, only the simulator's cluster runs use it."""
     rungs: list[Rung] = []
     first_decided: Rung | None = None
     done = False
@@ -114,7 +118,7 @@ def run_test(hyp: Hypothesis, confirm: bool = False, workdir: Path | None = None
         if workdir is not None:
             sub = workdir / name
             sub.mkdir(parents=True, exist_ok=True)
-        m = validator.measure(hyp, sub)
+        m = validator.measure(hyp, sub, execution)
         judgements = judge_all(hyp, m)
         verdict = combine_verdicts(j.verdict for j in judgements)
         crit = {j.criterion: (j.verdict, hyp.arms_read_by(c)) for j, c in zip(judgements, hyp.acceptance)}
@@ -151,6 +155,8 @@ def _reason(verdict: str, judgements: tuple[Judgement, ...]) -> str:
     for j in bad:
         if j.verdict == UNMEASURED:
             parts.append(f"{j.criterion!r}: not measured here ({j.unmeasured})")
+        elif j.undefined is not None:
+            parts.append(f"{j.criterion!r}: undefined on these measurements ({j.undefined})")
         else:
             close = [c for c in j.comparisons if c.outcome is None]
             detail = "; ".join(
@@ -249,8 +255,11 @@ def test_json(result: TestResult) -> dict[str, Any]:
 
 
 def j_to_dict(j: Judgement) -> dict[str, Any]:
-    return {"expr": j.criterion, "verdict": j.verdict, "unmeasured": j.unmeasured,
-            "comparisons": [c.to_dict() for c in j.comparisons]}
+    entry = {"expr": j.criterion, "verdict": j.verdict, "unmeasured": j.unmeasured,
+             "comparisons": [c.to_dict() for c in j.comparisons]}
+    if j.undefined is not None:  # only then, so results of well-defined criteria keep their bytes
+        entry["undefined"] = j.undefined
+    return entry
 
 
 def test_command(source: str, confirm: bool) -> str:

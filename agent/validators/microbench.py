@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic.dataclasses import dataclass
 
@@ -28,6 +28,9 @@ from infralab.agent.hypothesis import Arm, Hypothesis
 from infralab.agent.validators.base import Declaration, KnobSpec, Measurement, sample_keys
 from infralab.calibration_table import parse_shape
 from infralab.config_io import STRICT
+
+if TYPE_CHECKING:
+    from infralab.agent.sim_pool import Execution  # measures on this machine whatever the pool's backend
 
 NAME = "microbench"
 KIND = "kernel-performance"
@@ -118,7 +121,7 @@ class Microbench:
     def unavailable(self, hyp: Hypothesis) -> str | None:
         return None  # work counts need no device
 
-    def measure(self, hyp: Hypothesis, workdir: Path | None) -> Measurement:
+    def measure(self, hyp: Hypothesis, workdir: Path | None, execution: Execution) -> Measurement:
         keys = sample_keys(hyp)
         on_gpu = _on_gpu()
         samples: dict[str, list[dict[str, Any]]] = {}

@@ -10,10 +10,14 @@ are judged with the noise rule (`infralab.agent.acceptance.NOISE_RULE`).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from infralab.agent.hypothesis import Hypothesis, setup_as
 from infralab.agent.validators import host
 from infralab.agent.validators.base import Declaration, Measurement
+
+if TYPE_CHECKING:
+    from infralab.agent.sim_pool import Execution  # measures on this machine whatever the pool's backend
 
 NAME = "real"
 DECLARATIONS = (host.declaration(host.REAL_METRICS),)
@@ -36,5 +40,5 @@ class Real:
             return str(exc)
         return None
 
-    def measure(self, hyp: Hypothesis, workdir: Path | None) -> Measurement:
+    def measure(self, hyp: Hypothesis, workdir: Path | None, execution: Execution) -> Measurement:
         return host.measure(hyp, setup_as(hyp, host.HostConcurrencySetup), workdir, NAME)

@@ -3,8 +3,9 @@
 - `host-concurrency` hypotheses run the fine-grained host model (threads, the GIL, streams) through
   the study's hook (`infralab.agent.validators.host`: knob, metrics and setup).
 - `cluster` hypotheses run the iteration-level cluster model on the setup's config with the arm's
-  knobs, arms x seeds over `setup.processes` local processes, through the agent's one simulation
-  pool (agent/sim_pool.py, also `infralab search`'s). Metrics: CLUSTER_METRICS, flat metric names
+  knobs, arms x seeds over `setup.processes` workers of the pool's backend (local processes, or a
+  Ray cluster with `infralab test --backend ray`), through the agent's one simulation pool
+  (agent/sim_pool.py, also `infralab search`'s). Metrics: CLUSTER_METRICS, flat metric names
   of the run summary (docs/sim.md): goodput (req/s under the config's SLOs), goodput_per_instance,
   request/output throughput, ttft_p50_s/p90_s/p99_s, tpot_p90_s, e2e_p90_s (seconds), saturated,
   completed, max_instance_busy, max_link_busy, instances. Findings: the busiest instance and link,
@@ -18,7 +19,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field
 from pydantic.dataclasses import dataclass
@@ -31,6 +32,9 @@ from infralab.config_io import STRICT
 from infralab.errors import InputError
 from infralab.sim.records import RunRecord
 from infralab.sim.summary import Metric, ResourceStats, RunSummary, metric_names
+
+if TYPE_CHECKING:
+    from infralab.agent.sim_pool import Execution
 
 NAME = "sim"
 CLUSTER = "cluster"
@@ -58,7 +62,7 @@ class ClusterSetup:
     config: str  # a simulation config (`infralab sim run` format), relative to the hypothesis file
     window_s: tuple[float, float] | None = None  # trace time window [start, end) in seconds
     max_requests: Annotated[int, Field(gt=0)] | None = None
-    processes: Annotated[int, Field(gt=0)] = 2  # arms x seeds run in parallel over this many local processes
+    processes: Annotated[int, Field(gt=0)] = 2  # arms x seeds run in parallel over this many workers (processes, Ray CPUs)
 
 
 def check_cluster_setup(hyp: Hypothesis, setup: ClusterSetup, where: Any) -> None:
@@ -91,16 +95,17 @@ class Sim:
     def unavailable(self, hyp: Hypothesis) -> str | None:
         return None
 
-    def measure(self, hyp: Hypothesis, workdir: Path | None) -> Measurement:
+    def measure(self, hyp: Hypothesis, workdir: Path | None, execution: Execution) -> Measurement:
         if hyp.kind == host.KIND:
             return host.measure(hyp, setup_as(hyp, host.HostConcurrencySetup), workdir, NAME)
-        return measure_cluster(hyp, setup_as(hyp, ClusterSetup), workdir)
+        return measure_cluster(hyp, setup_as(hyp, ClusterSetup), workdir, execution)
 
 
 # ---- cluster ---------------------------------------------------------------------------------
 
 
-def measure_cluster(hyp: Hypothesis, setup: ClusterSetup, workdir: Path | None) -> Measurement:
+def measure_cluster(hyp: Hypothesis, setup: ClusterSetup, workdir: Path | None, execution: Execution) -> Measurement:
+    """Every arm x seed of a `cluster` hypothesis, `setup.processes` at a time on `execution`'s backend."""
     from infralab.agent.sim_pool import SimJob, arm_config, run_pool
 
     seeds = list(hyp.seeds)
@@ -111,7 +116,7 @@ def measure_cluster(hyp: Hypothesis, setup: ClusterSetup, workdir: Path | None) 
         for seed in seeds:
             keys.append((arm.name, seed))
             jobs.append(SimJob(config=dataclasses.asdict(cfg), base_dir=str(base_dir), source=source, seed=seed))
-    by_key = dict(zip(keys, run_pool(jobs, processes=setup.processes, inspect=cluster_details)))
+    by_key = dict(zip(keys, run_pool(jobs, workers=setup.processes, inspect=cluster_details, execution=execution)))
     files: list[str] = []
     if workdir is not None:
         from infralab.results import dump_json
@@ -131,8 +136,9 @@ def measure_cluster(hyp: Hypothesis, setup: ClusterSetup, workdir: Path | None) 
         findings += [dataclasses.replace(f, evidence=dataclasses.replace(f.evidence, files=own))
                      for f in _cluster_findings(arm, metrics, first.details)]
         rows.append({"arm": arm.name, "change": arm.describe(), "seed": seeds[0], **metrics})
+    note = f"iteration-level cluster model, {len(jobs)} runs over {execution.describe(setup.processes)}"
     return Measurement(NAME, samples, tuple(findings), varies=False, extras={"table": rows}, files=tuple(files),
-                       notes=(f"iteration-level cluster model, {len(jobs)} runs over {setup.processes} processes",))
+                       notes=(note,))
 
 
 def cluster_metrics(flat: Mapping[str, Metric]) -> dict[str, Metric]:

@@ -1,18 +1,24 @@
 """One serving instance as a SimPy process: plan a step, hold the cost model's step time, apply it.
+The decisions are its scheduler policy's (`engine.scheduler`: "fast", `scheduler.Scheduler`, or
+"reference", `reference_scheduler.ReferenceScheduler`; see `infralab.sim.protocols.SchedulerPolicy`).
 
 The instance sleeps on an event while it has nothing to run (no polling); `submit`, `reserve`,
 `deliver` and `release` wake it. Each step is one `env.timeout`, one "batch" Interval on track
 `instance/<name>`, and CounterSamples ("waiting", "running", "kv_used_blocks", "kv_cached_blocks")
 whenever a value changed.
 
-Speed: a run of identical decode-only steps (nothing to admit, block growth covered by free blocks,
-no finish before its last step; see `scheduler.QuietRun`) is timed with one timeout and recorded as one Interval
-(arg "steps"). Each step still gets its own cost evaluation and end time, so token times are those
-of single steps. The run stops at the first step end at or after the next arrival, and any outside
-event (`_kick`) interrupts it at the step end in progress, exactly where a single step would have
-noticed the event. Block growth inside a run is applied, and counters sampled, at the run's end
-(so "kv_used_blocks" may step up a few steps late). Step ends are accumulated as t_end = t_start + duration (the instance keeps its
-own clock, so SimPy's rounding of relative delays never moves a recorded time).
+Speed: a run of identical decode-only steps that the policy offers (`SchedulerPolicy.repeats`; the
+fast scheduler's `QuietRun`: nothing to admit, block growth covered by free blocks, no finish before
+its last step) is timed with one timeout and recorded as one Interval (arg "steps"). Each step
+still gets its own cost evaluation and end time, so token times are those of single steps. The run
+stops at the first step end at or after the next arrival, and any outside event (`_kick`)
+interrupts it at the step end in progress, exactly where a single step would have noticed the
+event. Block growth inside a run is applied, and counters sampled, at the run's end (so
+"kv_used_blocks" may step up a few steps late). Step ends are accumulated as t_end = t_start +
+duration (the instance keeps its own clock, so SimPy's rounding of relative delays never moves a
+recorded time), and the instance waits until SimPy's clock reads each end exactly
+(`_hold`), so that what others do at a step boundary happens at the same time whether the
+step was timed alone or in a run.
 """
 
 from __future__ import annotations
@@ -20,32 +26,26 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable
-from typing import Any, Protocol
-
 import simpy
 
 from infralab.sim.config import EngineConfig
+from infralab.sim.engine.reference_scheduler import ReferenceScheduler
 from infralab.sim.engine.request_state import Seq
-from infralab.sim.engine.scheduler import QuietRun, Scheduler, StepPlan, StepResult
+from infralab.sim.engine.scheduler import Scheduler
+from infralab.sim.engine.step import StepPlan, StepResult
+from infralab.sim.protocols import SchedulerPolicy, ServedRequest, StepCostModel, StepListener
 from infralab.sim.records import CounterSample, Interval, RunRecord
 
 COUNTERS = ("waiting", "running", "kv_used_blocks", "kv_cached_blocks")
 # Longest run of decode-only steps timed with one SimPy event (bounds the cost evaluations wasted
 # when an outside event cuts a run short).
 MAX_QUIET_STEPS = 256
-
-
-class StepListener(Protocol):
-    """Told about prefill work (the KV-transfer orchestration listens on prefill-pool instances)."""
-
-    def step_started(self, instance: Instance, plan: StepPlan, start_s: float, duration_s: float) -> None: ...
-
-    def prefill_done(self, instance: Instance, seq: Seq) -> None: ...
+# `engine.scheduler` -> the policy class (both take the keyword arguments of `Instance.__init__`).
+SCHEDULERS: dict[str, Callable[..., SchedulerPolicy]] = {"fast": Scheduler, "reference": ReferenceScheduler}
 
 
 class Instance:
-    """An engine instance. `role` is "colocated", "prefill" or "decode"; `cost` needs
-    `step(work).total_s` (seconds)."""
+    """An engine instance. `role` is "colocated", "prefill" or "decode"."""
 
     def __init__(
         self,
@@ -54,7 +54,7 @@ class Instance:
         index: int,
         role: str,
         engine: EngineConfig,
-        cost: Any,
+        cost: StepCostModel,
         capacity_blocks: int,
         record: RunRecord,
         listener: StepListener | None = None,
@@ -69,7 +69,7 @@ class Instance:
         self.record = record
         self.listener = listener
         self.track = f"instance/{name}"
-        self.scheduler = Scheduler(
+        self.scheduler: SchedulerPolicy = SCHEDULERS[engine.scheduler](
             max_num_seqs=engine.max_num_seqs,
             max_batched_tokens=engine.max_batched_tokens,
             block_size=engine.block_size,
@@ -107,7 +107,7 @@ class Instance:
             outstanding -= self._run_decode_seqs * bisect.bisect_right(self._run_ends, self.env.now)
         return outstanding
 
-    def cached_prefix_tokens(self, request: Any) -> int:
+    def cached_prefix_tokens(self, request: ServedRequest) -> int:
         """Prompt tokens of `request` this instance's prefix cache holds now."""
         return self.scheduler.cached_prefix_tokens(request.block_hashes, request.prompt_tokens)
 
@@ -164,14 +164,13 @@ class Instance:
                 self._wake = None
                 start = max(env.now, clock)
                 continue
-            run = sched.quiet_run(plan)
-            ends = self._step_ends(plan, start, run)
+            ends = self._step_ends(plan, start, sched.repeats(plan))
             if self.listener is not None and plan.chunks:
                 self.listener.step_started(self, plan, start, ends[0] - start)
             self._run_decode_seqs = plan.decode_seqs
             ends = yield from self._hold(ends)
             clock = ends[-1]
-            result = sched.finish(plan, ends, run)
+            result = sched.finish(plan, ends)
             self._record_batch(plan, start, ends, result)
             self._sample_counters(clock)
             if self._check:
@@ -181,19 +180,19 @@ class Instance:
                     self.listener.prefill_done(self, seq)
             start = clock
 
-    def _step_ends(self, plan: StepPlan, start: float, run: QuietRun | None) -> list[float]:
-        """End times (s) of the planned step and of its quiet repeats (`run`), up to the first step
-        that ends at or after the next known arrival."""
+    def _step_ends(self, plan: StepPlan, start: float, allows: Callable[[int], bool] | None) -> list[float]:
+        """End times (s) of the planned step and of the decode-only repeats the policy `allows`, up
+        to the first step that ends at or after the next known arrival."""
         t = start + self.cost.step(plan.work).total_s
         ends = [t]
-        if run is None:
+        if allows is None:
             return ends
         horizon = self._horizon()
         seqs = plan.work.decode_seqs
         context = plan.work.decode_context_tokens
         decode_step_s = self.cost.decode_step_s  # == step(StepWork.decode(...)).total_s, faster
         n = plan.step_no
-        while t < horizon and len(ends) < MAX_QUIET_STEPS and run.allows(n + len(ends)):
+        while t < horizon and len(ends) < MAX_QUIET_STEPS and allows(n + len(ends)):
             context += seqs
             t = t + decode_step_s(seqs, context)
             ends.append(t)
@@ -208,8 +207,15 @@ class Instance:
         try:
             while True:
                 try:
-                    if ends[-1] > env.now:
-                        yield env.timeout(ends[-1] - env.now)
+                    end = ends[-1]
+                    if end > env.now:
+                        # Land SimPy's clock exactly on `end`, so that what others do at a step
+                        # boundary (a KV flow's start) happens at the same time whether the step
+                        # was timed alone or in a run. `end - now` is exact when now >= end / 2;
+                        # from earlier, wait first until about 3/4 of `end`.
+                        if env.now < end / 2:
+                            yield env.timeout(0.75 * end - env.now)
+                        yield env.timeout(end - env.now)
                     return ends
                 except simpy.Interrupt:
                     self._interrupting = False
@@ -241,15 +247,10 @@ class Instance:
         )
 
     def _sample_counters(self, now: float) -> None:
-        sched = self.scheduler
-        values = (
-            len(sched.waiting) + len(sched.inbound),
-            len(sched.running),
-            sched.pool.used,
-            sched.cache.blocks,
-        )
+        values = self.scheduler.counters()
         last = self._last_counters
         for i, value in enumerate(values):
             if value != last[i]:
                 last[i] = value
                 self.record.counters.append(CounterSample(self.track, COUNTERS[i], now, value))
+

@@ -7,7 +7,12 @@ unpinned cache entries, LRU first, when the free blocks do not suffice.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from infralab.sim.engine.prefix_cache import PrefixCache
+
+if TYPE_CHECKING:
+    from infralab.sim.engine.request_state import Seq
 
 
 class BlockPool:
@@ -51,3 +56,31 @@ class BlockPool:
         """`n` private blocks now belong to a prefix-cache entry (the caller inserted it)."""
         self.private -= n
         assert self.private >= 0
+
+    # ---- a request's blocks (every scheduler policy frees and caches them the same way) ---------
+
+    def free_seq(self, seq: Seq) -> None:
+        """Return all of `seq`'s private blocks and unpin the prefix-cache entries it uses."""
+        self.release(seq.blocks)
+        seq.blocks = 0
+        self.cache.unpin(seq.pinned)
+        seq.pinned = []
+
+    def cache_full_prompt_blocks(self, seq: Seq) -> None:
+        """Turn `seq`'s freshly computed whole prompt blocks into (pinned) prefix-cache entries, in
+        order, stopping at the first one already cached by someone else; their blocks move from the
+        request to the cache and `seq.base` advances past them."""
+        cache = self.cache
+        if not cache.enabled:
+            return
+        size = cache.block_tokens
+        limit = min(seq.computed, seq.prompt)
+        while seq.base + size <= limit:
+            index = seq.base // size
+            if index >= len(seq.hashes) or seq.hashes[index] in cache:
+                return
+            cache.insert_pinned(seq.hashes[index])
+            seq.pinned.append(seq.hashes[index])
+            seq.blocks -= cache.entry_blocks
+            self.move_to_cache(cache.entry_blocks)
+            seq.base += size

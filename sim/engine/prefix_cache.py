@@ -47,6 +47,11 @@ class PrefixCache:
             n += 1
         return n
 
+    def max_hit_entries(self, prompt: int, target: int) -> int:
+        """Most entries a request with a `prompt`-token prompt and `target` tokens to compute may
+        hit: whole prompt blocks only, and at least one token left to compute (for the logits)."""
+        return min(prompt // self.block_tokens, (target - 1) // self.block_tokens)
+
     def pin(self, hashes: list[int]) -> None:
         """Mark entries as used by one more running request (they must be present)."""
         for h in hashes:

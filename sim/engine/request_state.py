@@ -6,8 +6,7 @@ all sharing its `RequestRecord`. Token counts are in tokens; steps are the insta
 
 from __future__ import annotations
 
-from typing import Any
-
+from infralab.sim.protocols import ServedRequest
 from infralab.sim.records import RequestRecord
 
 
@@ -21,7 +20,8 @@ class Seq:
       live in pinned prefix-cache entries (`pinned`, their hashes in prompt order).
     - `blocks`: private KV blocks held.
     - while decoding: at step n the request emits output token `dec_gen0 + (n - dec_step0) + 1`;
-      token counters are brought up to date only when it stops decoding (see `Scheduler`).
+      the fast `Scheduler` brings token counters up to date only when it stops decoding (the
+      `ReferenceScheduler` keeps them current and ignores `dec_step0`, `dec_gen0` and `epoch`).
     - `decodes_here`: False on a prefill-pool instance (the request leaves after its prefill).
     - `epoch` bumps whenever the request stops running or decoding, which invalidates the
       per-step reminders (block growth, finish) filed for it.
@@ -47,7 +47,7 @@ class Seq:
         "prefill_total",
     )
 
-    def __init__(self, request: Any, rec: RequestRecord, decodes_here: bool) -> None:
+    def __init__(self, request: ServedRequest, rec: RequestRecord, decodes_here: bool) -> None:
         self.request = request
         self.rec = rec
         self.prompt: int = request.prompt_tokens

@@ -24,6 +24,10 @@ budget also caps the running set (min(max_num_seqs, max_batched_tokens)), since 
 request decodes each step. On a prefill-pool instance a request leaves after its first token and
 keeps its blocks (`held`) until its KV transfer ends (`release`).
 
+`reference_scheduler.ReferenceScheduler` applies these rules plainly, one step at a time; this
+scheduler must give identical request records (tests/sim/test_scheduler_reference.py). Both satisfy
+`infralab.sim.protocols.SchedulerPolicy`.
+
 Speed: a step costs O(changes), not O(running requests): decode contexts are summed in aggregate,
 token times are kept per step and copied into a request's record when it stops decoding, and block
 growth and finishes are filed under the step at which they happen.
@@ -34,34 +38,15 @@ from __future__ import annotations
 import heapq
 import math
 from array import array
+from collections.abc import Callable
 from collections import deque
-from dataclasses import dataclass
-
 import simpy
 
 from infralab.sim.cost_model import StepWork
 from infralab.sim.engine.kv_blocks import BlockPool
 from infralab.sim.engine.prefix_cache import PrefixCache
 from infralab.sim.engine.request_state import Seq
-
-
-@dataclass(slots=True)
-class StepPlan:
-    """What one step computes: prefill chunks (request, new tokens) and all decoding requests."""
-
-    step_no: int
-    chunks: list[tuple[Seq, int]]
-    decode_seqs: int
-    work: StepWork
-
-
-@dataclass(slots=True)
-class StepResult:
-    """What changed at the end of a step."""
-
-    finished: list[Seq]
-    handed_off: list[Seq]  # prefill-pool instance: prompt done, KV ready to move
-    preempted: int  # during this step's planning
+from infralab.sim.engine.step import StepPlan, StepResult
 
 
 class QuietRun:
@@ -142,6 +127,7 @@ class Scheduler:
         self.outstanding = 0  # tokens of work left (prefill tokens + decode steps), see Seq
         self.preemptions = 0
         self._planned_preemptions = 0
+        self._run: QuietRun | None = None  # the repeats offered after the last plan
 
     # ---- from outside ---------------------------------------------------------------------------
 
@@ -161,11 +147,11 @@ class Scheduler:
     def release(self, seq: Seq) -> None:
         """Free the blocks of a handed-off request (its KV transfer ended)."""
         del self.held[seq.id]
-        self._free_blocks(seq)
+        self.pool.free_seq(seq)
 
     def cached_prefix_tokens(self, hashes: tuple[int, ...], prompt: int) -> int:
         """Prompt tokens of a request with these hashes the prefix cache would serve now."""
-        return self.cache.match(hashes, self._max_hit_entries(prompt, prompt)) * self.cache.block_tokens
+        return self.cache.match(hashes, self.cache.max_hit_entries(prompt, prompt)) * self.cache.block_tokens
 
     # ---- one step -------------------------------------------------------------------------------
 
@@ -209,22 +195,27 @@ class Scheduler:
         self._planned_preemptions = self.preemptions - preempted_before
         return StepPlan(n, chunks, n_dec, work)
 
-    def quiet_run(self, plan: StepPlan) -> QuietRun | None:
-        """The run of decode-only repeats that may follow `plan` (see `QuietRun`), or None when the
-        plan is not decode-only."""
+    def repeats(self, plan: StepPlan) -> Callable[[int], bool] | None:
+        """`QuietRun.allows` for the run of decode-only repeats that may follow `plan`, or None
+        when the plan is not decode-only."""
+        self._run = None
         if plan.chunks or self.ready:
             return None
         n = plan.step_no
         bounds = self._bounds
         while bounds and bounds[0] < n:
             heapq.heappop(bounds)
-        return QuietRun(self, n, bounds[0] if bounds else n)
+        self._run = QuietRun(self, n, bounds[0] if bounds else n)
+        return self._run.allows
 
-    def finish(self, plan: StepPlan, ends_s: list[float], run: QuietRun | None = None) -> StepResult:
-        """Apply `plan` and, if `ends_s` has more than one entry, its decode-only repeats (`run`);
-        `ends_s` are the steps' end times (s). Emits tokens, completes prefills and requests."""
+    def finish(self, plan: StepPlan, ends_s: list[float]) -> StepResult:
+        """Apply `plan` and, if `ends_s` has more than one entry, its decode-only repeats (see
+        `repeats`); `ends_s` are the steps' end times (s). Emits tokens, completes prefills and
+        requests."""
         n = plan.step_no
         k = len(ends_s)
+        run = self._run
+        self._run = None
         assert n == self.step_no and (k == 1 or (run is not None and not plan.chunks))
         self.step_end.extend(ends_s)
         last_step = n + k - 1
@@ -254,12 +245,14 @@ class Scheduler:
             seq.computed += new
             seq.prefill_total += new
             computed += new
-            self._cache_full_blocks(seq)
+            self.pool.cache_full_prompt_blocks(seq)
             if seq.computed < seq.target:
                 continue
             del self.prefilling[seq.id]
             seq.generated += 1
-            seq.rec.token_times_s.append(end_s)
+            # The token ends with this step: a reference into the step ends, not a copy (a
+            # following decode run continues the same piece, see TokenTimes).
+            seq.rec.token_times_s.add_steps(self.step_end, last_step, last_step)
             if seq.generated == 1 and math.isnan(seq.rec.first_token_s):
                 seq.rec.first_token_s = end_s
             if seq.generated == seq.output:
@@ -307,7 +300,7 @@ class Scheduler:
             if budget <= 0:
                 return
             seq = self.waiting[0]
-            hit = self.cache.match(seq.hashes, self._max_hit_entries(seq.prompt, seq.target))
+            hit = self.cache.match(seq.hashes, self.cache.max_hit_entries(seq.prompt, seq.target))
             hit_hashes = list(seq.hashes[:hit])
             cached = hit * self.cache.block_tokens
             new = min(seq.target - cached, budget)
@@ -338,10 +331,6 @@ class Scheduler:
             self.reserved[seq.id] = seq
             granted.succeed()
 
-    def _max_hit_entries(self, prompt: int, target: int) -> int:
-        # Whole prompt blocks only, and at least one token left to compute.
-        return min(prompt // self.cache.block_tokens, (target - 1) // self.cache.block_tokens)
-
     # ---- KV blocks and preemption ---------------------------------------------------------------
 
     def _allocate_or_preempt(self, seq: Seq, need: int, n: int) -> bool:
@@ -361,7 +350,7 @@ class Scheduler:
             self._stop_decode(seq, last_step=n - 1)
         else:
             del self.prefilling[seq.id]
-        self._free_blocks(seq)
+        self.pool.free_seq(seq)
         # Everything in KV must be computed again: outstanding work grows by that much.
         self.outstanding += seq.computed
         seq.target = seq.prompt + seq.generated
@@ -370,30 +359,6 @@ class Scheduler:
         seq.rec.preemptions += 1
         self.preemptions += 1
         self.waiting.appendleft(seq)
-
-    def _free_blocks(self, seq: Seq) -> None:
-        self.pool.release(seq.blocks)
-        seq.blocks = 0
-        self.cache.unpin(seq.pinned)
-        seq.pinned = []
-
-    def _cache_full_blocks(self, seq: Seq) -> None:
-        """Turn the request's freshly completed whole prompt blocks into (pinned) cache entries,
-        in order, stopping at the first one already cached by someone else."""
-        cache = self.cache
-        if not cache.enabled:
-            return
-        size = cache.block_tokens
-        limit = min(seq.computed, seq.prompt)
-        while seq.base + size <= limit:
-            index = seq.base // size
-            if index >= len(seq.hashes) or seq.hashes[index] in cache:
-                return
-            cache.insert_pinned(seq.hashes[index])
-            seq.pinned.append(seq.hashes[index])
-            seq.blocks -= cache.entry_blocks
-            self.pool.move_to_cache(cache.entry_blocks)
-            seq.base += size
 
     # ---- decoding -------------------------------------------------------------------------------
 
@@ -422,7 +387,7 @@ class Scheduler:
         """`seq` stops decoding after step `last_step`: record the tokens it emitted meanwhile."""
         first = seq.dec_step0
         emitted = last_step - first + 1
-        seq.rec.token_times_s.extend(self.step_end[first : last_step + 1])
+        seq.rec.token_times_s.add_steps(self.step_end, first, last_step)
         seq.generated = seq.dec_gen0 + emitted
         # The last emitted token is not in KV yet (it is the next step's input).
         seq.computed = seq.target = seq.prompt + seq.generated - 1
@@ -431,11 +396,16 @@ class Scheduler:
         seq.epoch += 1
 
     def _complete(self, seq: Seq, end_s: float) -> None:
-        self._free_blocks(seq)
+        self.pool.free_seq(seq)
         rec = seq.rec
         rec.finish_s = end_s
         rec.recomputed_tokens = seq.prefill_total - (seq.prompt - rec.cached_tokens)
         assert len(rec.token_times_s) == seq.output, (rec.id, len(rec.token_times_s), seq.output)
+
+    # ---- what the instance samples and checks --------------------------------------------------
+
+    def counters(self) -> tuple[int, int, int, int]:
+        return len(self.waiting) + len(self.inbound), len(self.running), self.pool.used, self.cache.blocks
 
     # ---- checks (tests) -------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ import pytest
 from infralab.cli import dispatch, parse
 from infralab.agent.findings import Evidence, Finding, Where
 from infralab.agent.hypothesis import load_hypothesis
+from infralab.agent.sim_pool import Execution
 from infralab.agent.validators import ladder
 from infralab.agent.validators.base import Measurement
 from infralab.agent.validators.ladder import run_test
@@ -193,7 +194,7 @@ def test_real_probe_mechanics(tmp_path):
     reason = Real().unavailable(hyp)
     if reason:
         pytest.skip(reason)
-    m = Real().measure(hyp, tmp_path / "real")
+    m = Real().measure(hyp, tmp_path / "real", Execution())
     assert m.varies
     assert len(m.samples["baseline"]) == 2 and set(m.samples["baseline"][0]["degradation"]) == {"after_prefill"}
     assert {f.arm for f in m.findings} == {"baseline", "released"}
@@ -237,7 +238,7 @@ class Fake:
     def unavailable(self, hyp):
         return self.reason
 
-    def measure(self, hyp, workdir):
+    def measure(self, hyp, workdir, execution):
         self.calls += 1
         held, released = self.data
         samples = {"baseline": [{"max_degradation": v} for v in held],

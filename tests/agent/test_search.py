@@ -202,6 +202,7 @@ processes = 1
 
 def test_search_and_cluster_validator_give_the_same_numbers(tmp_path):
     from infralab.agent.hypothesis import load_hypothesis, setup_of
+    from infralab.agent.sim_pool import Execution
     from infralab.agent.validators.sim import CLUSTER_METRICS, measure_cluster
 
     space = load_space(write_space(tmp_path))  # point 2: cluster.instances = 2, max_num_seqs = 2
@@ -211,7 +212,7 @@ def test_search_and_cluster_validator_give_the_same_numbers(tmp_path):
 
     (tmp_path / "h.toml").write_text(CLUSTER_HYPOTHESIS)
     hyp = load_hypothesis(tmp_path / "h.toml")
-    measured = measure_cluster(hyp, setup_of(hyp), None).samples["baseline"][0]
+    measured = measure_cluster(hyp, setup_of(hyp), None, Execution()).samples["baseline"][0]
 
     shared = [name for name in CLUSTER_METRICS if name in METRICS]
     assert len(shared) >= 10 and "ttft_p90_s" in shared and "goodput" in shared

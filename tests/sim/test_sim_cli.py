@@ -153,9 +153,16 @@ def test_rerun_replaces_an_earlier_result(tmp_path, monkeypatch):
     monkeypatch.setattr(sim_run, "simulate_config", fake_record)
     out = tmp_path / "res"
     assert cli_run(tiny_config(tmp_path), out) == 0
+    # A file an earlier run wrote (listed in its marker) goes with the old result...
     (out / "stale.txt").write_text("from before")
+    with (out / MARKER).open("a") as marker:
+        marker.write("stale.txt\n")
     assert cli_run(tiny_config(tmp_path), out) == 0
     assert not (out / "stale.txt").exists() and (out / "summary.json").exists()
+    # ...but a file the user put there is never lost: the rerun refuses, before any work.
+    (out / "notes.txt").write_text("mine")
+    assert cli_run(tiny_config(tmp_path), out) == 2
+    assert (out / "notes.txt").read_text() == "mine" and (out / "summary.json").exists()
 
 
 # ---- with the real simulator ------------------------------------------------------------------

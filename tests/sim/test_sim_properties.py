@@ -10,72 +10,14 @@ from collections import defaultdict
 
 import numpy as np
 from hypothesis import HealthCheck, event, given, settings
-from hypothesis import strategies as st
-from support.sim_fakes import FakeCost, sim_config
+from support.sim_fakes import sim_config
+from support.sim_scenarios import LINK, fake_cost, scenarios
 
 import infralab.sim.engine.instance as instance_module
 from infralab.sim.cluster import simulate
-from infralab.sim.config import ClusterConfig, EngineConfig, TransferConfig
+from infralab.sim.config import ClusterConfig, EngineConfig
 from infralab.sim.specs import LinkSpec
 from infralab.sim.workloads.request import Request
-
-LINK = LinkSpec(name="test", bandwidth=1e6, latency=1e-4)
-
-
-def fake_cost(capacity_tokens: int) -> FakeCost:
-    """Step time affine in the step's work, with attention and decode-context terms; KV as given."""
-    return FakeCost(
-        capacity_tokens,
-        per_step_s=1e-3,
-        per_prefill_token_s=2e-5,
-        per_attn_pair_s=1e-8,
-        per_decode_seq_s=1e-4,
-        per_context_token_s=1e-7,
-        transfer_bytes_per_token=100,
-    )
-
-
-@st.composite
-def scenarios(draw):
-    block_size = draw(st.sampled_from([2, 4, 8]))
-    prefix_block = block_size * draw(st.sampled_from([1, 2, 4]))
-    engine = EngineConfig(
-        max_num_seqs=draw(st.integers(1, 6)),
-        max_batched_tokens=draw(st.integers(8, 96)),
-        block_size=block_size,
-        prefix_cache=draw(st.booleans()),
-        prefix_block_tokens=prefix_block,
-    )
-    layout = draw(st.sampled_from(["colocated", "disaggregated"]))
-    cluster = ClusterConfig(
-        layout=layout,
-        instances=draw(st.integers(1, 3)),
-        prefill_instances=draw(st.integers(1, 2)),
-        decode_instances=draw(st.integers(1, 2)),
-        router=draw(st.sampled_from(["round_robin", "least_outstanding_tokens", "prefix_aware"])),
-        decode_router=draw(st.sampled_from(["round_robin", "least_outstanding_tokens"])),
-        transfer=TransferConfig(
-            mode=draw(st.sampled_from(["after_prefill", "layerwise"])),
-            topology=draw(st.sampled_from(["per_prefill_nic", "shared"])),
-            layer_groups=draw(st.integers(1, 3)),
-        ),
-    )
-    n = draw(st.integers(1, 12))
-    requests = []
-    t = 0.0
-    for i in range(n):
-        t += draw(st.sampled_from([0.0, 0.001, 0.01, 0.05]))
-        prompt = draw(st.integers(1, 120))
-        output = draw(st.integers(1, 25))
-        # Hash chains from a tiny alphabet, so prompts share prefixes often.
-        chain, hashes = 0, []
-        for _ in range(prompt // prefix_block + draw(st.integers(0, 1))):
-            chain = chain * 3 + draw(st.integers(1, 2))
-            hashes.append(chain)
-        requests.append(Request(i, t, prompt, output, tuple(hashes)))
-    need = max(-(-(r.prompt_tokens + r.output_tokens - 1) // block_size) for r in requests)
-    capacity = block_size * draw(st.integers(need, 2 * need))  # tight: preemptions happen
-    return sim_config(engine=engine, cluster=cluster), requests, capacity
 
 
 def run(scenario):

@@ -93,6 +93,9 @@ def test_llama_3_8b_by_hand():
     m = load_model("llama-3-8b")
     assert m.kv_bytes_per_token("bf16") == 2 * 32 * 8 * 128 * 2 == 131072
     assert m.kv_bytes_per_token("fp8") == 65536
+    # Over tensor-parallel ranks: 8 KV heads split over 8 ranks; over 16, each head is kept twice.
+    assert m.kv_bytes_per_token("bf16", tp=8) == 131072
+    assert m.kv_bytes_per_token("bf16", tp=16) == 2 * 131072
     embed = 128256 * 4096
     per_layer = 4096 * 4096 * 2 + 4096 * 1024 * 2 + 3 * 4096 * 14336 + 2 * 4096
     params = 2 * embed + 32 * per_layer + 4096
@@ -135,6 +138,7 @@ def test_kimi_linear_by_hand():
     assert [i + 1 for i, kind in enumerate(m.layer_types) if kind == "full"] == [4, 8, 12, 16, 20, 24, 27]
     # MLA caches the 512-wide latent plus the 64-wide RoPE key per token and layer
     assert m.kv_bytes_per_token("bf16") == 7 * (512 + 64) * 2 == 8064
+    assert m.kv_bytes_per_token("bf16", tp=2) == 2 * 8064  # the latent is kept on every rank
     # KDA: 32 heads x 128 x 128 FP32 state, plus q/k/v conv windows of 3 tokens in bf16, per layer
     assert m.linear_state_bytes_per_seq() == 20 * (32 * 128 * 128 * 4 + 3 * 4096 * 3 * 2) == 43_417_600
     assert m.num_params == pytest.approx(49.1e9, rel=0.01)  # "48B"

@@ -1,0 +1,28 @@
+"""What a scheduler hands the instance for one step (`StepPlan`) and what it reports after it
+(`StepResult`); shared by every scheduler policy (`infralab.sim.protocols.SchedulerPolicy`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from infralab.sim.cost_model import StepWork
+from infralab.sim.engine.request_state import Seq
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """What one step computes: prefill chunks (request, new tokens) and all decoding requests."""
+
+    step_no: int
+    chunks: list[tuple[Seq, int]]
+    decode_seqs: int
+    work: StepWork
+
+
+@dataclass(slots=True)
+class StepResult:
+    """What changed at the end of a step."""
+
+    finished: list[Seq]
+    handed_off: list[Seq]  # prefill-pool instance: prompt done, KV ready to move
+    preempted: int  # during this step's planning
