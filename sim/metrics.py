@@ -114,10 +114,9 @@ def pooled_distribution(sample: PooledSample) -> Distribution:
     if sample.n == 0:
         return Distribution(None, None, None, None, None, None)
     mean = pooled_stats.mean(sample)
-    percentiles = dict(zip((f"p{p}" for p in PERCENTILES), pooled_stats.percentiles(sample, PERCENTILES)))
-    return Distribution(
-        mean=mean, median=pooled_stats.median(sample), std=pooled_stats.std(sample, mean), **percentiles
-    )
+    median, values = pooled_stats.median_and_percentiles(sample, PERCENTILES)
+    percentiles = dict(zip((f"p{p}" for p in PERCENTILES), values))
+    return Distribution(mean=mean, median=median, std=pooled_stats.std(sample, mean), **percentiles)
 
 
 def itl_sample(done: Sequence[RequestRecord]) -> PooledSample:

@@ -45,50 +45,67 @@ class PooledSample:
     chunk: Callable[[int, int], np.ndarray]
 
     def at_rank(self, ranks: np.ndarray) -> np.ndarray:
-        """Values at 0-based `ranks` of the expanded sorted sample."""
+        """Values at 0-based `ranks` of the expanded sorted sample.
+
+        Narrows a closed value range [lo, hi] that holds each rank: one pass over the parts
+        histograms the entries in range over BINS bins and keeps those in range while they are few
+        enough to sort (then the ranks in it are read off); otherwise each rank continues in the
+        bin that holds it. Ranks in the same range share its passes."""
+        wanted = sorted(set(np.asarray(ranks).tolist()))
         lo, hi = math.inf, -math.inf
         for values, _ in self.parts():
             if len(values):
                 lo, hi = min(lo, float(values.min())), max(hi, float(values.max()))
-        found = {k: self._at_rank(k, lo, hi) for k in sorted(set(np.asarray(ranks).tolist()))}
+        found: dict[int, float] = {}
+        ranges: dict[tuple[float, float, int], list[int]] = {(lo, hi, 0): wanted} if wanted else {}
+        while ranges:
+            (lo, hi, below), mine = ranges.popitem()
+            if lo == hi:
+                found.update((k, lo) for k in mine)
+                continue
+            for k, where in self._narrow(lo, hi, below, mine).items():
+                if isinstance(where, float):
+                    found[k] = where
+                else:
+                    ranges.setdefault(where, []).append(k)
         return np.array([found[k] for k in np.asarray(ranks).tolist()], dtype=float)
 
-    def _at_rank(self, rank: int, lo: float, hi: float) -> float:
-        # Narrow a value range [lo, hi] that holds the rank: histogram the entries in range over
-        # BINS bins, keep the bin that holds it, until few enough entries remain to sort.
-        below = 0  # how many values lie below lo
-        while True:
-            if lo == hi:
-                return lo
-            inner = np.linspace(lo, hi, BINS + 1)[1:-1]
-            histogram = np.zeros(BINS, dtype=np.int64)
-            picked_values, picked_counts, picked = [], [], 0
-            for values, counts in self.parts():
-                keep = (values >= lo) & (values <= hi)
-                v, c = values[keep], counts[keep]
-                histogram += np.bincount(np.searchsorted(inner, v, side="right"), weights=c, minlength=BINS).astype(
-                    np.int64
-                )
-                picked += len(v)
-                if picked <= SORT_LIMIT:
-                    picked_values.append(v)
-                    picked_counts.append(c)
+    def _narrow(
+        self, lo: float, hi: float, below: int, ranks: list[int]
+    ) -> dict[int, float | tuple[float, float, int]]:
+        """One pass over the entries in [lo, hi] (`below` values lie under lo): each rank's value,
+        or the narrower (lo, hi, below) that holds it."""
+        inner = np.linspace(lo, hi, BINS + 1)[1:-1]
+        histogram = np.zeros(BINS, dtype=np.int64)
+        picked_values, picked_counts, picked = [], [], 0
+        for values, counts in self.parts():
+            keep = (values >= lo) & (values <= hi)
+            v, c = values[keep], counts[keep]
+            histogram += np.bincount(np.searchsorted(inner, v, side="right"), weights=c, minlength=BINS).astype(
+                np.int64
+            )
+            picked += len(v)
             if picked <= SORT_LIMIT:
-                v = np.concatenate(picked_values) if picked_values else np.empty(0)
-                c = np.concatenate(picked_counts) if picked_counts else np.empty(0, dtype=np.int64)
-                order = np.argsort(v, kind="stable")
-                at = np.searchsorted(np.cumsum(c[order]), rank - below, side="right")
-                return float(v[order][at])
-            cumulative = np.cumsum(histogram)
-            b = int(np.searchsorted(cumulative, rank - below, side="right"))
-            below += int(cumulative[b - 1]) if b else 0
-            edges = np.concatenate(([lo], inner, [hi]))
-            new_lo, new_hi = float(edges[b]), float(edges[b + 1])
-            # Bin b holds lo <= v < new_hi (the last bin: v <= hi); the next round's range is
-            # closed, so step its top below new_hi unless it is the last bin.
-            lo, hi = new_lo, new_hi if b == BINS - 1 else float(np.nextafter(new_hi, -math.inf))
-            if hi < lo:
-                hi = lo
+                picked_values.append(v)
+                picked_counts.append(c)
+        if picked <= SORT_LIMIT:
+            v = np.concatenate(picked_values) if picked_values else np.empty(0)
+            c = np.concatenate(picked_counts) if picked_counts else np.empty(0, dtype=np.int64)
+            order = np.argsort(v, kind="stable")
+            at = np.searchsorted(np.cumsum(c[order]), np.array(ranks) - below, side="right")
+            return dict(zip(ranks, v[order][at].tolist()))
+        cumulative = np.cumsum(histogram)
+        edges = np.concatenate(([lo], inner, [hi]))
+        out: dict[int, float | tuple[float, float, int]] = {}
+        for k in ranks:
+            b = int(np.searchsorted(cumulative, k - below, side="right"))
+            new_below = below + (int(cumulative[b - 1]) if b else 0)
+            # Bin b holds edges[b] <= v < edges[b + 1] (the last bin: v <= hi); the next range is
+            # closed, so its top steps below edges[b + 1] unless it is the last bin.
+            new_lo = float(edges[b])
+            new_hi = float(edges[b + 1]) if b == BINS - 1 else float(np.nextafter(edges[b + 1], -math.inf))
+            out[k] = (new_lo, max(new_lo, new_hi), new_below)
+        return out
 
 
 def weighted(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -126,29 +143,35 @@ def std(sample: PooledSample, mean_value: float) -> float:
 
 def median(sample: PooledSample) -> float:
     """`np.median` of the expanded sample: the middle value, or the mean of the middle two."""
-    n = sample.n
-    if n % 2:
-        return float(sample.at_rank(np.array([n // 2]))[0])
-    a, b = sample.at_rank(np.array([n // 2 - 1, n // 2])).tolist()
-    return (a + b) / 2
+    return median_and_percentiles(sample, ())[0]
 
 
 def percentiles(sample: PooledSample, qs: tuple[float, ...]) -> list[float]:
     """`np.percentile(expanded, qs)` with numpy's default ("linear") method."""
+    return median_and_percentiles(sample, qs)[1]
+
+
+def median_and_percentiles(sample: PooledSample, qs: tuple[float, ...]) -> tuple[float, list[float]]:
+    """`np.median` and `np.percentile(expanded, qs)` (linear) of the expanded sample, from one
+    search for all the ranks they need."""
     n = sample.n
-    virtual = (n - 1) * np.true_divide(np.asarray(qs), 100)
+    middle = [n // 2] if n % 2 else [n // 2 - 1, n // 2]
+    virtual = (n - 1) * np.true_divide(np.asarray(qs, dtype=float), 100)
     previous = np.floor(virtual)
     nxt = previous + 1
     above = virtual >= n - 1
     previous[above] = n - 1
     nxt[above] = n - 1
     previous_i, next_i = previous.astype(np.int64), nxt.astype(np.int64)
+    values = sample.at_rank(np.concatenate([np.array(middle, dtype=np.int64), previous_i, next_i]))
+    m = len(middle)
+    med = float(values[0]) if m == 1 else (float(values[0]) + float(values[1])) / 2
+    a, b = values[m : m + len(qs)], values[m + len(qs) :]
     # numpy takes gamma against the index it replaced by -1 above the bounds; a == b there, so any
     # finite gamma gives a.
     gamma = virtual - np.where(above, -1, previous_i)
-    a, b = sample.at_rank(previous_i), sample.at_rank(next_i)
     diff_b_a = b - a
     out = a + diff_b_a * gamma
     high = gamma >= 0.5
     out[high] = (b - diff_b_a * (1 - gamma))[high]
-    return out.tolist()
+    return med, out.tolist()
