@@ -14,7 +14,9 @@ byte-stable.
 Big runs: at most `max_events` interval/counter events are written (DEFAULT_MAX_EVENTS = 150,000,
 about 30 MB with the engine's per-step details). When a run has more, the timeline keeps the earliest events by start time, i.e. the
 full picture of the run up to a cutoff time, and says so in the top-level "metadata".
-Events are written one per line straight to the file, without building the whole document.
+Events are written one per line straight to the file, without building the whole document. A run
+need not keep more than the earliest `max_events` + 1 events for this (`RunRecord.with_timeline`,
+`EarliestEvents` in infralab.sim.records): `infralab sim run` keeps no more.
 """
 
 from __future__ import annotations
