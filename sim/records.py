@@ -27,28 +27,38 @@ class TokenTimes:
     request holds a few references instead of a float per token; `append` and `extend` add
     times of their own. Reads like a sequence of floats (len, index, iteration)."""
 
-    __slots__ = ("pieces", "_len", "_own")
+    # The last piece is held inline (_times, _first, _last) and earlier ones in _earlier: most
+    # requests have one piece, and a million of them should not each hold a list and a tuple.
+    __slots__ = ("_earlier", "_times", "_first", "_last", "_len", "_own")
 
     def __init__(self, times: Iterable[float] = ()) -> None:
-        self.pieces: list[tuple[array, int, int]] = []
+        self._earlier: list[tuple[array, int, int]] | None = None
+        self._times: array | None = None
+        self._first = self._last = 0
         self._len = 0
         self._own: array | None = None  # the array `append` and `extend` write to
         self.extend(times)
+
+    @property
+    def pieces(self) -> list[tuple[array, int, int]]:
+        """The pieces (times, first, last), in order."""
+        last = [] if self._times is None else [(self._times, self._first, self._last)]
+        return (self._earlier or []) + last
 
     def add_steps(self, step_ends: array, first: int, last: int) -> None:
         """Add the times step_ends[first..last] (inclusive); a piece that continues the last one
         (same array, next index) extends it."""
         if last < first:
             return
-        pieces = self.pieces
-        if pieces:
-            times, a, b = pieces[-1]
-            if times is step_ends and b + 1 == first:
-                pieces[-1] = (times, a, last)
-                self._len += last - first + 1
-                return
-        pieces.append((step_ends, first, last))
         self._len += last - first + 1
+        if self._times is step_ends and self._last + 1 == first:
+            self._last = last
+            return
+        if self._times is not None:
+            if self._earlier is None:
+                self._earlier = []
+            self._earlier.append((self._times, self._first, self._last))
+        self._times, self._first, self._last = step_ends, first, last
 
     def append(self, t: float) -> None:
         self.extend((t,))
@@ -56,7 +66,7 @@ class TokenTimes:
     def extend(self, times: Iterable[float]) -> None:
         """Add times of the record's own (one array per record, grown while it is the last piece)."""
         own = self._own
-        if own is None or not self.pieces or self.pieces[-1][0] is not own:
+        if own is None or self._times is not own:
             own = self._own = array("d")
         start = len(own)
         own.extend(times)
