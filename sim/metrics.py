@@ -216,7 +216,9 @@ def busy_time_s(spans: list[tuple[float, float]] | np.ndarray, lo: float, hi: fl
     return float(np.sum(period_ends - starts[new_period]))
 
 
-def counter_stats(times: np.ndarray | Sequence[float], values: np.ndarray | Sequence[float], lo: float, hi: float) -> CounterStats:
+def counter_stats(
+    times: np.ndarray | Sequence[float], values: np.ndarray | Sequence[float], lo: float, hi: float
+) -> CounterStats:
     """Time-weighted mean over [lo, hi] of a step-function counter (0 before its first sample),
     and its maximum; `times` (s) and `values` are the samples in recording order."""
     times = np.asarray(times, dtype=float)

@@ -349,6 +349,7 @@ def test_a_record_without_its_timeline_summarises_the_same(run):
 def test_merged_busy_spans_give_the_busy_time_of_the_raw_spans(run, lo, length):
     tally = replayed(run, keep=False).tally()
     for track, spans in tally.spans.items():
-        raw = [(iv.start_s, iv.end_s) for iv in run.intervals if iv.track == track and is_busy_interval(iv.track, iv.name)]
+        busy = [iv for iv in run.intervals if iv.track == track and is_busy_interval(iv.track, iv.name)]
+        raw = [(iv.start_s, iv.end_s) for iv in busy]
         assert busy_time_s(np.frombuffer(spans), lo, lo + length) == busy_time_s(raw, lo, lo + length)
     assert set(tally.spans) == {iv.track for iv in run.intervals if is_busy_interval(iv.track, iv.name)}

@@ -137,7 +137,8 @@ def nearly_ordered_runs(draw):
         if draw(st.booleans()):
             events.append(Interval(draw(st.sampled_from(["instance/a", "link/b"])), "batch", t - back, t, (("i", i),)))
         else:
-            events.append(CounterSample("instance/a", draw(st.sampled_from(["waiting", "running"])), t - back, float(i)))
+            name = draw(st.sampled_from(["waiting", "running"]))
+            events.append(CounterSample("instance/a", name, t - back, float(i)))
     return events
 
 
