@@ -1,107 +1,122 @@
-"""How fast and how lean is the simulator? (A benchmark, not a test.)
+"""How fast and how lean is the simulator at scale? (A benchmark, not a test; issue 13.)
 
-Runs the two shipped examples over their full traces (Azure conversation, 19,366 requests;
-Mooncake conversation, 12,031 requests) and over the first 25 % and 50 % of each, every run in a
-fresh Python process so that peak memory is that run's alone. Per run it prints the wall time of
-each phase (read inputs + simulate, summarise, write results), simulated requests per wall-second,
-and the peak resident memory (ru_maxrss) next to the memory of the process before the run (after
-imports), so that the growth with trace length can be read off.
+Every run is one `infralab sim run` subprocess, results written, so the figures are what a user
+gets. Runs:
+- the benchmark workload (`benchmarks/vidur_workload.py`: Poisson 1.5 req/s, Azure conversation
+  lengths, seed 42) on Llama-3-70B, TP 4, A100, one colocated instance (max_batched_tokens 512,
+  max_num_seqs 128), at each of `--sizes` requests (default 20k, 200k, 1M);
+- the same workload scaled to 64 instances (arrival rate x64, 96 req/s, `--wide` requests, default
+  1M) behind the least-outstanding-tokens router;
+- the shipped Mooncake P/D example (experiments/sim/mooncake_conv_pd_rdma.toml, 12,031 requests,
+  with its timeline);
+- cold start: a 100-request workload; seconds from launching the command to the first simulated
+  event (the start of the simulate phase).
+Per run: wall time of each phase (read, simulate, summarise, write; `infralab sim run` writes them
+to the file named by INFRALAB_SIM_PHASES_FILE), total wall time of the subprocess, simulated
+requests per wall-second (requests / total wall) and the child's peak RSS (ru_maxrss from wait4).
 
-    .venv/bin/python benchmarks/sim_speed.py --out results/sim_speed
+    .venv/bin/python benchmarks/sim_speed.py --out results/sim_speed [--timeline] [--sizes 20000 200000]
 
-writes results/sim_speed/sim_speed.json and sim_speed.png. Wall times depend on the machine; the
-target on the 2-core CI machine is each full trace in under 15 s with memory growing linearly or
-better.
+writes results/sim_speed/sim_speed.json and sim_speed.png (wall time and peak RSS against request
+count, log-log). The workload CSVs are generated into a temporary folder, never committed. The
+scaled runs pass `--no-timeline` unless `--timeline` is given (trace.json then keeps the first
+150,000 events; without it the run keeps no per-step intervals). Targets on the 2-core machine:
+200k <= 15 s and 600 MB, 1M <= 75 s and 1 GB, Mooncake P/D <= 4 s, 1M over 64 instances <= 180 s,
+cold start <= 1 s.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import resource
+import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vidur_workload import RATE_PER_S, config_text, write_workload  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = (
-    ROOT / "experiments" / "sim" / "azure_conv_colocated.toml",
-    ROOT / "experiments" / "sim" / "mooncake_conv_pd_rdma.toml",
-)
-FRACTIONS = (0.25, 0.5, 1.0)
+MOONCAKE_PD = ROOT / "experiments" / "sim" / "mooncake_conv_pd_rdma.toml"
+SIZES = (20_000, 200_000, 1_000_000)
+WIDE_INSTANCES = 64
+COLD_START_REQUESTS = 100
 
 
-def _rss_mb() -> float:
-    # ru_maxrss is in KiB on Linux.
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def _infralab() -> list[str]:
+    return [sys.executable, "-m", "infralab"]
 
 
-def measure_one(config: Path, fraction: float) -> dict:
-    """Run `config` on the first `fraction` of its trace in this process; return the figures."""
-    from infralab.sim.run import run_facts, simulate_config, write_results
-    from infralab.sim.config import load_config
-    from infralab.sim.metrics import summarize
-    from infralab.sim.timeline import DEFAULT_MAX_EVENTS
-    from infralab.sim.workloads import build_workload
-
-    cfg, base_dir = load_config(config)
-    total = len(build_workload(cfg.workload, base_dir, cfg.run.seed))
-    count = max(1, round(total * fraction))
-    cfg = dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, max_requests=count))
-    rss_before = _rss_mb()
-
-    t0, cpu0 = time.perf_counter(), time.process_time()
-    run = simulate_config(cfg, base_dir, source=str(config))
-    t1, cpu1 = time.perf_counter(), time.process_time()
-    summary = summarize(run, cfg.slo).with_run(run_facts(cfg, config))
-    t2 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        write_results(Path(tmp), config, run, summary, max_trace_events=DEFAULT_MAX_EVENTS)
-        trace_mb = (Path(tmp) / "trace.json").stat().st_size / 1e6
-    t3, cpu3 = time.perf_counter(), time.process_time()
+def run_one(label: str, config: Path, work: Path, timeline: bool) -> dict:
+    """One `infralab sim run` of `config` in a child process; its phases, wall time and peak RSS."""
+    out = work / f"out-{label}"
+    phases_file = work / f"phases-{label}.json"
+    cmd = [*_infralab(), "sim", "run", str(config), "--out", str(out)]
+    if not timeline:
+        cmd.append("--no-timeline")
+    env = {**os.environ, "INFRALAB_SIM_PHASES_FILE": str(phases_file)}
+    launched_unix_s, t0 = time.time(), time.perf_counter()
+    child = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - t0
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{child.stderr.read().decode()}")
+    facts = json.loads(phases_file.read_text())
+    summary = json.loads((out / "summary.json").read_text())
     return {
-        "config": config.name,
-        "fraction": fraction,
-        "requests": len(run.requests),
-        "completed": summary.requests.completed,
-        "simulate_s": t1 - t0,
-        "summarize_s": t2 - t1,
-        "write_s": t3 - t2,
-        "total_s": t3 - t0,
-        # CPU seconds of this process: less sensitive than wall time to other jobs on the machine.
-        "simulate_cpu_s": cpu1 - cpu0,
-        "total_cpu_s": cpu3 - cpu0,
-        "requests_per_wall_s": len(run.requests) / (t1 - t0),
-        "rss_before_mb": rss_before,
-        "peak_rss_mb": _rss_mb(),
-        "intervals": len(run.intervals),
-        "counters": len(run.counters),
-        "trace_json_mb": trace_mb,
-        "saturated": summary.saturation.saturated,
+        "label": label,
+        "requests": summary["requests"]["total"],
+        "timeline": timeline,
+        "wall_s": wall,
+        "phases_s": facts["phases_s"],
+        "cold_start_s": facts["simulate_started_unix_s"] - launched_unix_s,
+        "requests_per_wall_s": summary["requests"]["total"] / wall,
+        "peak_rss_mb": usage.ru_maxrss / 1024,  # KiB on Linux
+        "saturated": summary["saturation"]["saturated"],
     }
+
+
+def _vidur_config(work: Path, requests: int, instances: int = 1) -> Path:
+    csv_path = write_workload(work / f"vidur-{requests}-x{instances}.csv", requests, RATE_PER_S * instances)
+    config = work / f"vidur-{requests}-x{instances}.toml"
+    config.write_text(config_text(csv_path, instances, name=f"vidur-bench-{requests}-x{instances}"))
+    return config
+
+
+def _print(row: dict) -> None:
+    p = row["phases_s"]
+    print(
+        f"{row['label']:<16} {row['requests']:>8} req  wall {row['wall_s']:7.2f} s  "
+        f"(read {p['read']:.2f}, simulate {p['simulate']:.2f}, summarise {p['summarise']:.2f}, "
+        f"write {p['write']:.2f})  {row['requests_per_wall_s']:8.0f} req/s  peak RSS {row['peak_rss_mb']:6.0f} MB  "
+        f"cold start {row['cold_start_s']:.2f} s",
+        flush=True,
+    )
 
 
 def _plot(rows: list[dict], path: Path) -> None:
     import matplotlib
-    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    scaled = sorted((r for r in rows if r["label"].startswith("vidur-")), key=lambda r: r["requests"])
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(10, 4))
-    for name in sorted({r["config"] for r in rows}):
-        mine = sorted((r for r in rows if r["config"] == name), key=lambda r: r["requests"])
-        n = [r["requests"] for r in mine]
-        ax_t.plot(n, [r["total_s"] for r in mine], "o-", label=name)
-        ax_m.plot(n, [r["peak_rss_mb"] - r["rss_before_mb"] for r in mine], "o-", label=name)
-    ax_t.set(xlabel="requests simulated", ylabel="wall time (s)", title="simulate + summarise + write")
-    ax_m.set(xlabel="requests simulated", ylabel="peak RSS growth (MB)", title="memory over the run")
+    n = [r["requests"] for r in scaled]
+    ax_t.loglog(n, [r["wall_s"] for r in scaled], "o-", label="1 instance")
+    ax_m.loglog(n, [r["peak_rss_mb"] for r in scaled], "o-", label="1 instance")
+    for r in rows:
+        if not r["label"].startswith("vidur-"):
+            ax_t.loglog([r["requests"]], [r["wall_s"]], "s", label=r["label"])
+            ax_m.loglog([r["requests"]], [r["peak_rss_mb"]], "s", label=r["label"])
+    ax_t.set(xlabel="requests simulated", ylabel="wall time (s)", title="infralab sim run, results written")
+    ax_m.set(xlabel="requests simulated", ylabel="peak RSS (MB)", title="memory")
     for ax in (ax_t, ax_m):
-        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x / 1000:g}k"))
-        ax.grid(alpha=0.3)
+        ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -110,33 +125,27 @@ def _plot(rows: list[dict], path: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("results/sim_speed"), help="folder for JSON + PNG")
-    parser.add_argument("--fractions", type=float, nargs="+", default=list(FRACTIONS))
-    parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)  # internal: child process
-    parser.add_argument("--fraction", type=float, default=1.0, help=argparse.SUPPRESS)
+    parser.add_argument("--sizes", type=int, nargs="*", default=list(SIZES), help="requests, one instance")
+    parser.add_argument("--wide", type=int, default=1_000_000, help="requests over 64 instances (0: skip)")
+    parser.add_argument("--timeline", action="store_true", help="scaled runs write trace.json too")
+    parser.add_argument("--skip-mooncake", action="store_true")
     args = parser.parse_args()
-    if args.one is not None:
-        print(json.dumps(measure_one(args.one, args.fraction)))
-        return 0
 
     rows = []
-    for config in EXAMPLES:
-        for fraction in args.fractions:
-            child = subprocess.run(
-                [sys.executable, __file__, "--one", str(config), "--fraction", str(fraction)],
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            row = json.loads(child.stdout.strip().splitlines()[-1])
-            rows.append(row)
-            print(
-                f"{row['config']:<28} {row['requests']:>6} req  simulate {row['simulate_s']:6.2f} s "
-                f"(cpu {row['simulate_cpu_s']:6.2f} s)  total {row['total_s']:6.2f} s "
-                f"(cpu {row['total_cpu_s']:6.2f} s)  {row['requests_per_wall_s']:6.0f} req/wall-s  "
-                f"RSS {row['rss_before_mb']:6.0f} -> {row['peak_rss_mb']:6.0f} MB  "
-                f"trace.json {row['trace_json_mb']:5.1f} MB",
-                flush=True,
-            )
+    with tempfile.TemporaryDirectory(prefix="sim_speed-") as tmp:
+        work = Path(tmp)
+        rows.append(run_one("cold-start", _vidur_config(work, COLD_START_REQUESTS), work, timeline=False))
+        _print(rows[-1])
+        if not args.skip_mooncake:
+            rows.append(run_one("mooncake-pd", MOONCAKE_PD, work, timeline=True))
+            _print(rows[-1])
+        for size in args.sizes:
+            rows.append(run_one(f"vidur-{size}", _vidur_config(work, size), work, args.timeline))
+            _print(rows[-1])
+        if args.wide:
+            config = _vidur_config(work, args.wide, WIDE_INSTANCES)
+            rows.append(run_one(f"wide-{args.wide}-x{WIDE_INSTANCES}", config, work, args.timeline))
+            _print(rows[-1])
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "sim_speed.json").write_text(json.dumps(rows, indent=2, sort_keys=True) + "\n")
     _plot(rows, args.out / "sim_speed.png")

@@ -95,6 +95,8 @@ COMMANDS: tuple[Command, ...] = (
                 # handler fills it in so that this table imports nothing of the simulator.
                 arg("--max-trace-events", type=non_negative_int, default=None, metavar="N",
                     help="cap on timeline events in trace.json (default: sim.timeline.DEFAULT_MAX_EVENTS; the earliest are kept)"),
+                arg("--no-timeline", action="store_true",
+                    help="write no trace.json and keep no per-step intervals or counter samples (less memory for big runs)"),
             )),
     Command(("sim", "catalog"), "list the shipped models, accelerators and links", "infralab.sim.cli:catalog"),
     Command(("kernels", "check"), "every kernel vs its reference and under every TP split; exit 1 if any check fails",

@@ -37,12 +37,16 @@ def simulate(
     transfer_link: LinkRate | None = None,
     *,
     check_invariants: bool = False,
+    timeline: bool = True,
+    max_timeline_events: int | None = None,
 ) -> RunRecord:
     """Run `requests` (each with id, arrival_s, prompt_tokens, output_tokens, block_hashes) through
     the cluster `cfg.cluster`, each step timed by `cost.step(work).total_s` (s); returns the run's
     record, one RequestRecord per request in the given order. `transfer_link` (a LinkSpec:
     bandwidth B/s, latency s) is required for disaggregated layouts. `check_invariants` recounts
-    every instance's aggregates after each step (slow; for tests).
+    every instance's aggregates after each step (slow; for tests). `timeline=False`: the record
+    keeps no intervals or counter samples; `max_timeline_events`: only those a timeline of that
+    many events shows (`RunRecord.with_timeline`; the summary is the same either way).
 
     Raises InputError for an engine config or request the cluster can never serve.
     """
@@ -50,7 +54,7 @@ def simulate(
     capacity = _kv_capacity_blocks(cost, engine)
     _check_requests(requests, engine, capacity)
     env = simpy.Environment()
-    record = RunRecord()
+    record = RunRecord.with_timeline(timeline, max_timeline_events)
     records = [
         RequestRecord(id=r.id, arrival_s=r.arrival_s, prompt_tokens=r.prompt_tokens, output_tokens=r.output_tokens)
         for r in requests
@@ -86,8 +90,11 @@ def simulate(
     if unfinished:
         raise RuntimeError(f"simulation stalled with {len(unfinished)} unfinished requests, e.g. {unfinished[:5]}")
     record.requests = records
+    record.close()
     # The last recorded time (SimPy's own clock can differ from it by the rounding of a delay).
-    record.end_s = max([rec.finish_s for rec in records] + [iv.end_s for iv in record.intervals], default=0.0)
+    last_interval_end = record.tally().last_end_s
+    interval_ends = [last_interval_end] if last_interval_end > -math.inf else []
+    record.end_s = max([rec.finish_s for rec in records] + interval_ends, default=0.0)
     return record
 
 

@@ -24,14 +24,17 @@ from __future__ import annotations
 
 import math
 import sys
-from collections import defaultdict
+from array import array
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 import numpy as np
 
+from infralab.sim import pooled_stats
 from infralab.sim.config import SLOConfig
-from infralab.sim.records import CounterSample, Interval, RequestRecord, RunRecord
+from infralab.sim.pooled_stats import PooledSample
+from infralab.sim.records import RequestRecord, RunRecord, token_time_pieces
 from infralab.sim.summary import (
     PERCENTILES,
     CounterStats,
@@ -105,6 +108,95 @@ def distribution(values: np.ndarray) -> Distribution:
     )
 
 
+def pooled_distribution(sample: PooledSample) -> Distribution:
+    """`distribution` of a sample given in pooled form (infralab.sim.pooled_stats): the same bits
+    as `distribution` of the expanded array, without holding it."""
+    if sample.n == 0:
+        return Distribution(None, None, None, None, None, None)
+    mean = pooled_stats.mean(sample)
+    median, values = pooled_stats.median_and_percentiles(sample, PERCENTILES)
+    percentiles = dict(zip((f"p{p}" for p in PERCENTILES), values))
+    return Distribution(mean=mean, median=median, std=pooled_stats.std(sample, mean), **percentiles)
+
+
+def itl_sample(done: Sequence[RequestRecord]) -> PooledSample:
+    """Every inter-token gap of `done` (seconds), pooled in request order, as a PooledSample.
+
+    The weighted form needs no expansion: a request's token times are pieces of arrays of step
+    end times (`TokenTimes`), so within a piece its gaps are the gaps between consecutive steps,
+    and each step gap is counted once for every request whose piece spans it (difference arrays
+    over step indices). The gap between two pieces (first token to a later decode step,
+    preemption, hand-off to a decode instance) is taken one by one."""
+    lengths = np.fromiter((max(len(r.token_times_s) - 1, 0) for r in done), dtype=np.int64, count=len(done))
+    ends = np.cumsum(lengths)  # position after each request's last gap
+
+    def gaps_of(first: int, last: int) -> np.ndarray:
+        """The gaps of requests first..last-1, in order."""
+        views, sizes = [], []
+        for r in done[first:last]:
+            pieces = token_time_pieces(r.token_times_s)
+            views.extend(np.frombuffer(t, dtype=float)[a : b + 1] for t, a, b in pieces)
+            sizes.append(len(r.token_times_s))
+        if not views:
+            return np.empty(0)
+        gaps = np.diff(np.concatenate(views))
+        # Drop the differences across two requests (at each request's last token).
+        return np.delete(gaps, np.cumsum(sizes)[:-1] - 1)
+
+    def chunk(start: int, stop: int) -> np.ndarray:
+        first = int(np.searchsorted(ends, start, side="right"))
+        last = int(np.searchsorted(ends, stop, side="left")) + 1
+        offset = int(ends[first - 1]) if first else 0
+        return gaps_of(first, min(last, len(done)))[start - offset : stop - offset]
+
+    return PooledSample(int(ends[-1]) if len(ends) else 0, _step_gap_parts(done), chunk)
+
+
+def _step_gap_parts(done: Sequence[RequestRecord]) -> Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]:
+    """(gaps, counts) parts that together hold every inter-token gap of `done` (see `itl_sample`),
+    made again on each call, one block of steps at a time."""
+    arrays: dict[int, tuple[array, list[int], list[int]]] = {}
+    between: list[float] = []  # gaps from one piece to the next
+    for r in done:
+        previous = None
+        for times, a, b in token_time_pieces(r.token_times_s):
+            if previous is not None:
+                between.append(times[a] - previous)
+            if b > a:
+                entry = arrays.get(id(times))
+                if entry is None:
+                    entry = arrays[id(times)] = (times, [], [])
+                entry[1].append(a + 1)  # gaps times[m] - times[m - 1] for m in a+1..b
+                entry[2].append(b + 1)
+            previous = times[b]
+    shared: list[tuple[np.ndarray, np.ndarray]] = []  # (step ends, requests spanning each gap)
+    private: list[np.ndarray] = []  # gaps of arrays that only one piece uses (records made by hand)
+    for times, starts, stops in arrays.values():
+        t = np.frombuffer(times, dtype=float)
+        if len(starts) == 1:
+            private.append(np.diff(t[starts[0] - 1 : stops[0]]))
+            continue
+        spans = np.zeros(len(times) + 1, dtype=np.int32)
+        np.add.at(spans, np.array(starts, dtype=np.int64), 1)
+        np.add.at(spans, np.array(stops, dtype=np.int64), -1)
+        shared.append((t, np.cumsum(spans[:-1], dtype=np.int32)))
+    one = np.ones(1, dtype=np.int64)
+    fixed = [(np.array(between, dtype=float), np.broadcast_to(one, (len(between),)))]
+    if private:
+        gaps = np.concatenate(private)
+        fixed.append((gaps, np.broadcast_to(one, gaps.shape)))
+
+    def parts() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        yield from fixed
+        for t, counts in shared:
+            for lo in range(1, len(t), pooled_stats.CHUNK):
+                block = counts[lo : lo + pooled_stats.CHUNK]
+                steps = np.flatnonzero(block) + lo
+                yield t[steps] - t[steps - 1], counts[steps]
+
+    return parts
+
+
 def busy_time_s(spans: list[tuple[float, float]] | np.ndarray, lo: float, hi: float) -> float:
     """Length of the union of [start, end) spans, clipped to [lo, hi] (seconds)."""
     arr = np.asarray(spans, dtype=float).reshape(-1, 2)
@@ -124,11 +216,13 @@ def busy_time_s(spans: list[tuple[float, float]] | np.ndarray, lo: float, hi: fl
     return float(np.sum(period_ends - starts[new_period]))
 
 
-def counter_stats(samples: list[CounterSample], lo: float, hi: float) -> CounterStats:
+def counter_stats(
+    times: np.ndarray | Sequence[float], values: np.ndarray | Sequence[float], lo: float, hi: float
+) -> CounterStats:
     """Time-weighted mean over [lo, hi] of a step-function counter (0 before its first sample),
-    and its maximum."""
-    times = np.fromiter((s.t_s for s in samples), dtype=float, count=len(samples))
-    values = np.fromiter((s.value for s in samples), dtype=float, count=len(samples))
+    and its maximum; `times` (s) and `values` are the samples in recording order."""
+    times = np.asarray(times, dtype=float)
+    values = np.asarray(values, dtype=float)
     order = np.argsort(times, kind="stable")  # equal times keep recording order: the last wins
     times, values = np.clip(times[order], lo, hi), values[order]
     edges = np.append(times, hi)
@@ -173,79 +267,57 @@ def saturation(arrivals: np.ndarray, delays: np.ndarray) -> Saturation:
     )
 
 
-def _group_intervals(intervals: list[Interval]) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Indices of the intervals that make each resource busy ("batch" intervals of an instance,
-    every interval of a link), per track, and all intervals' (start, end) rows."""
-    codes: dict[tuple[str, str], int] = {}
-    code = np.fromiter(
-        (codes.setdefault((iv.track, iv.name), len(codes)) for iv in intervals), dtype=np.int64, count=len(intervals)
-    )
-    bounds = np.empty((len(intervals), 2))
-    bounds[:, 0] = np.fromiter((iv.start_s for iv in intervals), dtype=float, count=len(intervals))
-    bounds[:, 1] = np.fromiter((iv.end_s for iv in intervals), dtype=float, count=len(intervals))
-    wanted: dict[str, list[int]] = defaultdict(list)
-    for (track, name), c in codes.items():
-        if (track.startswith("instance/") and name == "batch") or track.startswith("link/"):
-            wanted[track].append(c)
-    return {track: np.flatnonzero(np.isin(code, cs)) for track, cs in wanted.items()}, bounds
-
-
 def _resource_stats(
     run: RunRecord, lo: float, hi: float
 ) -> tuple[dict[str, ResourceStats], dict[str, ResourceStats]]:
     """Per-instance and per-link busy fractions, link bytes, counter statistics."""
-    members, bounds = _group_intervals(run.intervals)
-    spans = {track: bounds[idx] for track, idx in members.items()}
-    link_bytes = {
-        track: float(sum(dict(run.intervals[i].args).get("bytes", 0) for i in idx.tolist()))
-        for track, idx in members.items()
-        if track.startswith("link/")
-    }
-    by_track: dict[str, dict[str, list[CounterSample]]] = defaultdict(lambda: defaultdict(list))
-    for c in run.counters:
-        by_track[c.track][c.name].append(c)
-    tracks = set(spans) | set(by_track) | set(run.resources)
+    tally = run.tally()
+    tracks = set(tally.spans) | set(tally.counters) | set(run.resources)
     span = hi - lo
     instances: dict[str, ResourceStats] = {}
     links: dict[str, ResourceStats] = {}
     for track in sorted(tracks):
         if not track.startswith(("instance/", "link/")):
             continue
-        busy = busy_time_s(spans.get(track, np.empty((0, 2))), lo, hi)
+        spans = tally.spans.get(track)
+        busy = busy_time_s(np.frombuffer(spans, dtype=float) if spans else np.empty((0, 2)), lo, hi)
         fraction = busy / span if span > 0 else 0.0
-        counters = {name: counter_stats(s, lo, hi) for name, s in sorted(by_track.get(track, {}).items())}
+        series = tally.counters.get(track, {})
+        counters = {name: counter_stats(t, v, lo, hi) for name, (t, v) in sorted(series.items())}
         if track.startswith("link/"):
-            links[track] = ResourceStats(fraction, counters, bytes=link_bytes.get(track, 0.0))
+            links[track] = ResourceStats(fraction, counters, bytes=float(tally.link_bytes.get(track, 0.0)))
         else:
             instances[track] = ResourceStats(fraction, counters, role=run.resources.get(track, {}).get("role"))
     return instances, links
+
+
+def _column(records: Sequence[RequestRecord], name: str) -> np.ndarray:
+    return np.fromiter((getattr(r, name) for r in records), dtype=float, count=len(records))
 
 
 def summarize(run: RunRecord, slo: SLOConfig) -> RunSummary:
     """The run's summary; times in seconds, throughputs per second (`RunSummary.to_json` is
     summary.json)."""
     done = [r for r in run.requests if is_finished(r)]
-    per_req = [request_metrics(r) for r in done]
-    ttft = np.array([m.ttft_s for m in per_req], dtype=float)
-    e2e = np.array([m.e2e_s for m in per_req], dtype=float)
-    tpot = np.array([m.tpot_s for m in per_req if m.tpot_s is not None], dtype=float)
-    itl_parts = [np.diff(np.frombuffer(r.token_times_s, dtype=float)) for r in done]
-    itl = np.concatenate(itl_parts) if itl_parts else np.empty(0)
+    # `request_metrics` over arrays (the same float operations, without an object per request).
+    arrivals = _column(done, "arrival_s")
+    outputs = np.fromiter((r.output_tokens for r in done), dtype=np.int64, count=len(done))
+    ttft = _column(done, "first_token_s") - arrivals
+    e2e = _column(done, "finish_s") - arrivals
+    several = outputs > 1
+    tpot = (e2e[several] - ttft[several]) / (outputs[several] - 1)
 
     first_arrival = min((r.arrival_s for r in run.requests), default=0.0)
     last_finish = max((r.finish_s for r in done), default=first_arrival)
     duration = last_finish - first_arrival
     per_s = (lambda x: x / duration) if duration > 0 else (lambda x: 0.0)
 
-    good = sum(
-        1
-        for m in per_req
-        if m.ttft_s <= slo.ttft_s and (m.tpot_s is None or m.tpot_s <= slo.tpot_s)
-    )
+    meets_tpot = np.ones(len(done), dtype=bool)  # a one-token request meets the TPOT SLO
+    meets_tpot[several] = tpot <= slo.tpot_s
+    good = int(np.count_nonzero((ttft <= slo.ttft_s) & meets_tpot))
     input_tokens = sum(r.prompt_tokens for r in done)
     output_tokens = sum(r.output_tokens for r in done)
     instances, links = _resource_stats(run, first_arrival, last_finish)
-    arrivals = np.array([r.arrival_s for r in done], dtype=float)
     delays = np.array([queueing_delay_s(r) for r in done], dtype=float)
     return RunSummary(
         requests=RequestCounts(total=len(run.requests), completed=len(done)),
@@ -259,7 +331,7 @@ def summarize(run: RunRecord, slo: SLOConfig) -> RunSummary:
         latency=Latencies(
             ttft_s=distribution(ttft),
             tpot_s=distribution(tpot),
-            itl_s=distribution(itl),
+            itl_s=pooled_distribution(itl_sample(done)),
             e2e_s=distribution(e2e),
             queueing_delay_s=distribution(delays),
         ),

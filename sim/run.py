@@ -17,8 +17,12 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
+import json
 import math
+import operator
+import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -60,11 +64,48 @@ def with_seed(cfg: SimConfig, seed: int | None) -> SimConfig:
     return dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, seed=seed))
 
 
-def simulate_config(cfg: SimConfig, base_dir: Path, source: str = "<config>") -> RunRecord:
+@dataclasses.dataclass(frozen=True, slots=True)
+class PreparedRun:
+    """A run's inputs, read and built: everything `simulate` needs."""
+
+    cfg: SimConfig
+    requests: list[Any]
+    cost: CostModel
+    transfer_link: Any | None
+
+
+def simulate_config(
+    cfg: SimConfig,
+    base_dir: Path,
+    source: str = "<config>",
+    *,
+    timeline: bool = True,
+    max_timeline_events: int | None = None,
+    on_read: Callable[[], None] | None = None,
+) -> RunRecord:
     """Build the run's specs, workload and cost model from `cfg` and simulate it.
 
     `base_dir` is where relative paths in the config resolve; `source` names the config in errors.
+    `timeline=False`: the record keeps no intervals or counter samples; `max_timeline_events`:
+    only those a timeline of that many events shows (`RunRecord.with_timeline`). The summary is
+    the same either way. `on_read` is called once the inputs are read, before simulating.
     """
+    prepared = prepare_run(cfg, base_dir, source)
+    if on_read is not None:
+        on_read()
+    with _config_fields_of(source):
+        return simulate(
+            prepared.cfg,
+            prepared.requests,
+            prepared.cost,
+            prepared.transfer_link,
+            timeline=timeline,
+            max_timeline_events=max_timeline_events,
+        )
+
+
+def prepare_run(cfg: SimConfig, base_dir: Path, source: str = "<config>") -> PreparedRun:
+    """Read the run's specs and workload and build its cost model (the "read" phase)."""
     # Inputs are read (specs, workload) before anything is built, so that every input error
     # surfaces before any work is done.
     model = _load_spec(load_model, cfg.model, base_dir, source, "model")
@@ -81,7 +122,7 @@ def simulate_config(cfg: SimConfig, base_dir: Path, source: str = "<config>") ->
         if cfg.cost.calibration is not None:
             calibration = CalibrationTable.load(resolve_path(cfg.cost.calibration, base_dir))
         cost = CostModel(model, accel, cfg.cost, tp=cfg.hardware.tp, tp_link=tp_link, calibration=calibration)
-        return simulate(cfg, requests, cost, transfer_link)
+    return PreparedRun(cfg, requests, cost, transfer_link)
 
 
 @contextlib.contextmanager
@@ -102,21 +143,33 @@ def _csv_value(value: Any) -> Any:
     return value
 
 
+def _csv_time(value: float) -> str:
+    value = float(value)
+    return "" if math.isnan(value) else repr(value)
+
+
+def _request_rows(run: RunRecord) -> Iterator[list[Any]]:
+    """requests.csv's rows, ordered by request id (one getter per row: this is a hot loop at a
+    million requests)."""
+    fields = operator.attrgetter(*REQUEST_FIELDS)
+    formats = [_csv_time if name in _FLOAT_FIELDS else _csv_value for name in REQUEST_FIELDS]
+    no_latencies = ["", "", ""]
+    for req in sorted(run.requests, key=operator.attrgetter("id")):
+        row = [fmt(v) for fmt, v in zip(formats, fields(req))]
+        if is_finished(req):
+            m = request_metrics(req)
+            row += [_csv_time(m.ttft_s), "" if m.tpot_s is None else _csv_time(m.tpot_s), _csv_time(m.e2e_s)]
+        else:
+            row += no_latencies
+        yield row
+
+
 def write_requests_csv(run: RunRecord, path: Path) -> None:
     """One row per request (ordered by id): its record fields and derived latencies (seconds)."""
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(REQUEST_FIELDS + DERIVED_FIELDS)
-        for req in sorted(run.requests, key=lambda r: r.id):
-            derived: tuple[Any, ...] = (math.nan, math.nan, math.nan)
-            if is_finished(req):
-                m = request_metrics(req)
-                derived = (m.ttft_s, math.nan if m.tpot_s is None else m.tpot_s, m.e2e_s)
-            row = [
-                float(getattr(req, name)) if name in _FLOAT_FIELDS else getattr(req, name)
-                for name in REQUEST_FIELDS
-            ] + list(derived)
-            writer.writerow([_csv_value(v) for v in row])
+        writer.writerows(_request_rows(run))
 
 
 def run_config_file(
@@ -125,23 +178,67 @@ def run_config_file(
     seed: int | None = None,
     max_trace_events: int = DEFAULT_MAX_EVENTS,
     stdout: TextIO | None = None,
+    timeline: bool = True,
 ) -> RunSummary:
     """Run the config at `config_path`, print the summary table, write the results folder.
 
-    Returns the summary (its `to_json()` is summary.json). Bad input raises InputError before any
-    folder is created; a failure mid-run leaves no folder behind.
+    Returns the summary (its `to_json()` is summary.json). `timeline=False` writes no trace.json
+    (and the run keeps no intervals or counter samples, see `simulate_config`). Bad input raises
+    InputError before any folder is created; a failure mid-run leaves no folder behind.
+
+    When the environment variable PHASES_ENV names a file, the wall-clock seconds of each phase
+    (read, simulate, summarise, write) and the Unix time the simulation started are written there
+    as JSON (`benchmarks/sim_speed.py` reads them).
     """
+    phases = _PhaseClock()
     config_path = Path(config_path)
     cfg, base_dir = load_config(config_path)
     cfg = with_seed(cfg, seed)
     # Enter the output folder first: a folder that is not ours is refused before the (long) run.
     with atomic_output_dir(out_dir) as tmp:
         pause_point("simulating")
-        run = simulate_config(cfg, base_dir, source=str(config_path))
+        run = simulate_config(
+            cfg,
+            base_dir,
+            source=str(config_path),
+            timeline=timeline,
+            max_timeline_events=max_trace_events if timeline else None,
+            on_read=lambda: phases.lap("read"),
+        )
+        phases.lap("simulate")
         summary = summarize(run, cfg.slo).with_run(run_facts(cfg, config_path))
-        write_results(tmp, config_path, run, summary, max_trace_events)
+        phases.lap("summarise")
+        write_results(tmp, config_path, run, summary, max_trace_events if timeline else None)
+    phases.lap("write")
     print_summary(summary, file=stdout or sys.stdout)
+    phases.save()
     return summary
+
+
+PHASES_ENV = "INFRALAB_SIM_PHASES_FILE"
+
+
+class _PhaseClock:
+    """Wall-clock seconds per phase of `run_config_file` (for the speed benchmark)."""
+
+    def __init__(self) -> None:
+        self.started_unix_s = time.time()
+        self._last = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+        self.simulate_started_unix_s = math.nan
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.seconds[phase] = now - self._last
+        self._last = now
+        if phase == "read":
+            self.simulate_started_unix_s = time.time()
+
+    def save(self) -> None:
+        path = os.environ.get(PHASES_ENV)
+        if path:
+            facts = {"phases_s": self.seconds, "simulate_started_unix_s": self.simulate_started_unix_s}
+            Path(path).write_text(json.dumps(facts, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def run_facts(cfg: SimConfig, config_path: Path) -> dict[str, Any]:
@@ -158,11 +255,13 @@ def run_facts(cfg: SimConfig, config_path: Path) -> dict[str, Any]:
 
 
 def write_results(
-    folder: Path, config_path: Path, run: RunRecord, summary: RunSummary, max_trace_events: int
+    folder: Path, config_path: Path, run: RunRecord, summary: RunSummary, max_trace_events: int | None
 ) -> None:
-    """Write config.toml, summary.json, requests.csv and trace.json into `folder`."""
+    """Write config.toml, summary.json, requests.csv and, unless `max_trace_events` is None,
+    trace.json into `folder`."""
     (folder / "config.toml").write_bytes(config_path.read_bytes())
     dump_json(summary.to_json(), folder / "summary.json")
     pause_point("writing")  # a testing hook: a kill here leaves a half-written temporary folder
     write_requests_csv(run, folder / "requests.csv")
-    save_trace(run, folder / "trace.json", max_events=max_trace_events, metadata={"run": summary.run})
+    if max_trace_events is not None:
+        save_trace(run, folder / "trace.json", max_events=max_trace_events, metadata={"run": summary.run})

@@ -14,7 +14,9 @@ byte-stable.
 Big runs: at most `max_events` interval/counter events are written (DEFAULT_MAX_EVENTS = 150,000,
 about 30 MB with the engine's per-step details). When a run has more, the timeline keeps the earliest events by start time, i.e. the
 full picture of the run up to a cutoff time, and says so in the top-level "metadata".
-Events are written one per line straight to the file, without building the whole document.
+Events are written one per line straight to the file, without building the whole document. A run
+need not keep more than the earliest `max_events` + 1 events for this (`RunRecord.with_timeline`,
+`EarliestEvents` in infralab.sim.records): `infralab sim run` keeps no more.
 """
 
 from __future__ import annotations
@@ -114,7 +116,13 @@ def write_trace(
     max_events: int = DEFAULT_MAX_EVENTS,
     metadata: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Write the Trace Event JSON of `run` to `out`; returns the metadata written (counts, cutoff)."""
+    """Write the Trace Event JSON of `run` to `out`; returns the metadata written (counts, cutoff).
+
+    A record that kept only its earliest events (`RunRecord.with_timeline(..., max_events=N)`)
+    gives the same file as one that kept them all, for any `max_events` up to N."""
+    total = len(run.intervals) + len(run.counters) if run.events_total is None else run.events_total
+    if run.max_events is not None and max_events > run.max_events and total > run.max_events:
+        raise ValueError(f"the run kept only the events of a {run.max_events}-event timeline, not {max_events}")
     kept_intervals, kept_counters, cutoff = _kept(run, max_events)
     intervals: dict[str, list[Interval]] = defaultdict(list)
     counters: dict[str, list[CounterSample]] = defaultdict(list)
@@ -162,7 +170,6 @@ def write_trace(
             )
         written += len(mine)
 
-    total = len(run.intervals) + len(run.counters)
     meta = {
         "generator": "infralab.sim.timeline",
         "time_unit": "microseconds of simulated time",

@@ -250,7 +250,9 @@ class Scheduler:
                 continue
             del self.prefilling[seq.id]
             seq.generated += 1
-            seq.rec.token_times_s.append(end_s)
+            # The token ends with this step: a reference into the step ends, not a copy (a
+            # following decode run continues the same piece, see TokenTimes).
+            seq.rec.token_times_s.add_steps(self.step_end, last_step, last_step)
             if seq.generated == 1 and math.isnan(seq.rec.first_token_s):
                 seq.rec.first_token_s = end_s
             if seq.generated == seq.output:
@@ -385,7 +387,7 @@ class Scheduler:
         """`seq` stops decoding after step `last_step`: record the tokens it emitted meanwhile."""
         first = seq.dec_step0
         emitted = last_step - first + 1
-        seq.rec.token_times_s.extend(self.step_end[first : last_step + 1])
+        seq.rec.token_times_s.add_steps(self.step_end, first, last_step)
         seq.generated = seq.dec_gen0 + emitted
         # The last emitted token is not in KV yet (it is the next step's input).
         seq.computed = seq.target = seq.prompt + seq.generated - 1

@@ -17,12 +17,15 @@ from infralab.sim.config import SLOConfig
 from infralab.sim.metrics import (
     busy_time_s,
     counter_stats,
+    distribution,
+    itl_sample,
+    pooled_distribution,
     print_summary,
     request_metrics,
     saturation,
     summarize,
 )
-from infralab.sim.records import CounterSample, Interval, RequestRecord, RunRecord
+from infralab.sim.records import CounterSample, Interval, RequestRecord, RunRecord, TokenTimes, is_busy_interval
 from infralab.sim.summary import (
     ACCELERATOR_METRIC_NAMES,
     INSTANCE_METRIC_NAMES,
@@ -136,8 +139,7 @@ def test_busy_time_merges_overlaps_and_clips():
 
 
 def test_counter_stats_step_function():
-    samples = [CounterSample("t", "q", 1.0, 4.0), CounterSample("t", "q", 3.0, 1.0)]
-    stats = counter_stats(samples, 0.0, 4.0)  # 0 on [0,1), 4 on [1,3), 1 on [3,4]
+    stats = counter_stats([1.0, 3.0], [4.0, 1.0], 0.0, 4.0)  # 0 on [0,1), 4 on [1,3), 1 on [3,4]
     assert (stats.mean, stats.max) == (pytest.approx(9 / 4), 4.0)
 
 
@@ -251,3 +253,103 @@ def test_summary_json_round_trip_on_random_runs(requests):
     doc = json.loads(json.dumps(summary.to_json(), allow_nan=False))
     assert RunSummary.from_json(doc) == summary
     assert RunSummary.from_json(doc).to_json() == doc
+
+
+# ---- the pooled ITL equals the expanded one ---------------------------------------------------
+
+
+@st.composite
+def requests_on_shared_steps(draw):
+    """Requests whose token times are pieces of a few shared arrays of step ends (as the engine
+    records them), some with a hand-made piece (a first token elsewhere, a preemption)."""
+    n_arrays = draw(st.integers(1, 3))
+    arrays = []
+    for _ in range(n_arrays):
+        gaps = draw(st.lists(st.sampled_from([0.01, 0.02, 0.025, 0.1, 0.3]), min_size=2, max_size=60))
+        arrays.append(array("d", np.cumsum(gaps).tolist()))
+    reqs = []
+    for rid in range(draw(st.integers(0, 25))):
+        times = TokenTimes()
+        if draw(st.booleans()):
+            times.append(draw(st.floats(0.0, 0.01)))
+        for _ in range(draw(st.integers(1, 3))):
+            steps = arrays[draw(st.integers(0, n_arrays - 1))]
+            first = draw(st.integers(0, len(steps) - 1))
+            times.add_steps(steps, first, draw(st.integers(first, len(steps) - 1)))
+        reqs.append(
+            RequestRecord(id=rid, arrival_s=0.0, prompt_tokens=1, output_tokens=len(times), first_scheduled_s=0.0,
+                          first_token_s=times[0], token_times_s=times, finish_s=times[len(times) - 1])
+        )
+    return reqs
+
+
+@settings(max_examples=150, deadline=None)
+@given(requests_on_shared_steps())
+def test_pooled_itl_is_bit_identical_to_the_expanded_gaps(reqs):
+    expanded = [np.diff(np.array(list(r.token_times_s))) for r in reqs]
+    itl = np.concatenate(expanded) if expanded else np.empty(0)
+    assert pooled_distribution(itl_sample(reqs)) == distribution(itl)
+
+
+def test_token_times_read_like_a_sequence():
+    steps = array("d", [1.0, 2.0, 3.0, 4.0])
+    times = TokenTimes([0.5])
+    times.add_steps(steps, 1, 2)
+    times.add_steps(steps, 3, 3)  # continues the piece
+    assert list(times) == [0.5, 2.0, 3.0, 4.0] and len(times) == 4 and times[-1] == 4.0 and times[1] == 2.0
+    assert len(times.pieces) == 2
+    assert times == [0.5, 2.0, 3.0, 4.0]
+
+
+# ---- a record without its timeline summarises the same ----------------------------------------
+
+
+def replayed(run: RunRecord, keep: bool) -> RunRecord:
+    """`run`'s requests, intervals and counters recorded into a record that keeps its timeline
+    only when `keep`."""
+    out = RunRecord.with_timeline(keep)
+    for iv in run.intervals:
+        out.intervals.append(iv)
+    for c in run.counters:
+        out.counters.append(c)
+    out.requests, out.resources, out.end_s = run.requests, run.resources, run.end_s
+    return out
+
+
+@st.composite
+def busy_runs(draw):
+    """Back-to-back, overlapping and gapped spans on an instance and a link, counters that change."""
+    run = two_request_run()
+    t = 0.0
+    for _ in range(draw(st.integers(0, 30))):
+        t += draw(st.sampled_from([0.0, 0.0, 0.1, 0.25]))  # 0: back to back
+        d = draw(st.sampled_from([0.05, 0.1, 0.5]))
+        track = draw(st.sampled_from(["instance/colocated-0", "link/nic-0", "thread/x"]))
+        name = draw(st.sampled_from(["batch", "transfer"]))
+        start = t - draw(st.sampled_from([0.0, 0.05]))  # sometimes starting inside the last span
+        run.intervals.append(Interval(track, name, start, start + d, (("bytes", draw(st.integers(0, 9))),)))
+        run.counters.append(CounterSample("instance/colocated-0", "running", t, float(draw(st.integers(0, 5)))))
+        t += d
+    return run
+
+
+@settings(max_examples=100, deadline=None)
+@given(busy_runs())
+def test_a_record_without_its_timeline_summarises_the_same(run):
+    kept, dropped = replayed(run, keep=True), replayed(run, keep=False)
+    assert len(dropped.intervals) == len(dropped.counters) == 0 and not dropped.keeps_timeline
+    assert list(kept.intervals) == list(run.intervals)
+    expected = summarize(run, SLOConfig())  # plain lists: folded on demand
+    assert summarize(kept, SLOConfig()) == expected
+    assert summarize(dropped, SLOConfig()) == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(busy_runs(), st.floats(0.0, 2.0), st.floats(0.0, 10.0))
+def test_merged_busy_spans_give_the_busy_time_of_the_raw_spans(run, lo, length):
+    tally = replayed(run, keep=False).tally()
+    for track, spans in tally.spans.items():
+        busy = [iv for iv in run.intervals if iv.track == track and is_busy_interval(iv.track, iv.name)]
+        raw = [(iv.start_s, iv.end_s) for iv in busy]
+        assert busy_time_s(np.frombuffer(spans), lo, lo + length) == busy_time_s(raw, lo, lo + length)
+    assert set(tally.spans) == {iv.track for iv in run.intervals if is_busy_interval(iv.track, iv.name)}

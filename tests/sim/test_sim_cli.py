@@ -61,7 +61,7 @@ def tiny_config(tmp_path: Path, layout: str = "colocated") -> Path:
     return path
 
 
-def fake_record(cfg, base_dir, source="") -> RunRecord:
+def fake_record(cfg, base_dir, source="", **_) -> RunRecord:
     """A hand-made run standing in for the simulator (for tests of the output side alone)."""
     reqs = [
         RequestRecord(

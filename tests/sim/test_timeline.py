@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 
+import pytest
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -119,3 +121,42 @@ def test_lanes_never_hold_partial_overlaps(spans):
                     b.start_s <= a.start_s and a.end_s <= b.end_s
                 )
                 assert disjoint or nested
+
+
+# ---- a record that keeps only the earliest events writes the same timeline ---------------------
+
+
+@st.composite
+def nearly_ordered_runs(draw):
+    """Intervals recorded at their end (starts out of order), counters, ties in time."""
+    events = []
+    t = 0.0
+    for i in range(draw(st.integers(0, 60))):
+        t += draw(st.sampled_from([0.0, 0.5, 1.0]))
+        back = draw(st.sampled_from([0.0, 0.5, 2.0]))
+        if draw(st.booleans()):
+            events.append(Interval(draw(st.sampled_from(["instance/a", "link/b"])), "batch", t - back, t, (("i", i),)))
+        else:
+            name = draw(st.sampled_from(["waiting", "running"]))
+            events.append(CounterSample("instance/a", name, t - back, float(i)))
+    return events
+
+
+@settings(max_examples=150, deadline=None)
+@given(nearly_ordered_runs(), st.integers(0, 40), st.integers(0, 40))
+def test_keeping_only_the_earliest_events_writes_the_same_trace(events, cap, smaller):
+    full = RunRecord()
+    capped = RunRecord.with_timeline(True, max_events=cap)
+    for record in (full, capped):
+        for e in events:
+            (record.intervals if isinstance(e, Interval) else record.counters).append(e)
+        record.close()
+    assert len(capped.intervals) + len(capped.counters) <= cap + 1
+    for max_events in (cap, min(cap, smaller)):
+        a, b = io.StringIO(), io.StringIO()
+        write_trace(full, a, max_events=max_events)
+        write_trace(capped, b, max_events=max_events)
+        assert a.getvalue() == b.getvalue()
+    if len(events) > cap:
+        with pytest.raises(ValueError):
+            write_trace(capped, io.StringIO(), max_events=cap + 1)

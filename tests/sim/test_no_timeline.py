@@ -1,0 +1,64 @@
+"""`infralab sim run --no-timeline`: no trace.json, and the same summary and requests as with one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from infralab.cli import main
+
+CONFIG = """\
+model = "llama-3-8b"
+
+[run]
+name = "no-timeline"
+seed = 3
+
+[hardware]
+accelerator = "H100"
+
+[engine]
+max_num_seqs = 16
+max_batched_tokens = 512
+gpu_memory_utilization = 0.21
+
+[workload]
+kind = "synthetic"
+num_requests = 60
+
+[workload.arrival]
+kind = "poisson"
+rate = 40.0
+
+[workload.prompt]
+kind = "uniform"
+low = 32
+high = 900
+
+[workload.output]
+kind = "uniform"
+low = 1
+high = 40
+
+[cluster]
+layout = "{layout}"
+instances = 2
+prefill_instances = 2
+decode_instances = 1
+router = "least_outstanding_tokens"
+"""
+
+
+@pytest.mark.parametrize("layout", ["colocated", "disaggregated"])
+def test_no_timeline_writes_the_same_summary_and_requests(tmp_path: Path, layout: str, capsys):
+    config = tmp_path / "run.toml"
+    config.write_text(CONFIG.format(layout=layout))
+    with_timeline, without = tmp_path / "with", tmp_path / "without"
+    assert main(["sim", "run", str(config), "--out", str(with_timeline)]) == 0
+    assert main(["sim", "run", str(config), "--out", str(without), "--no-timeline"]) == 0
+    assert (with_timeline / "trace.json").exists() and not (without / "trace.json").exists()
+    for name in ("summary.json", "requests.csv", "config.toml"):
+        assert (without / name).read_bytes() == (with_timeline / name).read_bytes()
+    printed = capsys.readouterr().out.split("=" * 50)
+    assert printed[0].strip() == printed[1].strip()  # the same table twice
