@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import ModuleType
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import Field
 from pydantic.dataclasses import dataclass
 
 from infralab.agent.hypothesis import Hypothesis
@@ -28,6 +27,7 @@ from infralab.agent.studies import load_hook
 from infralab.agent.validators.base import Declaration, KnobSpec
 from infralab.config_io import STRICT
 from infralab.errors import InputError
+from infralab.field_types import Int
 
 KIND = "host-concurrency"
 KNOBS = {"dispatch_combine_gil": KnobSpec(str, ("held", "released"))}
@@ -41,7 +41,7 @@ class HostConcurrencySetup:
     experiment: str  # the host experiment file (scenarios, probe schedule), relative to the hypothesis file
     hook: str  # the study's Python file that measures it (see the module docstring)
     scenarios: tuple[str, ...] = ()  # subset of its scenarios (empty: all)
-    probe_repeats: Annotated[int, Field(gt=0)] | None = None  # override the experiment's [probe] repeats
+    probe_repeats: Int(gt=0, le=1000) | None = None  # override the experiment's [probe] repeats
     probe_granularities: tuple[Literal["per_layer", "after_prefill"], ...] = ()
 
 

@@ -17,9 +17,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
 from pydantic.dataclasses import dataclass
 
 from infralab.agent.findings import Evidence, Finding, Where
@@ -28,6 +27,7 @@ from infralab.agent.validators.base import Declaration, KnobSpec, Measurement, s
 from infralab.calibration_table import parse_shape
 from infralab.config_io import STRICT
 from infralab.errors import InputError
+from infralab.field_types import Int
 from infralab.kernels.interpreter import use_interpreter_without_gpu
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ class KernelSetup:
     """`dims` replaces named dimensions in every arm's shape (e.g. a smaller K for quick runs;
     dimensions an arm's shape lacks are left alone)."""
 
-    dims: dict[str, Annotated[int, Field(gt=0)]] = dataclasses.field(default_factory=dict)
+    dims: dict[str, Int(gt=0, le=65536)] = dataclasses.field(default_factory=dict)
 
 
 DECLARATIONS = (Declaration(

@@ -20,22 +20,23 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import Field
 from pydantic.dataclasses import dataclass
 
 from infralab.agent.acceptance import evaluate, parse_criterion
 from infralab.config_io import STRICT, load_toml, validate
 from infralab.errors import InputError
+from infralab.field_types import Int
 from infralab.results import atomic_output_dir, dump_json
 from infralab.sim.host import attribution
 from infralab.sim.host.scenario import CaseSetup, HostProfile, Scenario, build, run
 from infralab.sim.records import RunRecord
 from infralab.sim.timeline import save_trace
 
-PositiveInt = Annotated[int, Field(gt=0)]
-NonNegInt = Annotated[int, Field(ge=0)]
+# Strict, bounded integers (no `true` for 1); bounds far above any probe schedule this machine runs.
+PositiveInt = Int(gt=0, le=1_000_000)
+NonNegInt = Int(ge=0, le=1_000_000_000)
 MODES = {"held": True, "released": False}
 
 

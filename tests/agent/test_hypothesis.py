@@ -247,3 +247,16 @@ def test_allowed_metrics_and_knobs_are_the_union_of_the_named_validators():
     assert set(both.metrics) == set(sim.metrics) | set(real.metrics)
     assert set(both.knobs) == set(sim.knobs) | set(real.knobs)
     assert allowed_for("cluster", ("sim",)).knobs is None  # dotted config paths, checked by the setup
+
+
+def test_setup_integers_are_strict(tmp_path):
+    """`true` is not 1 in a kernel hypothesis's dims nor in the host study's probe repeats."""
+    msg = error_of(tmp_path, GOOD + '\n[setup]\ndims = { K = true }\n')
+    assert "setup.dims" in msg
+    gil = (EXPERIMENTS / "gil_kv_transfer_hypothesis.toml").read_text()
+    gil = gil.replace("probe_repeats = 2", "probe_repeats = true")
+    for key in ("experiment", "hook"):  # the study's files, named from a copy elsewhere
+        line = next(l for l in gil.splitlines() if l.startswith(f"{key} = "))
+        gil = gil.replace(line, f'{key} = "{EXPERIMENTS / line.split(chr(34))[1]}"')
+    with pytest.raises(InputError, match="probe_repeats"):
+        load_hypothesis(write(tmp_path, gil), quick=True)
