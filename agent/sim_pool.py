@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from infralab.config_io import validate
 from infralab.errors import InputError
+from infralab.locations import is_data_path
 from infralab.sim.config import SimConfig, check_config, load_config, looks_like_path
 from infralab.sim.records import RunRecord
 from infralab.sim.summary import Metric, RunSummary
@@ -44,8 +45,9 @@ POOLS_EXPECTED = '"P:D" prefill:decode instance counts, for a disaggregated conf
 
 
 def resolve_value(value: Any, base_dir: Path) -> Any:
-    """`value`, made absolute against `base_dir` when it looks like a relative path."""
-    if not looks_like_path(value):
+    """`value`, made absolute against `base_dir` when it looks like a relative path (an `@data/`
+    path means the same from any file and stays as written)."""
+    if not looks_like_path(value) or is_data_path(value):
         return value
     path = Path(value).expanduser()
     return str(path if path.is_absolute() else (base_dir / path).resolve())

@@ -50,7 +50,8 @@ def shared_data_dir() -> Path:
         if not path.is_dir():
             raise InputError(f"${DATA_ENV}", f"{path} is not a folder", "the path of the shared data folder")
         return path
-    candidates = [_checkout_root().parent / "shared" / "data"] if _checkout_root() else []
+    checkout = _checkout_root()
+    candidates = [checkout.parent / "shared" / "data"] if checkout else []
     here = Path.cwd().resolve()
     candidates += [d / "shared" / "data" for d in (here, *here.parents)]
     for path in candidates:
@@ -77,9 +78,3 @@ def resolve_path(value: str, base_dir: Path) -> Path:
         return shared_data_dir() / value[len(DATA_PREFIX):]
     p = Path(value).expanduser()
     return p if p.is_absolute() else base_dir / p
-
-
-def is_anchored(value: str) -> bool:
-    """Whether a path means the same from any file (absolute or `@data/`): such a path is never
-    rebased when a knob copies it from one file into a config that lives elsewhere."""
-    return is_data_path(value) or Path(value).expanduser().is_absolute()

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from infralab.errors import InputError
-from infralab.locations import experiments_dir, is_anchored, resolve_path, shared_data_dir
+from infralab.agent.sim_pool import resolve_value
+from infralab.locations import experiments_dir, resolve_path, shared_data_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,4 +36,7 @@ def test_a_variable_that_is_not_a_folder_is_an_input_error(monkeypatch, tmp_path
 def test_plain_paths_resolve_against_the_file_that_names_them(tmp_path):
     assert resolve_path("a/b.toml", tmp_path) == tmp_path / "a" / "b.toml"
     assert resolve_path("/abs/b.toml", tmp_path) == Path("/abs/b.toml")
-    assert is_anchored("/abs/b.toml") and is_anchored("@data/x") and not is_anchored("a/b.toml")
+    # A knob copied from a hypothesis or search space into a config: relative paths are rebased,
+    # @data/ paths mean the same from any file and stay as written.
+    assert resolve_value("a/b.toml", tmp_path) == str((tmp_path / "a" / "b.toml").resolve())
+    assert resolve_value("@data/traces/x.csv", tmp_path) == "@data/traces/x.csv"
