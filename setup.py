@@ -1,9 +1,9 @@
-"""Maps the top-level folders `sim/`, `kernels/` and `agent/` to the packages `infralab.sim`,
-`infralab.kernels` and `infralab.agent`, and ships `experiments/` (the studies, TOML and study hooks)
+"""Maps the top-level folders `sim/`, `kernels/`, `agent/` and `real/` to the packages `infralab.sim`,
+`infralab.kernels`, `infralab.agent` and `infralab.real`, and ships `experiments/` (the studies, TOML and study hooks)
 as the package data `infralab.experiments`; everything else lives in pyproject.toml."""
 from setuptools import find_packages, setup
 
-PARTS = ("sim", "kernels", "agent")
+PARTS = ("sim", "kernels", "agent", "real")
 packages = ["infralab", "infralab.experiments"]
 packages += [f"infralab.{p}" for p in find_packages(include=[f"{part}*" for part in PARTS])]
 setup(

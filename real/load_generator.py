@@ -1,0 +1,189 @@
+"""Open-loop replay of a list of requests on the real engine, in real time.
+
+Each request is submitted at its arrival time divided by `rate_scale` (the simulator's trace
+option of that name: > 1 compresses inter-arrival times, more load), whether or not earlier
+requests have finished, with a prompt of its length (token ids from a seeded stream per request,
+so a prompt does not depend on the order of the others) and a forced output length. The engine
+stamps every token as it appends it; the replay returns, per request, its arrival, its first
+scheduling, every token's time and its finish, plus every engine step and the step-speed
+fingerprint before and after. All times are seconds from the replay's start on the monotonic
+clock the engine stamps with (`time.perf_counter`).
+
+Latencies count from the intended arrival (`arrival_s`), not from when the generator managed to
+submit (`submitted_s`): a late submission is the generator's delay, and the record shows it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from infralab.errors import InputError
+from infralab.real.engine import RealEngine
+from infralab.real.fingerprint import Fingerprint, fingerprint
+from infralab.real.step_trace import StepRecord
+
+WARMUP_SEED = 2**31 - 1
+"""The prompt stream of the warm-up requests (any fixed seed; their tokens never matter)."""
+
+RESULT_POLL_S = 0.5
+"""How long one wait for a finished request lasts before the deadline is checked again (s)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRequest:
+    """One request to replay: arrival (s from the workload's start), prompt and output (tokens).
+    The same fields as the simulator's `Request`, so a workload for one replays on the other."""
+
+    id: int
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class RequestTiming:
+    """What happened to one request, seconds from the replay's start.
+
+    `arrival_s`: intended arrival (workload time / rate_scale); `submitted_s`: when it was handed
+    to the engine; `first_scheduled_s`: when the engine's scheduler first took it into a step;
+    `token_times_s`: when each output token was appended (len == output_tokens); `finish_s`: when
+    the request was marked finished (just after its last token).
+    """
+
+    id: int
+    arrival_s: float
+    submitted_s: float
+    prompt_tokens: int
+    output_tokens: int
+    first_scheduled_s: float
+    token_times_s: tuple[float, ...]
+    finish_s: float
+
+    @property
+    def first_token_s(self) -> float:
+        return self.token_times_s[0]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "arrival_s": self.arrival_s, "submitted_s": self.submitted_s,
+                "prompt_tokens": self.prompt_tokens, "output_tokens": self.output_tokens,
+                "first_scheduled_s": self.first_scheduled_s, "token_times_s": list(self.token_times_s),
+                "finish_s": self.finish_s}
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """A replay's record: requests in id order, engine steps in order, the fingerprints around it."""
+
+    requests: tuple[RequestTiming, ...]
+    steps: tuple[StepRecord, ...]
+    before: Fingerprint
+    after: Fingerprint
+    rate_scale: float
+    wall_s: float  # replay start to the last request's finish
+
+    @property
+    def max_submit_lag_s(self) -> float:
+        """The latest the generator submitted any request past its intended arrival (s)."""
+        return max((r.submitted_s - r.arrival_s for r in self.requests), default=0.0)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"rate_scale": self.rate_scale, "wall_s": self.wall_s, "max_submit_lag_s": self.max_submit_lag_s,
+                "fingerprint_before": self.before.as_dict(), "fingerprint_after": self.after.as_dict(),
+                "requests": [r.as_dict() for r in self.requests], "steps": [s.as_dict() for s in self.steps]}
+
+
+def prompt_ids(request_id: int, length: int, vocab_size: int, seed: int) -> list[int]:
+    """The prompt of one request: `length` token ids drawn from the stream (seed, request id)."""
+    return np.random.default_rng([seed, request_id]).integers(0, vocab_size, size=length).tolist()
+
+
+def check_replayable(requests: Sequence[ReplayRequest], engine: RealEngine, where: str = "workload") -> None:
+    """InputError naming the first request the engine cannot replay (or a bad list)."""
+    seen: set[int] = set()
+    limit = min(engine.shape.context_length, engine.cache_tokens)
+    for index, request in enumerate(requests):
+        at = f"{where}: request {index} (id {request.id})"
+        if request.id in seen:
+            raise InputError(at, "repeats an id", "unique request ids")
+        seen.add(request.id)
+        if not (math.isfinite(request.arrival_s) and request.arrival_s >= 0):
+            raise InputError(at, f"arrival_s is {request.arrival_s!r}", "a finite number >= 0")
+        if request.prompt_tokens < 1 or request.output_tokens < 1:
+            raise InputError(at, f"{request.prompt_tokens} prompt and {request.output_tokens} output tokens",
+                             "at least 1 of each")
+        if request.prompt_tokens + request.output_tokens > limit:
+            raise InputError(at, f"needs {request.prompt_tokens + request.output_tokens} tokens of context",
+                             f"at most {limit} (the model's context and the engine's KV cache)")
+
+
+def warm_up(engine: RealEngine, requests: int = 4, prompt_tokens: int = 48, output_tokens: int = 8,
+            timeout_s: float = 120.0) -> None:
+    """Run a few requests to completion (untimed): the first steps of a fresh engine are slow."""
+    prompt_tokens = min(prompt_tokens, engine.cache_tokens // (2 * requests) - output_tokens)
+    for i in range(requests):
+        engine.submit(f"warmup-{i}", prompt_ids(i, prompt_tokens, engine.shape.vocab_size, WARMUP_SEED), output_tokens)
+    _collect(engine, {f"warmup-{i}" for i in range(requests)}, time.perf_counter() + timeout_s)
+
+
+def replay(engine: RealEngine, requests: Sequence[ReplayRequest], *, rate_scale: float = 1.0, seed: int = 0,
+           timeout_s: float = 600.0, fingerprint_repeats: int = 9) -> Replay:
+    """Replay `requests` open-loop on the running `engine` (warmed up by the caller) and record them.
+
+    `timeout_s` bounds the whole replay (RuntimeError past it, or when the engine fails)."""
+    if not (rate_scale > 0 and math.isfinite(rate_scale)):
+        raise InputError("rate_scale", f"bad value {rate_scale!r}", "a positive number")
+    check_replayable(requests, engine)
+    order = sorted(requests, key=lambda r: (r.arrival_s, r.id))
+    prompts = {r.id: prompt_ids(r.id, r.prompt_tokens, engine.shape.vocab_size, seed) for r in order}
+    before = fingerprint(engine, fingerprint_repeats)
+
+    origin = time.perf_counter()
+    deadline = origin + timeout_s
+    submitted: dict[int, float] = {}
+    for request in order:
+        due = origin + request.arrival_s / rate_scale
+        while (wait := due - time.perf_counter()) > 0:
+            time.sleep(wait)
+        submitted[request.id] = time.perf_counter() - origin
+        engine.submit(str(request.id), prompts[request.id], request.output_tokens)
+    outputs = _collect(engine, {str(r.id) for r in order}, deadline)
+
+    after = fingerprint(engine, fingerprint_repeats)
+    timings = tuple(_timing(request, rate_scale, submitted[request.id], outputs[str(request.id)], origin)
+                    for request in sorted(requests, key=lambda r: r.id))
+    steps = tuple(engine.trace.steps_since(origin))
+    wall = max((t.finish_s for t in timings), default=0.0)
+    return Replay(timings, steps, before, after, rate_scale, wall)
+
+
+def _collect(engine: RealEngine, ids: set[str], deadline: float) -> dict[str, Any]:
+    """The engine's output for each of `ids` (RuntimeError on a failed request or past `deadline`)."""
+    outputs: dict[str, Any] = {}
+    while len(outputs) < len(ids):
+        if time.perf_counter() > deadline:
+            raise RuntimeError(f"the engine finished {len(outputs)} of {len(ids)} requests before the deadline")
+        output = engine.next_result(timeout_s=RESULT_POLL_S)
+        if output is None or output.request_id not in ids:
+            continue
+        if output.error is not None:
+            raise RuntimeError(f"the engine failed request {output.request_id}: {output.error}")
+        outputs[output.request_id] = output
+    return outputs
+
+
+def _timing(request: ReplayRequest, rate_scale: float, submitted_s: float, output: Any, origin: float) -> RequestTiming:
+    stamps = output.timestamps or []
+    if len(output.generated_tokens) != request.output_tokens or len(stamps) != request.output_tokens:
+        raise RuntimeError(f"request {request.id} produced {len(output.generated_tokens)} tokens "
+                           f"({len(stamps)} timestamps), not its forced {request.output_tokens}")
+    return RequestTiming(
+        id=request.id, arrival_s=request.arrival_s / rate_scale, submitted_s=submitted_s,
+        prompt_tokens=request.prompt_tokens, output_tokens=request.output_tokens,
+        first_scheduled_s=output.lifespan[0] - origin, token_times_s=tuple(t - origin for t in stamps),
+        finish_s=output.lifespan[1] - origin)
