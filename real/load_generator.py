@@ -180,8 +180,11 @@ def _collect(engine: RealEngine, ids: set[str], deadline: float) -> dict[str, An
 def _timing(request: ReplayRequest, rate_scale: float, submitted_s: float, output: Any, origin: float) -> RequestTiming:
     stamps = output.timestamps or []
     if len(output.generated_tokens) != request.output_tokens or len(stamps) != request.output_tokens:
-        raise RuntimeError(f"request {request.id} produced {len(output.generated_tokens)} tokens "
-                           f"({len(stamps)} timestamps), not its forced {request.output_tokens}")
+        # Fewer stamps than tokens: the engine soft-reset the request (preempted it for KV space and
+        # requeued it as a new prompt), which drops the stamps taken before; they are not invented here.
+        raise RuntimeError(f"request {request.id} produced {len(output.generated_tokens)} tokens with "
+                           f"{len(stamps)} timestamps, not its forced {request.output_tokens} (a request the "
+                           "engine preempts loses its earlier token times: give the engine more KV blocks)")
     return RequestTiming(
         id=request.id, arrival_s=request.arrival_s / rate_scale, submitted_s=submitted_s,
         prompt_tokens=request.prompt_tokens, output_tokens=request.output_tokens,
