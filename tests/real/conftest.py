@@ -14,7 +14,9 @@ from infralab.real.load_generator import Replay, ReplayRequest, replay, warm_up 
 from infralab.real.model_shape import TINY  # noqa: E402
 
 TINY_SETTINGS = EngineSettings(max_batch_tokens=48, num_blocks=24, page_size=32, max_requests_per_batch=6, threads=1)
-"""Small enough that prompts are chunked, batches hit the token budget and the request cap."""
+"""Small enough that prompts are chunked and batches hit the token budget; large enough (24 blocks of
+32 tokens) that all of WORKLOAD fits in the cache at once (20 blocks), so no request is ever
+preempted, whatever the machine's speed."""
 
 WORKLOAD = tuple(ReplayRequest(id=i, arrival_s=0.004 * i, prompt_tokens=9 + (13 * i) % 61, output_tokens=1 + i % 5)
                  for i in range(12))
