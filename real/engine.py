@@ -90,8 +90,7 @@ class RealEngine:
     def __init__(self, shape: ModelShape, settings: EngineSettings) -> None:
         self.shape = shape
         self.settings = settings
-        self._threads_before = torch.get_num_threads()
-        torch.set_num_threads(settings.threads)
+        self._threads_before: int | None = None
         self.model = build_model(shape, settings)
         generation = GenerationConfig(do_sample=False, max_new_tokens=1, eos_token_id=NO_EOS)
         self.manager = self.model.init_continuous_batching(
@@ -106,6 +105,9 @@ class RealEngine:
     # ---- lifecycle ---------------------------------------------------------------------------
 
     def __enter__(self) -> RealEngine:
+        # torch's intra-op thread count is process-wide: set while the loop runs, restored by close().
+        self._threads_before = torch.get_num_threads()
+        torch.set_num_threads(self.settings.threads)
         self.manager.start()
         return self
 
@@ -117,17 +119,24 @@ class RealEngine:
         if self.manager.is_running():
             self.manager.stop(block=True, keep_for_next_session=True)
             self.manager.batch_processor = self.processor
-        torch.set_num_threads(self._threads_before)
+        if self._threads_before is not None:
+            torch.set_num_threads(self._threads_before)
+            self._threads_before = None
 
     @contextlib.contextmanager
     def quiet(self) -> Iterator[None]:
-        """The loop paused (or not running): the caller may run the processor itself."""
+        """The loop paused (or not running): the caller may run the processor itself, with the
+        engine's thread count."""
+        threads_before = torch.get_num_threads()
         torch.set_num_threads(self.settings.threads)
-        if self.manager.is_running():
-            with self.manager.pause():
+        try:
+            if self.manager.is_running():
+                with self.manager.pause():
+                    yield
+            else:
                 yield
-        else:
-            yield
+        finally:
+            torch.set_num_threads(threads_before)
 
     # ---- requests ----------------------------------------------------------------------------
 

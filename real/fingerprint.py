@@ -13,7 +13,8 @@ import statistics
 from dataclasses import dataclass
 
 from infralab.real.engine import RealEngine
-from infralab.real.synthetic_step import StepShape, fits, time_step
+from infralab.real.step_shape import StepShape
+from infralab.real.synthetic_step import fits, time_step
 
 REFERENCE_STEPS: tuple[StepShape, ...] = (StepShape(q_tokens=64, kv_tokens=256, seqs=1),
                                           StepShape(q_tokens=8, kv_tokens=520, seqs=8))

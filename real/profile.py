@@ -33,8 +33,9 @@ from infralab.calibration_table import CalibrationRow, Shape
 from infralab.kernels.calibration import write_table
 from infralab.real.engine import RealEngine
 from infralab.real.fingerprint import Fingerprint, drift, fingerprint
+from infralab.real.step_shape import StepShape
 from infralab.real.step_work import step_bytes, step_flops
-from infralab.real.synthetic_step import StepShape, StepTiming, fits, time_step
+from infralab.real.synthetic_step import StepTiming, fits, time_step
 
 STEP_KERNEL = "engine_step"
 PREPARE_KERNEL = "engine_prepare"

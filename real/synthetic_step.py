@@ -1,10 +1,8 @@
 """One engine step of a chosen shape, run and timed through the engine's own code.
 
-A step of shape (q_tokens, kv_tokens, seqs) is `seqs` sequences whose query tokens sum to
-`q_tokens` and whose keys (past tokens already in the KV cache, plus the step's own new ones) sum
-to `kv_tokens`, both split as evenly as whole tokens allow. Counting the step's own tokens makes
-`kv_tokens` the key length the step's attention covers (>= q_tokens >= 1, so it is a valid shape
-value in the calibration table); the scheduler's "KV read" budget counts the past part only. The sequences are made-up request states
+A step of shape `StepShape(q_tokens, kv_tokens, seqs)` is `seqs` sequences whose query tokens sum
+to `q_tokens` and whose keys (past tokens already in the KV cache, plus the step's own new ones)
+sum to `kv_tokens`, both split as evenly as whole tokens allow. The sequences are made-up request states
 whose cache blocks are allocated by the engine's own cache (as transformers' warm-up does), the
 batch is built by the processor's `prepare_batch_tensors` and run by its `_generation_step`
 (forward, logits, greedy sampling), the same two calls a served step makes; then the blocks are
@@ -20,28 +18,10 @@ from time import perf_counter
 from transformers.generation.continuous_batching.requests import FutureRequestState, RequestState, RequestStatus
 
 from infralab.real.engine import RealEngine
+from infralab.real.step_shape import StepShape
 
 FILLER_TOKEN = 1
 """The token every made-up position holds: token values do not change a step's time."""
-
-
-@dataclass(frozen=True, slots=True)
-class StepShape:
-    """Query tokens, keys (past + query tokens) and sequences of one step (tokens, tokens, sequences)."""
-
-    q_tokens: int
-    kv_tokens: int
-    seqs: int
-
-    @property
-    def past_tokens(self) -> int:
-        """Tokens already in the KV cache that the step reads (the scheduler's KV-read budget)."""
-        return self.kv_tokens - self.q_tokens
-
-    def per_sequence(self) -> list[tuple[int, int]]:
-        """(query, past) of each sequence: the totals split as evenly as whole tokens allow."""
-        return [(_share(self.q_tokens, self.seqs, i), _share(self.past_tokens, self.seqs, i))
-                for i in range(self.seqs)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,10 +30,6 @@ class StepTiming:
 
     prepare_s: float  # building the batch tensors (host)
     forward_s: float  # `_generation_step`: forward, logits, sampling
-
-
-def _share(total: int, parts: int, index: int) -> int:
-    return total // parts + (index < total % parts)
 
 
 def fits(engine: RealEngine, shape: StepShape) -> str | None:

@@ -5,6 +5,9 @@ only orderings and counts, which hold at any machine speed."""
 from __future__ import annotations
 
 import pytest
+
+pytest.importorskip("transformers", reason="the real engine needs transformers (the extra infralab[real])")
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,7 +16,8 @@ from infralab.real.engine import EngineSettings, RealEngine
 from infralab.real.load_generator import Replay, ReplayRequest, check_replayable, prompt_ids
 
 
-def test_every_request_finishes_once_with_exactly_its_forced_output_length(replayed: Replay, workload: tuple[ReplayRequest, ...]) -> None:
+def test_every_request_finishes_once_with_exactly_its_forced_output_length(
+        replayed: Replay, workload: tuple[ReplayRequest, ...]) -> None:
     assert [r.id for r in replayed.requests] == sorted(r.id for r in workload)
     wanted = {r.id: r for r in workload}
     for record in replayed.requests:
