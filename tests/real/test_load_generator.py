@@ -15,9 +15,11 @@ from infralab.errors import InputError
 from infralab.real.engine import EngineSettings, RealEngine
 from infralab.real.load_generator import Replay, ReplayRequest, check_replayable, prompt_ids
 
+Workload = tuple[ReplayRequest, ...]
+
 
 def test_every_request_finishes_once_with_exactly_its_forced_output_length(
-        replayed: Replay, workload: tuple[ReplayRequest, ...]) -> None:
+        replayed: Replay, workload: Workload) -> None:
     assert [r.id for r in replayed.requests] == sorted(r.id for r in workload)
     wanted = {r.id: r for r in workload}
     for record in replayed.requests:
@@ -32,10 +34,13 @@ def test_token_times_are_non_decreasing_and_after_arrival(replayed: Replay) -> N
         assert r.token_times_s[-1] <= r.finish_s <= replayed.wall_s
 
 
-def test_requests_are_submitted_in_arrival_order_at_scaled_times(replayed: Replay, workload: tuple[ReplayRequest, ...]) -> None:
+def test_requests_are_submitted_in_arrival_order_at_scaled_times(replayed: Replay, workload: Workload) -> None:
     by_arrival = sorted(replayed.requests, key=lambda r: (r.arrival_s, r.id))
     submitted = [r.submitted_s for r in by_arrival]
     assert submitted == sorted(submitted)
+    # FIFO takes waiting requests in arrival order, and this cache never refuses one.
+    admitted = [r.first_scheduled_s for r in by_arrival]
+    assert admitted == sorted(admitted)
     wanted = {r.id: r.arrival_s for r in workload}
     assert all(r.arrival_s == pytest.approx(wanted[r.id] / replayed.rate_scale) for r in replayed.requests)
 
@@ -75,13 +80,13 @@ def test_the_fingerprint_brackets_the_replay(replayed: Replay) -> None:
     assert all(t > 0 for t in replayed.before.forward_s + replayed.after.forward_s)
 
 
-def test_a_request_longer_than_the_cache_is_refused_by_name(engine: RealEngine, workload: tuple[ReplayRequest, ...]) -> None:
+def test_a_request_longer_than_the_cache_is_refused_by_name(engine: RealEngine, workload: Workload) -> None:
     too_long = ReplayRequest(id=5, arrival_s=0.0, prompt_tokens=engine.cache_tokens, output_tokens=1)
     with pytest.raises(InputError, match=r"request 1 \(id 5\).*tokens of context"):
         check_replayable([workload[0], too_long], engine)
 
 
-def test_repeated_ids_are_refused(engine: RealEngine, workload: tuple[ReplayRequest, ...]) -> None:
+def test_repeated_ids_are_refused(engine: RealEngine, workload: Workload) -> None:
     with pytest.raises(InputError, match="repeats an id"):
         check_replayable([workload[0], workload[0]], engine)
 
