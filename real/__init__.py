@@ -1,4 +1,14 @@
-"""Drivers of real serving engines (the ladder's top rung for cluster hypotheses): Hugging Face
-transformers' continuous-batching engine on a random-weight Llama-architecture model, an open-loop
-load generator, a per-step trace of the engine's own loop, a step-speed fingerprint and a step-time
-profile written as a calibration table. Never imports infralab.sim or infralab.agent."""
+"""Drivers of real serving engines (the ladder's top rung for cluster hypotheses). Never imports
+infralab.sim or infralab.agent (tests/test_layering.py); docs/fidelity.md describes the engine.
+
+The parts, one module each:
+- `model_shape`: `ModelShape` (the simulator catalog's field names), `TINY`, `SMALL`.
+- `engine`: `EngineSettings`, `RealEngine` (transformers' continuous-batching manager on a
+  random-weight Llama, CPU; `submit`, `next_result`, `quiet`, `resolved`), `build_model`.
+- `step_trace`: `StepRecord`, `BatchShape`, `StepTrace`, `install_step_hooks` (every real step).
+- `step_shape`, `synthetic_step`: `StepShape`, `time_step` (one step of a chosen shape, timed).
+- `fingerprint`: `fingerprint`, `drift` (the step-speed reference taken around every run).
+- `load_generator`: `ReplayRequest`, `replay`, `warm_up`, `Replay`, `RequestTiming` (open loop).
+- `profile`: `ProfileGrid`, `profile`, `calibration_rows`, `write_profile` (calibration rows).
+- `step_work`: static flops and bytes of a step.
+"""
