@@ -13,7 +13,8 @@ vocabulary 32000, fp32) on transformers' continuous-batching engine (FIFO schedu
 
 writes OUT/profile.csv, OUT/replay.json (every request's token times and every engine step) and
 OUT/summary.json, and prints both tables. Torch runs one intra-op thread by default: on a 2-core
-machine shared with other work, two threads made the same step 3-10x slower and far noisier.
+machine shared with other work, two threads made the same step several times slower and far
+noisier.
 TTFT = first token - arrival, TPOT = (finish - first token) / (output - 1), E2E = finish - arrival,
 all from the engine's own token stamps (computed here until the shared metrics module exists).
 """
