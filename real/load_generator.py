@@ -147,8 +147,8 @@ def replay(engine: RealEngine, requests: Sequence[ReplayRequest], *, rate_scale:
     deadline = origin + timeout_s
     submitted: dict[int, float] = {}
     for request in order:
-        due = origin + request.arrival_s / rate_scale
-        while (wait := due - time.perf_counter()) > 0:
+        due = request.arrival_s / rate_scale  # relative to origin, compared as such: never submitted early
+        while (wait := due - (time.perf_counter() - origin)) > 0:
             time.sleep(wait)
         submitted[request.id] = time.perf_counter() - origin
         engine.submit(str(request.id), prompts[request.id], request.output_tokens)
