@@ -11,4 +11,5 @@ The parts, one module each:
 - `load_generator`: `ReplayRequest`, `replay`, `warm_up`, `Replay`, `RequestTiming` (open loop).
 - `profile`: `ProfileGrid`, `profile`, `calibration_rows`, `write_profile` (calibration rows).
 - `step_work`: static flops and bytes of a step.
+- `schedule_trace`: `schedule_without_forward` (the engine's exact schedule, no forward, no clock).
 """
