@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args
 
@@ -33,6 +34,7 @@ from infralab.field_types import (
     Seconds,
     Tokens,
 )
+from infralab.overrides import apply_overrides
 
 # Every field is strict and bounded (infralab.field_types; the limits are listed in docs/sim.md).
 Rate = Number(ge=MIN_RATE, le=MAX_RATE)  # requests per second
@@ -236,18 +238,27 @@ class SimConfig:
 # ---- loading ---------------------------------------------------------------------------------
 
 
-def load_config(path: str | Path) -> tuple[SimConfig, Path]:
+def load_config(path: str | Path, overrides: Sequence[str] = ()) -> tuple[SimConfig, Path]:
     """Read and validate a simulation config; returns it with the folder that relative paths in
     it (traces, model/accelerator/link TOMLs, calibration tables) resolve against.
 
+    `overrides`: `dotted.key=value` assignments (`--set`, infralab.overrides) applied to the file's
+    document before validation; relative paths they set resolve against the config's folder too.
     Every problem (syntax, unknown key, missing field, bad value, inconsistent values, missing
     referenced file) raises one InputError naming the file and the dotted field.
     """
     path = Path(path)
-    cfg = validate(SimConfig, load_toml(path), source=str(path))
+    doc = apply_overrides(load_toml(path), overrides, source="--set")
     base_dir = path.resolve().parent
-    check_config(cfg, source=str(path), base_dir=base_dir)
-    return cfg, base_dir
+    return config_from_doc(doc, str(path), base_dir), base_dir
+
+
+def config_from_doc(doc: dict[str, Any], source: str, base_dir: Path) -> SimConfig:
+    """Validate a parsed config document (`source` names it in errors; relative paths in it
+    resolve against `base_dir`) and run the cross-field checks."""
+    cfg = validate(SimConfig, doc, source=source)
+    check_config(cfg, source=source, base_dir=base_dir)
+    return cfg
 
 
 def resolve_path(value: str, base_dir: Path) -> Path:

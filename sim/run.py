@@ -23,7 +23,7 @@ import operator
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -179,11 +179,13 @@ def run_config_file(
     max_trace_events: int = DEFAULT_MAX_EVENTS,
     stdout: TextIO | None = None,
     timeline: bool = True,
+    overrides: Sequence[str] = (),
 ) -> RunSummary:
     """Run the config at `config_path`, print the summary table, write the results folder.
 
     Returns the summary (its `to_json()` is summary.json). `timeline=False` writes no trace.json
-    (and the run keeps no intervals or counter samples, see `simulate_config`). Bad input raises
+    (and the run keeps no intervals or counter samples, see `simulate_config`). `overrides`:
+    `dotted.key=value` assignments applied to the config before validation (`--set`). Bad input raises
     InputError before any folder is created; a failure mid-run leaves no folder behind.
 
     When the environment variable PHASES_ENV names a file, the wall-clock seconds of each phase
@@ -192,7 +194,7 @@ def run_config_file(
     """
     phases = _PhaseClock()
     config_path = Path(config_path)
-    cfg, base_dir = load_config(config_path)
+    cfg, base_dir = load_config(config_path, overrides)
     cfg = with_seed(cfg, seed)
     # Enter the output folder first: a folder that is not ours is refused before the (long) run.
     with atomic_output_dir(out_dir) as tmp:
