@@ -218,6 +218,14 @@ class SLOConfig:
 
 
 @dataclass(frozen=True, config=STRICT)
+class MetricsConfig:
+    """What the summary reports. `percentiles`: of every latency distribution (0..100, strictly
+    increasing; numpy's linear percentiles, as `vllm bench serve --metric-percentiles`)."""
+
+    percentiles: tuple[Number(ge=0.0, le=100.0), ...] = (50.0, 90.0, 99.0)
+
+
+@dataclass(frozen=True, config=STRICT)
 class RunConfig:
     name: str = "run"
     seed: Int(ge=0, le=2**63 - 1) = 0
@@ -233,6 +241,7 @@ class SimConfig:
     engine: EngineConfig = EngineConfig()
     cluster: ClusterConfig = ClusterConfig()
     slo: SLOConfig = SLOConfig()
+    metrics: MetricsConfig = MetricsConfig()
 
 
 # ---- loading ---------------------------------------------------------------------------------
@@ -296,6 +305,7 @@ def looks_like_path(value: Any) -> bool:
 
 def check_config(cfg: SimConfig, source: str, base_dir: Path) -> None:
     """Checks that span fields (ranges, referenced files), beyond what each field's type says."""
+    check_percentiles(cfg.metrics.percentiles, f"{source}: metrics.percentiles")
     lengths = []
     workload = cfg.workload
     if isinstance(workload, SyntheticWorkload):
@@ -325,6 +335,12 @@ def check_config(cfg: SimConfig, source: str, base_dir: Path) -> None:
     ):
         if looks_like_path(value):
             _require_file(value, base_dir, f"{source}: {where}", "spec TOML")
+
+
+def check_percentiles(qs: tuple[float, ...], where: str) -> None:
+    """Percentiles must be listed once each, in increasing order, and at least one."""
+    if not qs or any(b <= a for a, b in zip(qs, qs[1:])):
+        raise InputError(where, f"{list(qs)}", "a non-empty list of percentiles in strictly increasing order, e.g. [50, 90, 99]")
 
 
 # A floor on the bytes a run holds per request (its record, its place in the queues) besides its

@@ -208,7 +208,7 @@ def run_config_file(
             on_read=lambda: phases.lap("read"),
         )
         phases.lap("simulate")
-        summary = summarize(run, cfg.slo).with_run(run_facts(cfg, config_path))
+        summary = summarize(run, cfg.slo, cfg.metrics.percentiles).with_run(run_facts(cfg, config_path))
         phases.lap("summarise")
         write_results(tmp, config_path, run, summary, max_trace_events if timeline else None)
     phases.lap("write")
