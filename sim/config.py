@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args
 
-from pydantic import Field
+from pydantic import Field, TypeAdapter
 from pydantic.dataclasses import dataclass
 
 from infralab import locations
-from infralab.config_io import STRICT, load_toml, validate
+from infralab.config_io import STRICT, dump_toml, load_toml, validate
 from infralab.errors import InputError
 from infralab.field_types import (
     MAX_INSTANCES,
@@ -253,21 +253,138 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> tuple[SimCon
 
     `overrides`: `dotted.key=value` assignments (`--set`, infralab.overrides) applied to the file's
     document before validation; relative paths they set resolve against the config's folder too.
-    Every problem (syntax, unknown key, missing field, bad value, inconsistent values, missing
-    referenced file) raises one InputError naming the file and the dotted field.
+    Every problem (syntax, unknown key, missing field, bad value, a field the layout does not
+    read, inconsistent values, missing referenced file) raises one InputError naming the file and
+    the dotted field.
     """
     path = Path(path)
-    doc = apply_overrides(load_toml(path), overrides, source="--set")
     base_dir = path.resolve().parent
-    return config_from_doc(doc, str(path), base_dir), base_dir
+    return config_from_doc(config_doc(path, overrides), str(path), base_dir), base_dir
+
+
+def config_doc(path: str | Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The config file's document as written, with `overrides` applied (not yet validated)."""
+    return apply_overrides(load_toml(path), overrides, source="--set")
 
 
 def config_from_doc(doc: dict[str, Any], source: str, base_dir: Path) -> SimConfig:
     """Validate a parsed config document (`source` names it in errors; relative paths in it
-    resolve against `base_dir`) and run the cross-field checks."""
+    resolve against `base_dir`) and run the cross-field checks, the layout's fields included."""
     cfg = validate(SimConfig, doc, source=source)
+    check_layout_fields(doc, cfg, source)
     check_config(cfg, source=source, base_dir=base_dir)
     return cfg
+
+
+# ---- fields of one layout --------------------------------------------------------------------
+
+# The [cluster] fields that only one layout reads; written with the other layout they are errors
+# (a value that is silently ignored is a hidden default).
+LAYOUT_FIELDS: dict[str, tuple[str, ...]] = {
+    "colocated": ("instances",),
+    "disaggregated": ("prefill_instances", "decode_instances", "decode_router", "transfer"),
+}
+# [cluster.transfer] fields that only one transfer mode reads.
+TRANSFER_MODE_FIELDS: dict[str, tuple[str, ...]] = {"layerwise": ("layer_groups",)}
+
+
+def check_layout_fields(doc: dict[str, Any], cfg: SimConfig, source: str) -> None:
+    """InputError naming the first field `doc` (the config as written) sets that its layout (or its
+    transfer mode) does not read, e.g. `cluster.instances` in a disaggregated layout."""
+    cluster = doc.get("cluster", {})
+    layout = cfg.cluster.layout
+    for other, fields in LAYOUT_FIELDS.items():
+        for name in fields if other != layout else ():
+            if name in cluster:
+                raise InputError(
+                    f"{source}: cluster.{name}", f"does not apply to layout = {layout!r} (only {other!r} reads it)",
+                    f"no cluster.{name} with this layout: {_layout_hint(layout)}",
+                )
+    transfer = cluster.get("transfer", {}) if layout == "disaggregated" else {}
+    for mode, fields in TRANSFER_MODE_FIELDS.items():
+        for name in fields if mode != cfg.cluster.transfer.mode else ():
+            if name in transfer:
+                raise InputError(
+                    f"{source}: cluster.transfer.{name}",
+                    f"does not apply to transfer mode = {cfg.cluster.transfer.mode!r} (only {mode!r} reads it)",
+                    f"no cluster.transfer.{name} with this mode",
+                )
+
+
+def _layout_hint(layout: str) -> str:
+    return ", ".join(f"cluster.{name}" for name in LAYOUT_FIELDS[layout]) + " size and shape it"
+
+
+def applicable_fields(cfg: SimConfig) -> dict[str, Any]:
+    """The config as a plain document with only the fields its layout and transfer mode read
+    (every default filled in; None for an unset optional field)."""
+    doc = TypeAdapter(SimConfig).dump_python(cfg)
+    cluster = doc["cluster"]
+    for other, fields in LAYOUT_FIELDS.items():
+        for name in fields if other != cfg.cluster.layout else ():
+            cluster.pop(name, None)
+    if "transfer" in cluster:
+        for mode, fields in TRANSFER_MODE_FIELDS.items():
+            for name in fields if mode != cfg.cluster.transfer.mode else ():
+                cluster["transfer"].pop(name, None)
+    return doc
+
+
+def layout_defaults(doc: dict[str, Any], cfg: SimConfig) -> list[str]:
+    """The fields of the chosen layout that `doc` (the config as written) leaves to their
+    defaults, as "cluster.transfer.mode = 'after_prefill'" (empty for a colocated layout, whose
+    one field, `instances`, is plain)."""
+    if cfg.cluster.layout == "colocated":
+        return []
+    written = doc.get("cluster", {})
+    resolved = applicable_fields(cfg)["cluster"]
+    out = []
+    for name in LAYOUT_FIELDS[cfg.cluster.layout]:
+        if isinstance(resolved[name], dict):
+            inner = written.get(name, {})
+            out += [f"cluster.{name}.{k} = {v!r}" for k, v in resolved[name].items() if k not in inner]
+        elif name not in written:
+            out.append(f"cluster.{name} = {resolved[name]!r}")
+    return out
+
+
+def layout_defaults_note(doc: dict[str, Any], cfg: SimConfig) -> str | None:
+    """One line naming the layout's defaulted fields (`layout_defaults`), or None."""
+    defaults = layout_defaults(doc, cfg)
+    if not defaults:
+        return None
+    return (f"note: the {cfg.cluster.layout} layout uses defaults for fields the config does not set: "
+            f"{', '.join(defaults)} (docs/sim.md, \"Layouts\")")
+
+
+# ---- the resolved config -----------------------------------------------------------------------
+
+RESOLVED_HEADER = """\
+# The resolved config of this run: every field the simulator read, with defaults filled in and
+# --set overrides applied; fields the layout does not read are left out, and so are unset optional
+# fields. Relative paths of the original config are written as absolute paths (@data/ paths and
+# catalog names stay as written). `infralab sim run` accepts this file as is and runs the same.
+"""
+
+
+def resolved_config_text(cfg: SimConfig, base_dir: Path | None = None) -> str:
+    """`cfg` as TOML with every default filled in (RESOLVED_HEADER says what is left out);
+    reading it back gives `cfg` (with relative paths made absolute against `base_dir`, when given)."""
+    doc = applicable_fields(cfg)
+    if base_dir is not None:
+        _rebase_paths(doc, base_dir)
+    return RESOLVED_HEADER + "\n" + dump_toml(doc)
+
+
+def _rebase_paths(doc: dict[str, Any], base_dir: Path) -> None:
+    """Relative file paths in `doc` made absolute against `base_dir` (in place)."""
+    tables = [doc, doc["hardware"], doc["workload"], doc["cost"], doc["cluster"].get("transfer", {})]
+    tables += [doc["workload"][k] for k in ("prompt", "output") if isinstance(doc["workload"].get(k), dict)]
+    for table in tables:
+        for key in ("path", "model", "accelerator", "tp_link", "link", "calibration"):
+            value = table.get(key)
+            if looks_like_path(value) and not locations.is_data_path(value) and not Path(value).is_absolute():
+                table[key] = str(resolve_path(value, base_dir))
 
 
 def resolve_path(value: str, base_dir: Path) -> Path:

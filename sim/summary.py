@@ -217,9 +217,15 @@ class RunSummary:
     saturation: Saturation
     simulated_end_s: float
     run: Mapping[str, Any] | None = None
+    # What trace.json holds (events_total, events_written, max_events, truncated,
+    # truncated_after_s: `infralab.sim.timeline.write_trace`'s counts); None when none was written.
+    timeline: Mapping[str, Any] | None = None
 
     def with_run(self, facts: Mapping[str, Any]) -> RunSummary:
         return dataclasses.replace(self, run=dict(facts))
+
+    def with_timeline(self, facts: Mapping[str, Any]) -> RunSummary:
+        return dataclasses.replace(self, timeline=dict(facts))
 
     # ---- the one flattening ----------------------------------------------------------------
 
@@ -282,6 +288,8 @@ class RunSummary:
         }
         if self.run is not None:
             out["run"] = dict(self.run)
+        if self.timeline is not None:
+            out["timeline"] = dict(self.timeline)
         return out
 
     @classmethod
@@ -311,6 +319,7 @@ class RunSummary:
                 saturation=Saturation.from_json(data["saturation"]),
                 simulated_end_s=data["simulated_end_s"],
                 run=data.get("run"),
+                timeline=data.get("timeline"),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise InputError(source, f"not a run summary ({type(exc).__name__}: {exc})",

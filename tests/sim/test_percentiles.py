@@ -4,8 +4,8 @@ printed table and the flat metric names; the default stays p50/p90/p99."""
 from __future__ import annotations
 
 import io
-from array import array
 import json
+from array import array
 from pathlib import Path
 
 import numpy as np
