@@ -119,6 +119,8 @@ class TraceWorkload:
     end_s: PositiveSeconds | None = None
     max_requests: Int(gt=0, le=MAX_REQUESTS) | None = None  # truncation after windowing
     max_prompt_tokens: Tokens | None = None  # clip prompts (e.g. to the model's context)
+    # Closed loop: at most this many requests in flight (infralab.sim.concurrency_gate); None: open loop.
+    max_concurrency: Int(gt=0, le=MAX_REQUESTS) | None = None
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -128,6 +130,7 @@ class SyntheticWorkload:
     arrival: ArrivalSpec
     prompt: LengthSpec
     output: LengthSpec
+    max_concurrency: Int(gt=0, le=MAX_REQUESTS) | None = None  # closed loop, as in TraceWorkload
 
 
 WorkloadSpec = Annotated[Union[TraceWorkload, SyntheticWorkload], Field(discriminator="kind")]
