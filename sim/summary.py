@@ -57,11 +57,12 @@ def metric_names(*names: str) -> tuple[str, ...]:
 
 
 def percentile_key(q: float) -> str:
-    """The name of percentile `q` (0..100) in summaries and metric names: 90 -> "p90", 99.9 -> "p99.9"."""
-    return f"p{q:g}"
+    """The name of percentile `q` (0..100) in summaries and metric names: 90 -> "p90", 99.9 ->
+    "p99.9" (the shortest form that reads back as q, so two percentiles never share a name)."""
+    return f"p{int(q)}" if q == int(q) else f"p{q!r}"
 
 
-_PERCENTILE_KEY = re.compile(r"p\d+(\.\d+)?")
+_PERCENTILE_KEY = re.compile(r"p\d+(\.\d+)?(e-\d+)?")  # what percentile_key writes
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

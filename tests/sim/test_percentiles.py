@@ -10,13 +10,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from infralab.cli import main
 from infralab.errors import InputError
 from infralab.sim.config import SLOConfig, load_config
 from infralab.sim.metrics import distribution, print_summary, summarize
 from infralab.sim.records import RequestRecord, RunRecord
-from infralab.sim.summary import PERCENTILES, RunSummary
+from infralab.sim.summary import PERCENTILES, Distribution, RunSummary
 
 CONFIG = """\
 model = "llama-3-8b"
@@ -73,6 +75,13 @@ def test_the_summary_json_table_and_metric_names_follow_the_percentiles() -> Non
     print_summary(summary, file=buf)
     text = buf.getvalue()
     assert "P95 TTFT (ms):" in text and "P99.9 E2EL (ms):" in text and "P90 TTFT" not in text
+
+
+@given(st.lists(st.floats(min_value=0.0, max_value=100.0), min_size=1, max_size=6, unique=True).map(sorted))
+def test_percentile_names_are_distinct_and_read_back(qs: list[float]) -> None:
+    d = distribution(np.linspace(0.0, 1.0, 7), qs)
+    assert [float(k[1:]) for k in d.percentiles] == qs
+    assert Distribution.from_json(json.loads(json.dumps(d.to_json()))) == d
 
 
 def test_the_default_is_p50_p90_p99_and_the_same_summary_as_before() -> None:
