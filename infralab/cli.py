@@ -91,6 +91,11 @@ COMMANDS: tuple[Command, ...] = (
                 arg("config", metavar="CONFIG.toml", help="simulation config (see docs/sim.md)"),
                 arg("--out", required=True, metavar="DIR", help="results folder to write"),
                 arg("--seed", type=non_negative_int, default=None, help="override run.seed"),
+                arg("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config field before validation, e.g. --set cluster.instances=8 "
+                         "(dotted key, TOML value; repeatable, later wins; docs/sim.md)"),
+                arg("--percentiles", default=None, metavar="Q,...",
+                    help="latency percentiles to report, e.g. 50,90,99.9 (default: the config's metrics.percentiles, 50,90,99)"),
                 # The default cap is the timeline's (infralab.sim.timeline.DEFAULT_MAX_EVENTS); the
                 # handler fills it in so that this table imports nothing of the simulator.
                 arg("--max-trace-events", type=non_negative_int, default=None, metavar="N",

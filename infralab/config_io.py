@@ -7,6 +7,9 @@ the dotted field path and what was expected.
 
 from __future__ import annotations
 
+import math
+import re
+from collections.abc import Mapping
 from pathlib import Path
 from types import UnionType
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
@@ -156,3 +159,62 @@ def _describe(annotation: Any, metadata: list[Any]) -> str:
             if getattr(item, attr, None) is not None:
                 bounds.append(f"{sign} {getattr(item, attr)}")
     return words + (" " + " and ".join(bounds) if bounds else "")
+
+
+# ---- writing TOML ------------------------------------------------------------------------------
+
+_BARE_TOML_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _toml_string(text: str) -> str:
+    """A TOML basic string: quotes, backslashes and control characters escaped."""
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04X}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def _toml_key(key: str) -> str:
+    return key if _BARE_TOML_KEY.fullmatch(key) else _toml_string(key)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return {math.inf: "inf", -math.inf: "-inf"}.get(value, "nan")
+        return repr(value)  # shortest round-trip form, valid TOML ("0.7", "1e-06", "5.0")
+    if isinstance(value, str):
+        return _toml_string(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(f"no TOML form for {type(value).__name__}: {value!r}")
+
+
+def dump_toml(doc: Mapping[str, Any]) -> str:
+    """`doc` (nested dicts of str, int, float, bool and lists of them; None values are left out,
+    TOML has no null) as TOML text, keys in the dict's order: a table's plain keys first, then its
+    sub-tables as `[a.b]` sections. `tomllib.loads(dump_toml(d))` gives `d` back without its Nones."""
+    lines: list[str] = []
+
+    def table(node: Mapping[str, Any], path: tuple[str, ...]) -> None:
+        plain = [(k, v) for k, v in node.items() if v is not None and not isinstance(v, Mapping)]
+        subtables = [(k, v) for k, v in node.items() if isinstance(v, Mapping)]
+        if path and (plain or not subtables):
+            lines.append(("\n" if lines else "") + "[" + ".".join(_toml_key(p) for p in path) + "]")
+        lines.extend(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in plain)
+        for key, sub in subtables:
+            table(sub, (*path, key))
+
+    table(doc, ())
+    return "\n".join(lines) + "\n"

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import simpy
 
 from infralab.errors import InputError
+from infralab.sim.concurrency_gate import ConcurrencyGate, concurrency_gate
 from infralab.sim.config import EngineConfig, SimConfig
 from infralab.sim.engine.instance import Instance
 from infralab.sim.engine.request_state import Seq
@@ -82,6 +83,8 @@ def simulate(
         transfer = KVTransfer(env, cluster.transfer, cost, links, decode_pool, make_router(cluster.decode_router))
         front = [instance(name, i, "prefill", transfer) for i, name in enumerate(prefill_names)]
     record.resources["cluster"] = {"layout": cluster.layout, "kv_capacity_blocks_per_instance": capacity}
+    pools = [*front, *(decode_pool if cluster.layout == "disaggregated" else [])]
+    arrivals.gate = concurrency_gate(env, cfg.workload.max_concurrency, pools)  # closed loop, or None
 
     env.process(_arrivals(env, requests, records, make_router(cluster.router), front, arrivals))
     env.run()
@@ -99,13 +102,21 @@ def simulate(
 
 
 class _ArrivalClock:
-    """When the next request arrives (s); instances stop runs of quiet steps there."""
+    """When the next request arrives (s); instances stop runs of quiet steps there. With a
+    closed-loop `gate`, a request waits for a free slot too, and while it waits the next arrival
+    is a finish, not a known time."""
 
     def __init__(self) -> None:
         self.next = 0.0
+        self.gate: ConcurrencyGate | None = None
 
     def next_s(self) -> float:
         return self.next
+
+    def wait_for_slot(self, rec: RequestRecord):
+        if self.gate is not None:
+            self.next = math.inf
+            yield from self.gate.enter(rec)
 
 
 def _arrivals(
@@ -123,6 +134,7 @@ def _arrivals(
         clock.next = request.arrival_s
         if request.arrival_s > env.now:
             yield env.timeout(request.arrival_s - env.now)
+        yield from clock.wait_for_slot(rec)
         clock.next = requests[order[pos + 1]].arrival_s if pos + 1 < len(order) else math.inf
         target = router.choose(request, front)
         rec.prefill_instance = target.name

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args
 
-from pydantic import Field
+from pydantic import Field, TypeAdapter
 from pydantic.dataclasses import dataclass
 
 from infralab import locations
-from infralab.config_io import STRICT, load_toml, validate
+from infralab.config_io import STRICT, dump_toml, load_toml, validate
 from infralab.errors import InputError
 from infralab.field_types import (
     MAX_INSTANCES,
@@ -33,6 +34,7 @@ from infralab.field_types import (
     Seconds,
     Tokens,
 )
+from infralab.overrides import apply_overrides
 
 # Every field is strict and bounded (infralab.field_types; the limits are listed in docs/sim.md).
 Rate = Number(ge=MIN_RATE, le=MAX_RATE)  # requests per second
@@ -117,6 +119,8 @@ class TraceWorkload:
     end_s: PositiveSeconds | None = None
     max_requests: Int(gt=0, le=MAX_REQUESTS) | None = None  # truncation after windowing
     max_prompt_tokens: Tokens | None = None  # clip prompts (e.g. to the model's context)
+    # Closed loop: at most this many requests in flight (infralab.sim.concurrency_gate); None: open loop.
+    max_concurrency: Int(gt=0, le=MAX_REQUESTS) | None = None
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -126,6 +130,7 @@ class SyntheticWorkload:
     arrival: ArrivalSpec
     prompt: LengthSpec
     output: LengthSpec
+    max_concurrency: Int(gt=0, le=MAX_REQUESTS) | None = None  # closed loop, as in TraceWorkload
 
 
 WorkloadSpec = Annotated[Union[TraceWorkload, SyntheticWorkload], Field(discriminator="kind")]
@@ -216,6 +221,14 @@ class SLOConfig:
 
 
 @dataclass(frozen=True, config=STRICT)
+class MetricsConfig:
+    """What the summary reports. `percentiles`: of every latency distribution (0..100, strictly
+    increasing; numpy's linear percentiles, as `vllm bench serve --metric-percentiles`)."""
+
+    percentiles: tuple[Number(ge=0.0, le=100.0), ...] = (50.0, 90.0, 99.0)
+
+
+@dataclass(frozen=True, config=STRICT)
 class RunConfig:
     name: str = "run"
     seed: Int(ge=0, le=2**63 - 1) = 0
@@ -231,23 +244,150 @@ class SimConfig:
     engine: EngineConfig = EngineConfig()
     cluster: ClusterConfig = ClusterConfig()
     slo: SLOConfig = SLOConfig()
+    metrics: MetricsConfig = MetricsConfig()
 
 
 # ---- loading ---------------------------------------------------------------------------------
 
 
-def load_config(path: str | Path) -> tuple[SimConfig, Path]:
+def load_config(path: str | Path, overrides: Sequence[str] = ()) -> tuple[SimConfig, Path]:
     """Read and validate a simulation config; returns it with the folder that relative paths in
     it (traces, model/accelerator/link TOMLs, calibration tables) resolve against.
 
-    Every problem (syntax, unknown key, missing field, bad value, inconsistent values, missing
-    referenced file) raises one InputError naming the file and the dotted field.
+    `overrides`: `dotted.key=value` assignments (`--set`, infralab.overrides) applied to the file's
+    document before validation; relative paths they set resolve against the config's folder too.
+    Every problem (syntax, unknown key, missing field, bad value, a field the layout does not
+    read, inconsistent values, missing referenced file) raises one InputError naming the file and
+    the dotted field.
     """
     path = Path(path)
-    cfg = validate(SimConfig, load_toml(path), source=str(path))
     base_dir = path.resolve().parent
-    check_config(cfg, source=str(path), base_dir=base_dir)
-    return cfg, base_dir
+    return config_from_doc(config_doc(path, overrides), str(path), base_dir), base_dir
+
+
+def config_doc(path: str | Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The config file's document as written, with `overrides` applied (not yet validated)."""
+    return apply_overrides(load_toml(path), overrides, source="--set")
+
+
+def config_from_doc(doc: dict[str, Any], source: str, base_dir: Path) -> SimConfig:
+    """Validate a parsed config document (`source` names it in errors; relative paths in it
+    resolve against `base_dir`) and run the cross-field checks, the layout's fields included."""
+    cfg = validate(SimConfig, doc, source=source)
+    check_layout_fields(doc, cfg, source)
+    check_config(cfg, source=source, base_dir=base_dir)
+    return cfg
+
+
+# ---- fields of one layout --------------------------------------------------------------------
+
+# The [cluster] fields that only one layout reads; written with the other layout they are errors
+# (a value that is silently ignored is a hidden default).
+LAYOUT_FIELDS: dict[str, tuple[str, ...]] = {
+    "colocated": ("instances",),
+    "disaggregated": ("prefill_instances", "decode_instances", "decode_router", "transfer"),
+}
+# [cluster.transfer] fields that only one transfer mode reads.
+TRANSFER_MODE_FIELDS: dict[str, tuple[str, ...]] = {"layerwise": ("layer_groups",)}
+
+
+def check_layout_fields(doc: dict[str, Any], cfg: SimConfig, source: str) -> None:
+    """InputError naming the first field `doc` (the config as written) sets that its layout (or its
+    transfer mode) does not read, e.g. `cluster.instances` in a disaggregated layout."""
+    cluster = doc.get("cluster", {})
+    layout = cfg.cluster.layout
+    for other, fields in LAYOUT_FIELDS.items():
+        for name in fields if other != layout else ():
+            if name in cluster:
+                raise InputError(
+                    f"{source}: cluster.{name}", f"does not apply to layout = {layout!r} (only {other!r} reads it)",
+                    f"no cluster.{name} with this layout: {_layout_hint(layout)}",
+                )
+    transfer = cluster.get("transfer", {}) if layout == "disaggregated" else {}
+    for mode, fields in TRANSFER_MODE_FIELDS.items():
+        for name in fields if mode != cfg.cluster.transfer.mode else ():
+            if name in transfer:
+                raise InputError(
+                    f"{source}: cluster.transfer.{name}",
+                    f"does not apply to transfer mode = {cfg.cluster.transfer.mode!r} (only {mode!r} reads it)",
+                    f"no cluster.transfer.{name} with this mode",
+                )
+
+
+def _layout_hint(layout: str) -> str:
+    return ", ".join(f"cluster.{name}" for name in LAYOUT_FIELDS[layout]) + " size and shape it"
+
+
+def applicable_fields(cfg: SimConfig) -> dict[str, Any]:
+    """The config as a plain document with only the fields its layout and transfer mode read
+    (every default filled in; None for an unset optional field)."""
+    doc = TypeAdapter(SimConfig).dump_python(cfg)
+    cluster = doc["cluster"]
+    for other, fields in LAYOUT_FIELDS.items():
+        for name in fields if other != cfg.cluster.layout else ():
+            cluster.pop(name, None)
+    if "transfer" in cluster:
+        for mode, fields in TRANSFER_MODE_FIELDS.items():
+            for name in fields if mode != cfg.cluster.transfer.mode else ():
+                cluster["transfer"].pop(name, None)
+    return doc
+
+
+def layout_defaults(doc: dict[str, Any], cfg: SimConfig) -> list[str]:
+    """The fields of the chosen layout that `doc` (the config as written) leaves to their
+    defaults, as "cluster.transfer.mode = 'after_prefill'" (empty for a colocated layout, whose
+    one field, `instances`, is plain)."""
+    if cfg.cluster.layout == "colocated":
+        return []
+    written = doc.get("cluster", {})
+    resolved = applicable_fields(cfg)["cluster"]
+    out = []
+    for name in LAYOUT_FIELDS[cfg.cluster.layout]:
+        if isinstance(resolved[name], dict):
+            inner = written.get(name, {})
+            out += [f"cluster.{name}.{k} = {v!r}" for k, v in resolved[name].items() if k not in inner]
+        elif name not in written:
+            out.append(f"cluster.{name} = {resolved[name]!r}")
+    return out
+
+
+def layout_defaults_note(doc: dict[str, Any], cfg: SimConfig) -> str | None:
+    """One line naming the layout's defaulted fields (`layout_defaults`), or None."""
+    defaults = layout_defaults(doc, cfg)
+    if not defaults:
+        return None
+    return (f"note: the {cfg.cluster.layout} layout uses defaults for fields the config does not set: "
+            f"{', '.join(defaults)} (docs/sim.md, \"Layouts\")")
+
+
+# ---- the resolved config -----------------------------------------------------------------------
+
+RESOLVED_HEADER = """\
+# The resolved config of this run: every field the simulator read, with defaults filled in and
+# --set overrides applied; fields the layout does not read are left out, and so are unset optional
+# fields. Relative paths of the original config are written as absolute paths (@data/ paths and
+# catalog names stay as written). `infralab sim run` accepts this file as is and runs the same.
+"""
+
+
+def resolved_config_text(cfg: SimConfig, base_dir: Path | None = None) -> str:
+    """`cfg` as TOML with every default filled in (RESOLVED_HEADER says what is left out);
+    reading it back gives `cfg` (with relative paths made absolute against `base_dir`, when given)."""
+    doc = applicable_fields(cfg)
+    if base_dir is not None:
+        _rebase_paths(doc, base_dir)
+    return RESOLVED_HEADER + "\n" + dump_toml(doc)
+
+
+def _rebase_paths(doc: dict[str, Any], base_dir: Path) -> None:
+    """Relative file paths in `doc` made absolute against `base_dir` (in place)."""
+    tables = [doc, doc["hardware"], doc["workload"], doc["cost"], doc["cluster"].get("transfer", {})]
+    tables += [doc["workload"][k] for k in ("prompt", "output") if isinstance(doc["workload"].get(k), dict)]
+    for table in tables:
+        for key in ("path", "model", "accelerator", "tp_link", "link", "calibration"):
+            value = table.get(key)
+            if looks_like_path(value) and not locations.is_data_path(value) and not Path(value).is_absolute():
+                table[key] = str(resolve_path(value, base_dir))
 
 
 def resolve_path(value: str, base_dir: Path) -> Path:
@@ -285,6 +425,7 @@ def looks_like_path(value: Any) -> bool:
 
 def check_config(cfg: SimConfig, source: str, base_dir: Path) -> None:
     """Checks that span fields (ranges, referenced files), beyond what each field's type says."""
+    check_percentiles(cfg.metrics.percentiles, f"{source}: metrics.percentiles")
     lengths = []
     workload = cfg.workload
     if isinstance(workload, SyntheticWorkload):
@@ -314,6 +455,12 @@ def check_config(cfg: SimConfig, source: str, base_dir: Path) -> None:
     ):
         if looks_like_path(value):
             _require_file(value, base_dir, f"{source}: {where}", "spec TOML")
+
+
+def check_percentiles(qs: tuple[float, ...], where: str) -> None:
+    """Percentiles must be listed once each, in increasing order, and at least one."""
+    if not qs or any(b <= a for a, b in zip(qs, qs[1:])):
+        raise InputError(where, f"{list(qs)}", "a non-empty list of percentiles in strictly increasing order, e.g. [50, 90, 99]")
 
 
 # A floor on the bytes a run holds per request (its record, its place in the queues) besides its

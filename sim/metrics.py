@@ -46,6 +46,7 @@ from infralab.sim.summary import (
     RunSummary,
     Saturation,
     Throughput,
+    percentile_key,
 )
 
 # Saturation rule (see `saturation`): thresholds, chosen as round numbers, not fitted to any run.
@@ -98,25 +99,23 @@ def queueing_delay_s(req: RequestRecord) -> float:
     return delay
 
 
-def distribution(values: np.ndarray) -> Distribution:
-    """mean, median, std and p50/p90/p99 (numpy linear percentiles); None when empty."""
+def distribution(values: np.ndarray, qs: Sequence[float] = PERCENTILES) -> Distribution:
+    """mean, median, std and the percentiles `qs` (numpy linear percentiles); None when empty."""
     if len(values) == 0:
-        return Distribution(None, None, None, None, None, None)
-    percentiles = {f"p{p}": float(v) for p, v in zip(PERCENTILES, np.percentile(values, PERCENTILES))}
-    return Distribution(
-        mean=float(np.mean(values)), median=float(np.median(values)), std=float(np.std(values)), **percentiles
-    )
+        return Distribution.empty(qs)
+    percentiles = {percentile_key(q): float(v) for q, v in zip(qs, np.percentile(values, list(qs)))}
+    return Distribution(float(np.mean(values)), float(np.median(values)), float(np.std(values)), percentiles)
 
 
-def pooled_distribution(sample: PooledSample) -> Distribution:
+def pooled_distribution(sample: PooledSample, qs: Sequence[float] = PERCENTILES) -> Distribution:
     """`distribution` of a sample given in pooled form (infralab.sim.pooled_stats): the same bits
     as `distribution` of the expanded array, without holding it."""
     if sample.n == 0:
-        return Distribution(None, None, None, None, None, None)
+        return Distribution.empty(qs)
     mean = pooled_stats.mean(sample)
-    median, values = pooled_stats.median_and_percentiles(sample, PERCENTILES)
-    percentiles = dict(zip((f"p{p}" for p in PERCENTILES), values))
-    return Distribution(mean=mean, median=median, std=pooled_stats.std(sample, mean), **percentiles)
+    median, values = pooled_stats.median_and_percentiles(sample, tuple(qs))
+    percentiles = dict(zip((percentile_key(q) for q in qs), values))
+    return Distribution(mean, median, pooled_stats.std(sample, mean), percentiles)
 
 
 def itl_sample(done: Sequence[RequestRecord]) -> PooledSample:
@@ -295,9 +294,10 @@ def _column(records: Sequence[RequestRecord], name: str) -> np.ndarray:
     return np.fromiter((getattr(r, name) for r in records), dtype=float, count=len(records))
 
 
-def summarize(run: RunRecord, slo: SLOConfig) -> RunSummary:
+def summarize(run: RunRecord, slo: SLOConfig, percentiles: Sequence[float] = PERCENTILES) -> RunSummary:
     """The run's summary; times in seconds, throughputs per second (`RunSummary.to_json` is
-    summary.json)."""
+    summary.json); latency distributions at `percentiles` (0..100, increasing; a config's
+    `metrics.percentiles`)."""
     done = [r for r in run.requests if is_finished(r)]
     # `request_metrics` over arrays (the same float operations, without an object per request).
     arrivals = _column(done, "arrival_s")
@@ -329,11 +329,11 @@ def summarize(run: RunRecord, slo: SLOConfig) -> RunSummary:
         ),
         goodput=Goodput(per_s=per_s(good), good_requests=good, slo_ttft_s=slo.ttft_s, slo_tpot_s=slo.tpot_s),
         latency=Latencies(
-            ttft_s=distribution(ttft),
-            tpot_s=distribution(tpot),
-            itl_s=pooled_distribution(itl_sample(done)),
-            e2e_s=distribution(e2e),
-            queueing_delay_s=distribution(delays),
+            ttft_s=distribution(ttft, percentiles),
+            tpot_s=distribution(tpot, percentiles),
+            itl_s=pooled_distribution(itl_sample(done), percentiles),
+            e2e_s=distribution(e2e, percentiles),
+            queueing_delay_s=distribution(delays, percentiles),
         ),
         instances=instances,
         links=links,
@@ -378,8 +378,9 @@ def print_summary(summary: RunSummary, file: TextIO = sys.stdout) -> None:
         d = summary.latency.of(latency)
         line(f"Mean {short} (ms):", _ms(d.mean))
         line(f"Median {short} (ms):", _ms(d.median))
-        for p in PERCENTILES[1:]:  # P50 is the median, printed above
-            line(f"P{p} {short} (ms):", _ms(d.stat(f"p{p}")))
+        for key, value in d.percentiles.items():
+            if key != "p50":  # P50 is the median, printed above
+                line(f"P{key[1:]} {short} (ms):", _ms(value))
     rule("Resources")
     for track, stats in summary.instances.items():
         waiting = stats.counters.get("waiting")

@@ -6,8 +6,11 @@ The results folder holds:
   what was run;
 - requests.csv: one row per request, every `RequestRecord` field but the token times, plus the
   derived ttft_s, tpot_s, e2e_s (seconds; empty when not defined);
-- trace.json: the Perfetto timeline (`infralab.sim.timeline`);
-- config.toml: a byte copy of the input config.
+- trace.json: the Perfetto timeline (`infralab.sim.timeline`); summary.json's "timeline" says
+  what it holds (truncated or whole);
+- config.toml: a byte copy of the input config, as written;
+- resolved_config.toml: the config that ran, every default filled in and `--set` applied
+  (`infralab.sim.config.resolved_config_text`).
 It is written atomically (`infralab.results.atomic_output_dir`); the same config and seed give
 byte-identical files.
 """
@@ -23,7 +26,7 @@ import operator
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -31,13 +34,21 @@ from infralab.errors import InputError
 from infralab.results import atomic_output_dir, dump_json, pause_point
 from infralab.sim.calibration import CalibrationTable
 from infralab.sim.cluster import simulate
-from infralab.sim.config import SimConfig, load_config, looks_like_path, resolve_path
+from infralab.sim.config import (
+    SimConfig,
+    config_doc,
+    config_from_doc,
+    layout_defaults_note,
+    looks_like_path,
+    resolve_path,
+    resolved_config_text,
+)
 from infralab.sim.cost_model import CostModel
 from infralab.sim.metrics import is_finished, print_summary, request_metrics, summarize
 from infralab.sim.records import RequestRecord, RunRecord
 from infralab.sim.summary import RunSummary
 from infralab.sim.specs import load_accelerator, load_link, load_model
-from infralab.sim.timeline import DEFAULT_MAX_EVENTS, save_trace
+from infralab.sim.timeline import DEFAULT_MAX_EVENTS, SUMMARY_FACTS, save_trace, truncation_warning
 from infralab.sim.workloads import build_workload
 
 REQUEST_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord) if f.name != "token_times_s")
@@ -45,6 +56,7 @@ REQUEST_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord) if f.na
 # always has one form.
 _FLOAT_FIELDS = frozenset(f.name for f in dataclasses.fields(RequestRecord) if f.type in ("float", float))
 DERIVED_FIELDS = ("ttft_s", "tpot_s", "e2e_s")
+RESOLVED_CONFIG = "resolved_config.toml"
 
 
 def _load_spec(loader: Callable[..., Any], value: str, base_dir: Path, source: str, field: str) -> Any:
@@ -179,11 +191,13 @@ def run_config_file(
     max_trace_events: int = DEFAULT_MAX_EVENTS,
     stdout: TextIO | None = None,
     timeline: bool = True,
+    overrides: Sequence[str] = (),
 ) -> RunSummary:
     """Run the config at `config_path`, print the summary table, write the results folder.
 
     Returns the summary (its `to_json()` is summary.json). `timeline=False` writes no trace.json
-    (and the run keeps no intervals or counter samples, see `simulate_config`). Bad input raises
+    (and the run keeps no intervals or counter samples, see `simulate_config`). `overrides`:
+    `dotted.key=value` assignments applied to the config before validation (`--set`). Bad input raises
     InputError before any folder is created; a failure mid-run leaves no folder behind.
 
     When the environment variable PHASES_ENV names a file, the wall-clock seconds of each phase
@@ -192,8 +206,12 @@ def run_config_file(
     """
     phases = _PhaseClock()
     config_path = Path(config_path)
-    cfg, base_dir = load_config(config_path)
-    cfg = with_seed(cfg, seed)
+    base_dir = config_path.resolve().parent
+    doc = config_doc(config_path, overrides)
+    cfg = with_seed(config_from_doc(doc, str(config_path), base_dir), seed)
+    note = layout_defaults_note(doc, cfg)
+    if note is not None:  # printed once, before the run: the defaults a layout switch brings in
+        print(note, file=sys.stderr)
     # Enter the output folder first: a folder that is not ours is refused before the (long) run.
     with atomic_output_dir(out_dir) as tmp:
         pause_point("simulating")
@@ -206,11 +224,18 @@ def run_config_file(
             on_read=lambda: phases.lap("read"),
         )
         phases.lap("simulate")
-        summary = summarize(run, cfg.slo).with_run(run_facts(cfg, config_path))
+        summary = summarize(run, cfg.slo, cfg.metrics.percentiles).with_run(run_facts(cfg, config_path))
         phases.lap("summarise")
-        write_results(tmp, config_path, run, summary, max_trace_events if timeline else None)
+        summary = write_results(
+            tmp, config_path, run, summary, max_trace_events if timeline else None, resolved_config_text(cfg, base_dir)
+        )
     phases.lap("write")
-    print_summary(summary, file=stdout or sys.stdout)
+    out = stdout or sys.stdout
+    print_summary(summary, file=out)
+    warning = None if summary.timeline is None else truncation_warning(summary.timeline, run.end_s)
+    if warning is not None:
+        out.flush()  # the table first, then the warning, also when both go to one file
+        print(warning, file=sys.stderr)
     phases.save()
     return summary
 
@@ -255,13 +280,23 @@ def run_facts(cfg: SimConfig, config_path: Path) -> dict[str, Any]:
 
 
 def write_results(
-    folder: Path, config_path: Path, run: RunRecord, summary: RunSummary, max_trace_events: int | None
-) -> None:
-    """Write config.toml, summary.json, requests.csv and, unless `max_trace_events` is None,
-    trace.json into `folder`."""
+    folder: Path,
+    config_path: Path,
+    run: RunRecord,
+    summary: RunSummary,
+    max_trace_events: int | None,
+    resolved_config: str | None = None,
+) -> RunSummary:
+    """Write config.toml, resolved_config.toml (when given), requests.csv, unless
+    `max_trace_events` is None trace.json, and summary.json into `folder`; returns the summary as
+    written (with what the timeline holds)."""
     (folder / "config.toml").write_bytes(config_path.read_bytes())
-    dump_json(summary.to_json(), folder / "summary.json")
+    if resolved_config is not None:
+        (folder / RESOLVED_CONFIG).write_text(resolved_config, encoding="utf-8")
     pause_point("writing")  # a testing hook: a kill here leaves a half-written temporary folder
     write_requests_csv(run, folder / "requests.csv")
     if max_trace_events is not None:
-        save_trace(run, folder / "trace.json", max_events=max_trace_events, metadata={"run": summary.run})
+        meta = save_trace(run, folder / "trace.json", max_events=max_trace_events, metadata={"run": summary.run})
+        summary = summary.with_timeline({key: meta[key] for key in SUMMARY_FACTS})
+    dump_json(summary.to_json(), folder / "summary.json")
+    return summary

@@ -5,7 +5,8 @@ Metric names (`RunSummary.flat_metrics`), the one scheme that `infralab search`,
 validator, `infralab explain` and the reports use:
 - a time in seconds ends in `_s`: `duration_s`, and `<latency>_<stat>_s` for latency in
   LATENCIES (ttft, tpot, itl, e2e, queueing_delay) and stat in LATENCY_STATS (mean, p50, p90, p99),
-  e.g. `ttft_p90_s`, `tpot_mean_s`;
+  e.g. `ttft_p90_s`, `tpot_mean_s`; a run configured with other percentiles (`[metrics]
+  percentiles`) has the stats `mean` and `p<q>` for each of its percentiles q instead (`ttft_p99.9_s`);
 - a rate per second of run duration has no suffix: `goodput` (requests within the SLOs per
   second), `request_throughput` (req/s), `output_throughput` and `total_token_throughput` (tok/s);
 - counts: `completed`, `total_requests`; fractions: `max_instance_busy`, `max_link_busy` (busy
@@ -18,12 +19,13 @@ A statistic of an empty distribution (no finished request) is None.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from infralab.errors import InputError
 
-PERCENTILES = (50, 90, 99)
+PERCENTILES = (50, 90, 99)  # the default; a config may choose others (`[metrics] percentiles`)
 PERCENTILE_METHOD = "numpy.percentile, linear interpolation (as vllm bench serve)"
 LATENCIES = ("ttft", "tpot", "itl", "e2e", "queueing_delay")
 LATENCY_STATS = ("mean", "p50", "p90", "p99")
@@ -54,27 +56,45 @@ def metric_names(*names: str) -> tuple[str, ...]:
     return names
 
 
+def percentile_key(q: float) -> str:
+    """The name of percentile `q` (0..100) in summaries and metric names: 90 -> "p90", 99.9 ->
+    "p99.9" (the shortest form that reads back as q, so two percentiles never share a name)."""
+    return f"p{int(q)}" if q == int(q) else f"p{q!r}"
+
+
+_PERCENTILE_KEY = re.compile(r"p\d+(\.\d+)?(e-\d+)?")  # what percentile_key writes
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Distribution:
-    """Statistics of a sample of seconds; every field None when the sample is empty."""
+    """Statistics of a sample of seconds; every value None when the sample is empty.
+
+    `percentiles` maps `percentile_key(q)` to the q-th percentile for each configured q (by
+    default PERCENTILES), in increasing q."""
 
     mean: float | None
     median: float | None
     std: float | None
-    p50: float | None
-    p90: float | None
-    p99: float | None
+    percentiles: Mapping[str, float | None]
+
+    @classmethod
+    def empty(cls, qs: Sequence[float] = PERCENTILES) -> Distribution:
+        return cls(None, None, None, {percentile_key(q): None for q in qs})
 
     def stat(self, name: str) -> float | None:
-        """One of LATENCY_STATS (or median, std)."""
-        return getattr(self, name)
+        """mean, median, std or a computed percentile ("p90"); KeyError for one not computed."""
+        if name in ("mean", "median", "std"):
+            return getattr(self, name)
+        return self.percentiles[name]
 
     def to_json(self) -> dict[str, float | None]:
-        return dataclasses.asdict(self)
+        return {"mean": self.mean, "median": self.median, "std": self.std, **self.percentiles}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Distribution:
-        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)})
+        percentiles = {k: v for k, v in data.items() if _PERCENTILE_KEY.fullmatch(k)}
+        ordered = dict(sorted(percentiles.items(), key=lambda kv: float(kv[0][1:])))
+        return cls(data["mean"], data["median"], data["std"], ordered)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -198,9 +218,15 @@ class RunSummary:
     saturation: Saturation
     simulated_end_s: float
     run: Mapping[str, Any] | None = None
+    # What trace.json holds (events_total, events_written, max_events, truncated,
+    # truncated_after_s: `infralab.sim.timeline.write_trace`'s counts); None when none was written.
+    timeline: Mapping[str, Any] | None = None
 
     def with_run(self, facts: Mapping[str, Any]) -> RunSummary:
         return dataclasses.replace(self, run=dict(facts))
+
+    def with_timeline(self, facts: Mapping[str, Any]) -> RunSummary:
+        return dataclasses.replace(self, timeline=dict(facts))
 
     # ---- the one flattening ----------------------------------------------------------------
 
@@ -227,8 +253,9 @@ class RunSummary:
             out[name] = self.rate(name)
         for lat in LATENCIES:
             dist = self.latency.of(lat)
-            for stat in LATENCY_STATS:
-                out[f"{lat}_{stat}_s"] = dist.stat(stat)
+            out[f"{lat}_mean_s"] = dist.mean
+            for key, value in dist.percentiles.items():
+                out[f"{lat}_{key}_s"] = value
         out["max_instance_busy"] = max((s.busy_fraction for s in self.instances.values()), default=0.0)
         out["max_link_busy"] = max((s.busy_fraction for s in self.links.values()), default=0.0)
         for count, unit in ((instances, "instance"), (accelerators, "accelerator")):
@@ -262,6 +289,8 @@ class RunSummary:
         }
         if self.run is not None:
             out["run"] = dict(self.run)
+        if self.timeline is not None:
+            out["timeline"] = dict(self.timeline)
         return out
 
     @classmethod
@@ -291,6 +320,7 @@ class RunSummary:
                 saturation=Saturation.from_json(data["saturation"]),
                 simulated_end_s=data["simulated_end_s"],
                 run=data.get("run"),
+                timeline=data.get("timeline"),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise InputError(source, f"not a run summary ({type(exc).__name__}: {exc})",

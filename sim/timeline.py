@@ -8,8 +8,10 @@ Layout, generic over `Interval.track` (so tracks that other modules add, such as
   without nesting (concurrent flows on a link) cannot share a lane in the format, so they are spread
   over lanes "<track> #0", "#1", ... (the fewest lanes a greedy first-fit by start time gives);
 - its counters as "C" events, one series per counter name.
-Times are microseconds (the format's unit), printed with nanosecond resolution so output is
-byte-stable.
+Times are microseconds (the format's unit) written from whole nanoseconds: each event's start and
+end are rounded to the nanosecond once (`ns`) and its duration is their difference, so events that
+meet on a lane meet exactly and none partially overlaps another (Perfetto drops a complete event
+that does; `partial_overlaps` checks a written trace). Output is byte-stable.
 
 Big runs: at most `max_events` interval/counter events are written (DEFAULT_MAX_EVENTS = 150,000,
 about 30 MB with the engine's per-step details). When a run has more, the timeline keeps the earliest events by start time, i.e. the
@@ -24,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -32,12 +35,26 @@ import numpy as np
 from infralab.sim.records import CounterSample, Interval, RunRecord
 
 DEFAULT_MAX_EVENTS = 150_000
+# The counts of `write_trace`'s metadata that a run's summary records (RunSummary.timeline).
+SUMMARY_FACTS = ("events_total", "events_written", "max_events", "truncated", "truncated_after_s")
 
 
-def _us(t_s: float) -> str:
-    """Seconds as a JSON number of microseconds at nanosecond resolution (fixed format, so equal
+def ns(t_s: float) -> int:
+    """Seconds as whole nanoseconds (rounded to nearest). Every time in the trace goes through
+    this once: an event's duration is `ns(end) - ns(start)`, so an event that ends when the next
+    begins ends at exactly its start; rounding start and duration separately made such neighbours
+    overlap by 1 ns, and Perfetto drops a complete event that partially overlaps another on its
+    lane. Rounding is monotone, so two intervals that nest or do not overlap still do."""
+    return round(t_s * 1e9)
+
+
+def _us(t_ns: int) -> str:
+    """Whole nanoseconds as a JSON number of microseconds with three decimals (exact, so equal
     times always print the same bytes)."""
-    return "%.3f" % (t_s * 1e6)
+    if t_ns < 0:
+        return "-" + _us(-t_ns)
+    whole, frac = divmod(t_ns, 1000)
+    return f"{whole}.{frac:03d}"
 
 
 def _json_value(value: Any) -> str:
@@ -68,25 +85,26 @@ class _ArgsFormatter:
 
 
 def assign_lanes(intervals: list[Interval]) -> list[tuple[int, Interval]]:
-    """Place intervals on lanes so that, within a lane, any two either nest or do not overlap.
+    """Place intervals on lanes so that, within a lane, any two either nest or do not overlap, in
+    the whole nanoseconds the trace writes (`ns`).
 
     Returns (lane, interval) pairs sorted by (start, -end). First fit: each lane keeps a stack of the
     intervals still open at the current start time; an interval fits a lane if it ends within that
     lane's innermost open interval (it nests) or the lane has nothing open.
     """
-    ordered = sorted(intervals, key=lambda iv: (iv.start_s, -iv.end_s, iv.name))
-    stacks: list[list[float]] = []  # per lane: end times of open intervals, outermost first
+    spans = sorted(((ns(iv.start_s), ns(iv.end_s), iv) for iv in intervals), key=lambda x: (x[0], -x[1], x[2].name))
+    stacks: list[list[int]] = []  # per lane: end times (ns) of open intervals, outermost first
     placed: list[tuple[int, Interval]] = []
-    for iv in ordered:
+    for start, end, iv in spans:
         for lane, stack in enumerate(stacks):
-            while stack and stack[-1] <= iv.start_s:
+            while stack and stack[-1] <= start:
                 stack.pop()
-            if not stack or iv.end_s <= stack[-1]:
-                stack.append(iv.end_s)
+            if not stack or end <= stack[-1]:
+                stack.append(end)
                 placed.append((lane, iv))
                 break
         else:
-            stacks.append([iv.end_s])
+            stacks.append([end])
             placed.append((len(stacks) - 1, iv))
     return placed
 
@@ -156,9 +174,10 @@ def write_trace(
         # them: calling json.dumps per event dominated the time of writing big traces.
         for lane, iv in placed:
             args = f'"args":{args_json(iv.args)},' if iv.args else ""
+            start = ns(iv.start_s)
             out.write(
-                f',\n{{{args}"dur":{_us(iv.end_s - iv.start_s)},"name":{quoted(iv.name)},"ph":"X",'
-                f'"pid":{pid},"tid":{lane},"ts":{_us(iv.start_s)}}}'
+                f',\n{{{args}"dur":{_us(ns(iv.end_s) - start)},"name":{quoted(iv.name)},"ph":"X",'
+                f'"pid":{pid},"tid":{lane},"ts":{_us(start)}}}'
             )
         written += len(placed)
         mine = sorted(counters.get(track, []), key=lambda c: (c.name, c.t_s))
@@ -166,7 +185,7 @@ def write_trace(
             name = quoted(c.name)
             out.write(
                 f',\n{{"args":{{{name}:{_json_value(c.value)}}},"name":{name},"ph":"C",'
-                f'"pid":{pid},"ts":{_us(c.t_s)}}}'
+                f'"pid":{pid},"ts":{_us(ns(c.t_s))}}}'
             )
         written += len(mine)
 
@@ -193,3 +212,53 @@ def save_trace(
     """Write the timeline of `run` to `path` (see `write_trace`)."""
     with Path(path).open("w", encoding="utf-8") as handle:
         return write_trace(run, handle, max_events=max_events, metadata=metadata)
+
+
+def truncation_warning(facts: dict[str, Any], end_s: float) -> str | None:
+    """The line to print when a written timeline was cut at its event cap (None when whole)."""
+    if not facts["truncated"]:
+        return None
+    return (
+        f"warning: trace.json is truncated: it holds the earliest {facts['events_written']:,} of "
+        f"{facts['events_total']:,} timeline events (simulated time up to "
+        f"{facts['truncated_after_s']:.3f} s of {end_s:.3f} s); raise --max-trace-events to keep more"
+    )
+
+
+# ---- checking a written trace -------------------------------------------------------------------
+
+
+def _exact_ns(value: Any) -> int:
+    """A ts/dur value (microseconds) as whole nanoseconds; exact for a Decimal (`load_exact`)."""
+    if isinstance(value, Decimal):
+        return int((value * 1000).to_integral_value())
+    return round(value * 1000)
+
+
+def load_exact(path: str | Path) -> dict[str, Any]:
+    """A trace file parsed with its numbers as Decimals, so times compare exactly in ns."""
+    with Path(path).open(encoding="utf-8") as handle:
+        return json.load(handle, parse_float=Decimal)
+
+
+def partial_overlaps(trace: dict[str, Any]) -> list[tuple[tuple[int, int], dict[str, Any], dict[str, Any]]]:
+    """Pairs of complete ("X") events on one lane, (pid, tid), that overlap without nesting:
+    the events Perfetto would drop. Empty for every trace `write_trace` writes. Each item is
+    ((pid, tid), the earlier event, the later one)."""
+    lanes: dict[tuple[int, int], list[tuple[int, int, dict[str, Any]]]] = defaultdict(list)
+    for event in trace["traceEvents"]:
+        if event.get("ph") == "X":
+            start = _exact_ns(event["ts"])
+            lanes[(event["pid"], event.get("tid", 0))].append((start, start + _exact_ns(event["dur"]), event))
+    found = []
+    for lane, events in sorted(lanes.items()):
+        events.sort(key=lambda e: (e[0], -e[1]))
+        open_events: list[tuple[int, int, dict[str, Any]]] = []  # nested, outermost first
+        for start, end, event in events:
+            while open_events and open_events[-1][1] <= start:
+                open_events.pop()
+            if open_events and end > open_events[-1][1]:
+                found.append((lane, open_events[-1][2], event))
+                continue  # judged against its neighbour; not kept as an enclosing event
+            open_events.append((start, end, event))
+    return found

@@ -86,6 +86,8 @@ class Instance:
         self._run_ends: list[float] = []  # step ends of the run in progress (s)
         self._run_decode_seqs = 0
         self._last_counters: list[float] = [-1.0] * len(COUNTERS)
+        # Told when a request completes here (the closed-loop gate, infralab.sim.concurrency_gate).
+        self.on_finished: Callable[[Seq], None] | None = None
         record.resources[self.track] = {
             "kind": "instance",
             "role": role,
@@ -178,6 +180,8 @@ class Instance:
             if self.listener is not None:
                 for seq in result.handed_off:
                     self.listener.prefill_done(self, seq)
+            for seq in result.finished if self.on_finished is not None else ():
+                self.on_finished(seq)
             start = clock
 
     def _step_ends(self, plan: StepPlan, start: float, allows: Callable[[int], bool] | None) -> list[float]:

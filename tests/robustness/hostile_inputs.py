@@ -109,8 +109,9 @@ BASE_CONFIG: dict[str, Any] = {
     },
     "engine": {"max_num_seqs": 8, "max_batched_tokens": 256, "block_size": 16,
                "gpu_memory_utilization": 0.9, "prefix_cache": True, "prefix_block_tokens": 512},
-    "cluster": {"layout": "colocated", "instances": 1, "prefill_instances": 1, "decode_instances": 1,
-                "transfer": {"layer_groups": 4}},
+    # Only the colocated layout's fields: a field of the other layout is an error of its own (the
+    # bad values of those fields below are still caught first, by their type and range).
+    "cluster": {"layout": "colocated", "instances": 1},
     "slo": {"ttft_s": 2.0, "tpot_s": 0.1},
 }
 

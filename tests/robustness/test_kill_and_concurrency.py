@@ -115,7 +115,9 @@ def test_a_killed_run_keeps_the_earlier_result_and_the_next_run_cleans_up(tmp_pa
     run = Paused(tmp_path, out, phase)
     if phase == "writing":  # the paused run has a half-written temporary folder
         (tmp,) = [p for p in out.parent.glob(f".{out.name}.tmp-*")]
-        assert (tmp / "summary.json").exists() and not (tmp / "requests.csv").exists()
+        # (summary.json is written last, once trace.json says what the timeline holds)
+        assert (tmp / "config.toml").exists() and not (tmp / "requests.csv").exists()
+        assert not (tmp / "summary.json").exists()
     code, err = run.kill(signum)
     assert code == EXPECTED_EXIT[signum]
     assert snapshot(out) == before  # the earlier result, untouched

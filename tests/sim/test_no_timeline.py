@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -43,22 +44,26 @@ high = 40
 
 [cluster]
 layout = "{layout}"
-instances = 2
-prefill_instances = 2
-decode_instances = 1
+{sizes}
 router = "least_outstanding_tokens"
 """
+# The pool sizes of each layout (a field the layout does not read is an error).
+SIZES = {"colocated": "instances = 2", "disaggregated": "prefill_instances = 2\ndecode_instances = 1"}
 
 
 @pytest.mark.parametrize("layout", ["colocated", "disaggregated"])
 def test_no_timeline_writes_the_same_summary_and_requests(tmp_path: Path, layout: str, capsys):
     config = tmp_path / "run.toml"
-    config.write_text(CONFIG.format(layout=layout))
+    config.write_text(CONFIG.format(layout=layout, sizes=SIZES[layout]))
     with_timeline, without = tmp_path / "with", tmp_path / "without"
     assert main(["sim", "run", str(config), "--out", str(with_timeline)]) == 0
     assert main(["sim", "run", str(config), "--out", str(without), "--no-timeline"]) == 0
     assert (with_timeline / "trace.json").exists() and not (without / "trace.json").exists()
-    for name in ("summary.json", "requests.csv", "config.toml"):
+    for name in ("requests.csv", "config.toml", "resolved_config.toml"):
         assert (without / name).read_bytes() == (with_timeline / name).read_bytes()
+    # The same summary, but for what the timeline holds (only a run that wrote one says).
+    kept = json.loads((with_timeline / "summary.json").read_text())
+    assert kept.pop("timeline")["truncated"] is False
+    assert json.loads((without / "summary.json").read_text()) == kept
     printed = capsys.readouterr().out.split("=" * 50)
     assert printed[0].strip() == printed[1].strip()  # the same table twice

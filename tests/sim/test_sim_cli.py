@@ -46,18 +46,18 @@ high = 24
 
 [cluster]
 layout = "{layout}"
-instances = 2
-prefill_instances = 2
-decode_instances = 1
+{sizes}
 router = "least_outstanding_tokens"
 """
+# The pool sizes of each layout (a field the layout does not read is an error).
+SIZES = {"colocated": "instances = 2", "disaggregated": "prefill_instances = 2\ndecode_instances = 1"}
 
-FILES = ("config.toml", "requests.csv", "summary.json", "trace.json")
+FILES = ("config.toml", "requests.csv", "resolved_config.toml", "summary.json", "trace.json")
 
 
 def tiny_config(tmp_path: Path, layout: str = "colocated") -> Path:
     path = tmp_path / f"tiny_{layout}.toml"
-    path.write_text(TINY.format(layout=layout))
+    path.write_text(TINY.format(layout=layout, sizes=SIZES[layout]))
     return path
 
 
