@@ -153,11 +153,35 @@ class EfficiencyConfig:
 
 @dataclass(frozen=True, config=STRICT)
 class HostOverheadConfig:
-    """CPU-side costs that add to device time on the critical path."""
+    """CPU-side costs of a step (scheduling, input preparation, sampling, output processing).
+
+    `overlap` says how they meet the device's time: "sync" (vLLM v0, a step's host work runs
+    before and after its kernels) adds them, step = device + host; "async" (vLLM v1's and
+    SGLang's overlapped schedulers prepare step n+1 while step n runs) takes step =
+    max(device, host) + `async_residue_s`, the part that cannot overlap (the hand-over of the
+    sampled tokens). All default to 0: a run states its host costs; docs/sim.md gives figures
+    fitted on vLLM v0 on A100 (Vidur's cpu_overheads profile) for a run to use."""
 
     per_step_s: Seconds = 0.0  # scheduler + launch per engine iteration
-    per_request_s: Seconds = 0.0  # per sequence in a step's batch (input prep, sampling)
+    per_request_s: Seconds = 0.0  # per sequence in a step's batch (input prep, sampling, outputs)
     per_output_token_s: Seconds = 0.0  # detokenisation / streaming per generated token
+    overlap: Literal["sync", "async"] = "sync"
+    async_residue_s: Seconds = 0.0  # async only: added to max(device, host) per step
+
+
+@dataclass(frozen=True, config=STRICT)
+class RooflineExtrasConfig:
+    """What a plain roofline leaves out, used where no calibration row covers an operator.
+
+    Defaults are fitted on Vidur's A100 profiles of Llama-2-7B/70B (mlp.csv, attention.csv) by
+    `benchmarks/vidur_calibration_check.py`, and checked on Llama-3 and on H100 (docs/sim.md,
+    "Calibration from Vidur's profiles")."""
+
+    kernel_launch_s: Seconds = 4.0e-6  # the least time any one kernel takes (median of the smallest calls)
+    small_ops: Bool = True  # count per-layer norms, RoPE, activation and residual adds
+    small_ops_memory: Fraction = 0.48  # fraction of HBM bandwidth those elementwise kernels reach
+    decode_attention_floor_s: Seconds = 1.5e-5  # least time of one layer's decode attention
+    sampler: Bool = True  # count the sampler's pass over the logits
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -165,8 +189,11 @@ class CostConfig:
     dtype: Literal["bf16", "fp16", "fp8", "fp32"] = "bf16"  # weights and activations
     kv_dtype: Literal["bf16", "fp16", "fp8", "int8", "fp32"] = "bf16"
     efficiency: EfficiencyConfig = EfficiencyConfig()
+    extras: RooflineExtrasConfig = RooflineExtrasConfig()
     host: HostOverheadConfig = HostOverheadConfig()
     calibration: str | None = None  # CSV written by `infralab kernels bench` (docs/calibration.md)
+    # A folder of Vidur's public GPU profiles (or any folder under it), e.g. "@data/profiles/vidur"
+    vidur_profile: str | None = None
 
 
 # ---- engine and cluster ----------------------------------------------------------------------
@@ -272,6 +299,19 @@ def _require_file(value: str, base_dir: Path, where: str, what: str) -> None:
         )
 
 
+def _require_folder(value: str, base_dir: Path, where: str, what: str) -> None:
+    try:
+        resolved = resolve_path(value, base_dir)
+    except InputError as exc:  # an @data/ path with no shared data folder: blame the field too
+        raise InputError(where, f"{value}: {exc.where} {exc.problem}", exc.expected) from None
+    if not resolved.is_dir():
+        raise InputError(
+            where,
+            f"folder not found: {value} (resolved to {resolved})",
+            f"an existing {what} folder; relative paths resolve against the config's folder, @data/ paths against the shared data folder",
+        )
+
+
 # File suffixes that make a value a path even without a separator ("trace.jsonl", "h100.toml").
 PATH_SUFFIXES = (".toml", ".csv", ".jsonl", ".json")
 
@@ -306,6 +346,8 @@ def check_config(cfg: SimConfig, source: str, base_dir: Path) -> None:
         check_memory(workload, cfg.cluster, source)
     if cfg.cost.calibration is not None:
         _require_file(cfg.cost.calibration, base_dir, f"{source}: cost.calibration", "calibration CSV")
+    if cfg.cost.vidur_profile is not None:
+        _require_folder(cfg.cost.vidur_profile, base_dir, f"{source}: cost.vidur_profile", "Vidur profile")
     for where, value in (
         ("model", cfg.model),
         ("hardware.accelerator", cfg.hardware.accelerator),

@@ -19,15 +19,27 @@ efficiency)), computed for one TP rank (ranks run in lockstep). Operators (`Step
   flops are 2 x active expert parameters x tokens.
 - ``lm_head``: only for the sequences that emit a token this step (`output_tokens`).
 - ``tp_collectives``: two ring all-reduces of the hidden states per layer (after attention and after
-  the MLP/experts), plus a gather of the logits: 2(tp-1)/tp x bytes / (link bytes/s x collective
-  efficiency) + 2(tp-1) x link latency per all-reduce. Zero when tp = 1.
+  the MLP/experts), plus a gather of the logits. Per all-reduce: the link's measured curve when its
+  spec has one (`all_reduce_floor_s` + 2(tp-1)/tp x bytes / `all_reduce_bus_bandwidth`, fitted on
+  Vidur's NCCL profiles), else 2(tp-1)/tp x bytes / (link bytes/s x collective efficiency) +
+  2(tp-1) x link latency. Zero when tp = 1.
+- ``small_ops``: per layer two RMSNorms, RoPE (full-attention layers), the gated activation and
+  two residual adds: elementwise traffic at `extras.small_ops_memory` of HBM bandwidth, each kernel
+  at least `extras.kernel_launch_s` (5-23 % of a layer in Vidur's profiles).
+- ``sampler``: the pass over the logits of the tokens emitted (softmax and sampling read the FP32
+  logits twice and write probabilities once), at least one kernel launch.
+
+What a plain roofline misses (`RooflineExtrasConfig`, defaults fitted on Vidur's profiles): every
+kernel takes at least `kernel_launch_s` (a GEMM class of `count` per step at least count x that);
+decode attention takes at least `decode_attention_floor_s` per layer (few sequences leave most of
+the GPU idle); the small operators and the sampler above.
 
 Assumptions (stated, not hidden): operators run back to back on one stream (no overlap of compute,
-memory and communication); collectives are not overlapped with compute; embedding gathers,
-normalisations, activations, RoPE and residual adds are not counted (a few percent of a layer's
-traffic); MoE routing is uniform and experts are split across TP ranks (no expert parallelism);
+memory and communication); collectives are not overlapped with compute; embedding gathers are not
+counted; MoE routing is uniform and experts are split across TP ranks (no expert parallelism);
 KV heads are replicated when tp exceeds their number, and MLA's latent KV is replicated on every
-rank. The host is NOT overlapped with the device: total_s = device_s + host_s.
+rank. Host and device: `HostOverheadConfig.overlap` ("sync": total_s = device_s + host_s;
+"async": total_s = max(device_s, host_s) + async_residue_s).
 
 Efficiency defaults (`EfficiencyConfig`) and their basis: gemm 0.7 (large BF16 cuBLAS GEMMs on
 H100 reach ~650-750 of 989 dense TFLOP/s); attention 0.5 (FlashAttention-2 reaches ~50-70 % of peak
@@ -50,14 +62,24 @@ from infralab.sim.calibration import CalibrationRow, CalibrationTable, scale, sh
 from infralab.sim.config import CostConfig
 from infralab.sim.specs import DTYPE_BYTES, AcceleratorSpec, LinkSpec, ModelSpec
 
-OPS = ("dense_gemm", "attention", "linear_attention", "moe_experts", "lm_head", "tp_collectives")
+OPS = ("dense_gemm", "attention", "linear_attention", "moe_experts", "lm_head", "tp_collectives", "small_ops", "sampler")
 
 KDA_CHUNK = 64  # tokens per chunk of the chunked KDA prefill (flash-linear-attention's default)
 KDA_DECODE_FLOPS_PER_STATE_ELEMENT = 8  # decay, k.S, rank-1 update (3), q.S, per K x V element
 LOGITS_BYTES = 4  # logits are produced and gathered in FP32
+SMALL_OP_KERNELS = ("rms_norm", "residual_add", "rope", "silu_mul")  # calibration kernels of small_ops
+SAMPLER_LOGIT_PASSES = 3  # softmax reads the logits, sampling reads them again and writes probabilities
 
 # Calibration tables name dtypes a little differently from the cost config (docs/calibration.md).
 _TABLE_DTYPE = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8e4m3", "int8": "int8"}
+# BF16 and FP16 run at the same tensor-core and memory rate on A100/H100/H200 (datasheets): rows
+# of one stand in for the other (Vidur profiles in FP16, most runs are BF16).
+_SAME_RATE = {"bf16": ("bf16", "fp16"), "fp16": ("fp16", "bf16")}
+
+
+def _table_dtypes(dtype: str) -> tuple[str, ...]:
+    """Table dtypes whose rows time `dtype` (a cost-config dtype), preferred first."""
+    return _SAME_RATE.get(dtype, (_TABLE_DTYPE[dtype],))
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,12 +181,16 @@ class CostModel:
         self._state_peak = accel.peak("fp32") if model.num_linear_attention_layers else 0.0
         self._state_rate = self._state_peak * eff.attention
         self._mem_rate = accel.hbm_bandwidth * eff.memory
+        extras = cfg.extras
+        self._launch = extras.kernel_launch_s
+        self._small_rate = accel.hbm_bandwidth * extras.small_ops_memory
         self._geometry()
         self._decode_coeffs = self._decode_attention_coeffs()
         self._dense_gemms = self._build_dense_gemms()
         self._dense_cache: dict[int, float] = {}
         self._moe_cache: dict[int, float] = {}
-        self._lm_cache: dict[int, float] = {}
+        self._lm_cache: dict[int, tuple[float, float]] = {}  # (lm_head, sampler) by output tokens
+        self._small_cache: dict[int, float] = {}
         self._decode_host_cache: dict[int, float] = {}  # decode-only steps: host seconds by seqs
         self._calibrated = _Calibration(self) if calibration is not None else None
 
@@ -251,8 +277,10 @@ class CostModel:
     def calibrated_ops(self) -> frozenset[str]:
         """Operators (names of `StepCost.by_op`) whose time comes, at least in part, from the
         calibration table: dense_gemm, moe_experts and lm_head from `matmul` (`w8a8_matmul` for fp8)
-        rows; attention (decode) from `paged_decode_attention`; linear_attention (decode) from
-        `kda_decode`. Prefill attention and KDA prefill always use the roofline."""
+        rows; attention from `paged_decode_attention` (decode) and `prefill_attention` (prefill);
+        linear_attention (decode) from `kda_decode`; small_ops from `rms_norm`, `residual_add`,
+        `rope`, `silu_mul`; tp_collectives (the all-reduces) from `all_reduce`. KDA prefill and
+        the sampler always use the roofline."""
         return self._calibrated.ops if self._calibrated is not None else frozenset()
 
     def kv_bytes_per_token(self) -> int:
@@ -305,7 +333,7 @@ class CostModel:
         ops = self._op_times(work)
         device = sum(ops)
         host = self._host_s(work)
-        return StepCost(device_s=device, host_s=host, total_s=device + host, by_op=dict(zip(OPS, ops)))
+        return StepCost(device_s=device, host_s=host, total_s=self._with_host(device, host), by_op=dict(zip(OPS, ops)))
 
     def decode_step_s(self, seqs: int, context_tokens: int) -> float:
         """Seconds of a decode-only step: `step(StepWork.decode(seqs, context_tokens)).total_s`.
@@ -317,9 +345,15 @@ class CostModel:
         host = self._decode_host_cache.get(seqs)
         if host is None:
             host = self._decode_host_cache[seqs] = self._host_s(work)
-        return sum(self._op_times(work)) + host
+        return self._with_host(sum(self._op_times(work)), host)
 
-    def _op_times(self, work: StepWork) -> tuple[float, float, float, float, float, float]:
+    def _with_host(self, device: float, host: float) -> float:
+        """A step's seconds from its device and host seconds (`HostOverheadConfig.overlap`)."""
+        if self.cfg.host.overlap == "async":
+            return max(device, host) + self.cfg.host.async_residue_s
+        return device + host
+
+    def _op_times(self, work: StepWork) -> tuple[float, float, float, float, float, float, float, float]:
         """Seconds (one rank) of each operator of OPS, in that order: the one place that says
         what a step's device time is made of. Terms that depend only on token counts are memoised."""
         tokens = work.prefill_tokens + work.decode_seqs
@@ -329,16 +363,22 @@ class CostModel:
         moe = self._moe_cache.get(tokens)
         if moe is None:
             moe = self._moe_cache[tokens] = self._moe_time(tokens)
-        lm = self._lm_cache.get(work.output_tokens)
+        outputs = work.output_tokens
+        lm = self._lm_cache.get(outputs)
         if lm is None:
-            lm = self._lm_cache[work.output_tokens] = self._lm_head_time(work.output_tokens)
+            lm = self._lm_cache[outputs] = (self._lm_head_time(outputs), self._sampler_time(outputs))
+        small = self._small_cache.get(tokens)
+        if small is None:
+            small = self._small_cache[tokens] = self._small_ops_time(tokens)
         return (
             dense,
             self._attention_time(work),
             self._linear_attention_time(work),
             moe,
-            lm,
-            self._collective_time(tokens, work.output_tokens),
+            lm[0],
+            self._collective_time(tokens, outputs),
+            small,
+            lm[1],
         )
 
     def _host_s(self, work: StepWork) -> float:
@@ -363,7 +403,8 @@ class CostModel:
         return flops, nbytes
 
     def _gemm_roofline(self, g: _Gemm, m: int) -> float:
-        return self._roofline(*self._gemm_work(g, m), self._gemm_rate)
+        """The class's GEMMs at the roofline, each at least one kernel launch."""
+        return max(self._roofline(*self._gemm_work(g, m), self._gemm_rate), g.count * self._launch)
 
     def _gemm_ideal(self, g: _Gemm, m: int) -> float:
         """The same GEMMs at 100 % of peak: the floor no measurement can beat."""
@@ -404,7 +445,9 @@ class CostModel:
             if up is not None and down is not None:
                 ideal = self._moe_layer(tokens, touched, self._peak, self.accel.hbm_bandwidth)
                 return m.num_moe_layers * max(touched * (up + down), ideal)
-        return m.num_moe_layers * self._moe_layer(tokens, touched, self._gemm_rate, self._mem_rate)
+        # grouped expert GEMMs: up and down, at least a launch each
+        layer = max(self._moe_layer(tokens, touched, self._gemm_rate, self._mem_rate), 2 * self._launch)
+        return m.num_moe_layers * layer
 
     def _moe_layer(self, tokens: int, touched: float, flop_rate: float, byte_rate: float) -> float:
         m = self.model
@@ -423,23 +466,80 @@ class CostModel:
         nbytes = vocab * h * self._lm_width + rows * (h * self._act_width + vocab * LOGITS_BYTES)
         if measured is not None:
             return max(measured, flops / self._peak, nbytes / self.accel.hbm_bandwidth)
-        return self._roofline(flops, nbytes, self._gemm_rate)
+        return max(self._roofline(flops, nbytes, self._gemm_rate), self._launch)
+
+    def _sampler_time(self, rows: int) -> float:
+        """The sampler's passes over the FP32 logits of `rows` emitted tokens (whole vocabulary:
+        the logits are gathered before sampling), at least one launch."""
+        if rows == 0 or not self.cfg.extras.sampler:
+            return 0.0
+        nbytes = rows * self.model.vocab_size * LOGITS_BYTES * SAMPLER_LOGIT_PASSES
+        return max(nbytes / self._mem_rate, self._launch)
+
+    def _small_ops_time(self, tokens: int) -> float:
+        """Per-layer elementwise kernels over `tokens` (see the module docstring): calibrated rows
+        where a table has them, else their traffic at `small_ops_memory` of HBM bandwidth, each
+        at least one launch."""
+        if tokens == 0 or not self.cfg.extras.small_ops:
+            return 0.0
+        total = 0.0
+        for kernel, shape, elements, count in self._small_op_kernels(tokens):
+            measured = self._calibrated.small_op(kernel, shape) if self._calibrated else None
+            if measured is None:
+                measured = max(elements * self._act_width / self._small_rate, self._launch)
+            total += count * measured
+        return total
+
+    def _small_op_kernels(self, tokens: int) -> list[tuple[str, dict[str, int], float, int]]:
+        """(kernel, shape on one rank, elements read + written, calls per step) of each small op."""
+        m, h, t = self.model, self.model.hidden_size, tokens
+        layers = m.num_layers
+        ops: list[tuple[str, dict[str, int], float, int]] = [
+            ("rms_norm", {"T": t, "D": h}, 2.0 * t * h, 2 * layers),
+            ("residual_add", {"T": t, "D": h}, 3.0 * t * h, 2 * layers),
+        ]
+        if self._full_layers:
+            shape = {"T": t, "H": self._heads, "HKV": self._kv_heads, "D": self._qk_dim}
+            elements = 2.0 * t * (self._heads + self._kv_heads) * self._qk_dim
+            ops.append(("rope", shape, elements, self._full_layers))
+        if m.num_dense_mlp_layers:
+            width = m.intermediate_size // self.tp
+            ops.append(("silu_mul", {"T": t, "D": width}, 3.0 * t * width, m.num_dense_mlp_layers))
+        if m.num_moe_layers:  # every routed (and shared) expert's activation, one grouped kernel
+            width = m.moe_intermediate_size // self.tp
+            rows = t * (m.experts_per_token + m.num_shared_experts)
+            ops.append(("silu_mul", {"T": rows, "D": width}, 3.0 * rows * width, m.num_moe_layers))
+        return ops
 
     def _attention_time(self, work: StepWork) -> float:
         if self._full_layers == 0:
             return 0.0
         total = 0.0
         if work.prefill_tokens:
-            flops, nbytes = self._prefill_attention_work(work)
-            total += self._full_layers * self._roofline(flops, nbytes, self._attn_rate)
+            total += self._prefill_attention_time(work)
         if work.decode_seqs:
             seqs, context = work.decode_seqs, work.decode_context_tokens
-            if self._calibrated is not None and "attention" in self._calibrated.ops:
+            if self._calibrated is not None and self._calibrated.decode_covered:
                 total += self._calibrated_decode_attention(seqs, context)
             else:  # the roofline with per-token coefficients folded in (hot path)
                 c = self._decode_coeffs
-                total += max(context * c[0], context * c[1] + seqs * c[2])
+                total += max(context * c[0], context * c[1] + seqs * c[2], self._decode_floor)
         return total
+
+    def _prefill_attention_time(self, work: StepWork) -> float:
+        """All full layers' prefill attention. A table's `prefill_attention` rows time one
+        sequence's chunk; a step with several prefill chunks is timed as that many chunks of
+        their mean size (new tokens and context)."""
+        flops, nbytes = self._prefill_attention_work(work)
+        seqs = work.prefill_seqs
+        measured = None
+        if self._calibrated is not None and seqs:
+            new = max(1, round(work.prefill_tokens / seqs))
+            measured = self._calibrated.prefill_attention(new, max(new, round(work.prefill_context_tokens / seqs)))
+        if measured is not None:
+            ideal = max(flops / self._peak, nbytes / self.accel.hbm_bandwidth)
+            return self._full_layers * max(seqs * measured, ideal)
+        return self._full_layers * max(self._roofline(flops, nbytes, self._attn_rate), self._launch)
 
     def _prefill_attention_work(self, work: StepWork) -> tuple[float, float]:
         """(flops, bytes) of one full-attention layer's prefill attention on one rank."""
@@ -468,6 +568,7 @@ class CostModel:
         traffic and per sequence of memory traffic: decode attention = max(c0*ctx, c1*ctx + c2*seqs)."""
         flops, per_context, per_seq = self._decode_attention_terms()
         layers = self._full_layers
+        self._decode_floor = layers * self.cfg.extras.decode_attention_floor_s
         return (
             layers * flops / self._attn_rate,
             layers * per_context / self._mem_rate,
@@ -478,7 +579,7 @@ class CostModel:
         flops, nbytes = self._decode_attention_work(seqs, context)
         measured = self._calibrated.decode_attention(seqs, context) if self._calibrated else None
         if measured is None:
-            return self._full_layers * self._roofline(flops, nbytes, self._attn_rate)
+            return max(self._full_layers * self._roofline(flops, nbytes, self._attn_rate), self._decode_floor)
         ideal = max(flops / self._peak, nbytes / self.accel.hbm_bandwidth)
         return self._full_layers * max(measured, ideal)
 
@@ -507,6 +608,16 @@ class CostModel:
                 total += self._linear_layers * max(flops / self._state_rate, nbytes / self._mem_rate)
         return total
 
+    def _all_reduce(self, payload: float) -> float:
+        """Seconds of one ring all-reduce of `payload` bytes over the TP link (module docstring)."""
+        tp, link = self.tp, self.tp_link
+        assert link is not None
+        moved = 2.0 * (tp - 1) / tp * payload
+        if link.all_reduce_bus_bandwidth is not None:
+            floor = link.all_reduce_floor_s if link.all_reduce_floor_s is not None else 2 * (tp - 1) * link.latency
+            return floor + moved / link.all_reduce_bus_bandwidth
+        return moved / (link.bandwidth * self.cfg.efficiency.collective) + 2 * (tp - 1) * link.latency
+
     def _collective_time(self, tokens: int, output_tokens: int) -> float:
         tp = self.tp
         if tp == 1 or (tokens == 0 and output_tokens == 0):
@@ -517,8 +628,8 @@ class CostModel:
         total = 0.0
         if tokens:
             payload = tokens * self.model.hidden_size * self._act_width
-            all_reduce = 2.0 * (tp - 1) / tp * payload / rate + 2 * (tp - 1) * link.latency
-            total += 2 * self.model.num_layers * all_reduce
+            measured = self._calibrated.all_reduce(tp, payload) if self._calibrated else None
+            total += 2 * self.model.num_layers * (measured if measured is not None else self._all_reduce(payload))
         if output_tokens:  # vocab-parallel LM head: gather the logit shards
             payload = output_tokens * self.model.vocab_size * LOGITS_BYTES
             total += (tp - 1) / tp * payload / rate + (tp - 1) * link.latency
@@ -571,6 +682,9 @@ class _CalibratedKernel:
         measured = self.table.exact(self.kernel, self.dtype, self.device, key)
         if measured is not None:
             return measured
+        measured = self.table.along_line(self.kernel, self.dtype, self.device, shape, self.peaks)
+        if measured is not None:
+            return measured
         bucket = tuple((name, _bucket(value)) for name, value in key)
         rows = self._nearest.get(bucket)
         if rows is None:
@@ -588,21 +702,31 @@ class _Calibration:
         assert table is not None
         device, bw = accel.calibration_device, accel.hbm_bandwidth
         self._cost = cost
+        peaks = (cost._peak, bw)
         if cfg.dtype == "fp8":
             # W8A8 tables may be INT8 (same tensor-core rate as FP8 on Hopper): used as a stand-in.
-            self._matmul = _CalibratedKernel(table, "w8a8_matmul", ("fp8e4m3", "int8"), device, (cost._peak, bw))
+            self._matmul = _CalibratedKernel(table, "w8a8_matmul", ("fp8e4m3", "int8"), device, peaks)
         else:
-            self._matmul = _CalibratedKernel(table, "matmul", (_TABLE_DTYPE[cfg.dtype],), device, (cost._peak, bw))
-        kv_dtypes = (_TABLE_DTYPE[cfg.kv_dtype], _TABLE_DTYPE[cfg.dtype])
-        self._attention = _CalibratedKernel(table, "paged_decode_attention", kv_dtypes, device, (cost._peak, bw))
+            self._matmul = _CalibratedKernel(table, "matmul", _table_dtypes(cfg.dtype), device, peaks)
+        kv_dtypes = (*_table_dtypes(cfg.kv_dtype), *_table_dtypes(cfg.dtype))
+        self._attention = _CalibratedKernel(table, "paged_decode_attention", kv_dtypes, device, peaks)
+        self._prefill = _CalibratedKernel(table, "prefill_attention", kv_dtypes, device, peaks)
+        act_dtypes = _table_dtypes("fp32" if cfg.dtype == "fp32" else "bf16")
+        self._small = {k: _CalibratedKernel(table, k, act_dtypes, device, peaks) for k in SMALL_OP_KERNELS}
+        self._all_reduce = _CalibratedKernel(table, "all_reduce", act_dtypes, device, peaks)
         # The KDA decode kernel keeps its state and arithmetic in FP32.
         self._kda = _CalibratedKernel(table, "kda_decode", ("fp32", _TABLE_DTYPE[cfg.dtype]), device,
                                       (cost._state_peak, bw))
         ops = set()
         if self._matmul.active:
             ops |= {"dense_gemm", "lm_head"} | ({"moe_experts"} if cost.model.is_moe else set())
-        if self._attention.active and cost._full_layers:
+        self.decode_covered = self._attention.active and bool(cost._full_layers)
+        if (self.decode_covered or self._prefill.active) and cost._full_layers:
             ops.add("attention")
+        if any(kernel.active for kernel in self._small.values()) and cost.cfg.extras.small_ops:
+            ops.add("small_ops")
+        if self._all_reduce.active and cost.tp > 1:
+            ops.add("tp_collectives")
         if self._kda.active and cost._linear_layers:
             ops.add("linear_attention")
         self.ops = frozenset(ops)
@@ -622,6 +746,22 @@ class _Calibration:
             "T": max(1, math.ceil(context / seqs)),
         }
         return self._attention.time(shape)
+
+    def prefill_attention(self, new: int, context: int) -> float | None:
+        """Seconds of one layer's prefill attention of one chunk of `new` tokens whose sequence
+        holds `context` tokens after it (cached + new)."""
+        cost = self._cost
+        shape = {"Q": new, "T": context, "H": cost._heads, "HKV": cost._kv_heads, "D": cost._kv_dim}
+        return self._prefill.time(shape)
+
+    def small_op(self, kernel: str, shape: dict[str, int]) -> float | None:
+        """Seconds of one call of a per-layer elementwise kernel (SMALL_OP_KERNELS)."""
+        return self._small[kernel].time(shape)
+
+    def all_reduce(self, ranks: int, payload_bytes: float) -> float | None:
+        """Seconds of one all-reduce of `payload_bytes` over `ranks` ranks (rows count elements
+        of 2 bytes)."""
+        return self._all_reduce.time({"W": ranks, "N": max(1, round(payload_bytes / 2))})
 
     def kda_decode(self, seqs: int) -> float | None:
         """Seconds of one layer's KDA decode step over `seqs` sequences."""

@@ -29,7 +29,7 @@ from typing import Any, TextIO
 
 from infralab.errors import InputError
 from infralab.results import atomic_output_dir, dump_json, pause_point
-from infralab.sim.calibration import CalibrationTable
+from infralab.sim.calibration import load_calibration
 from infralab.sim.cluster import simulate
 from infralab.sim.config import SimConfig, load_config, looks_like_path, resolve_path
 from infralab.sim.cost_model import CostModel
@@ -118,9 +118,9 @@ def prepare_run(cfg: SimConfig, base_dir: Path, source: str = "<config>") -> Pre
         )
     with _config_fields_of(source):
         requests = build_workload(cfg.workload, base_dir, cfg.run.seed, model.context_length)
-        calibration = None
-        if cfg.cost.calibration is not None:
-            calibration = CalibrationTable.load(resolve_path(cfg.cost.calibration, base_dir))
+        calibration = load_calibration(
+            *(None if value is None else resolve_path(value, base_dir) for value in (cfg.cost.calibration, cfg.cost.vidur_profile))
+        )
         cost = CostModel(model, accel, cfg.cost, tp=cfg.hardware.tp, tp_link=tp_link, calibration=calibration)
     return PreparedRun(cfg, requests, cost, transfer_link)
 

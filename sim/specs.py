@@ -89,11 +89,18 @@ class AcceleratorSpec:
 @dataclass(frozen=True, config=STRICT)
 class LinkSpec:
     """A point-to-point link: `bandwidth` in bytes/s per direction, `latency` in seconds per
-    message (the fixed cost a transfer or one collective step pays before bytes flow)."""
+    message (the fixed cost a transfer or one collective step pays before bytes flow), and
+    optionally a measured all-reduce curve."""
 
     name: str
     bandwidth: BytesPerSecond
     latency: Number(ge=0.0, le=60.0)
+    # A measured all-reduce curve over this interconnect (e.g. fitted on NCCL profiles): seconds of
+    # the smallest messages, and the bus bandwidth (bytes/s moved per rank, 2(n-1)/n x payload,
+    # per second) of large ones. Without them the cost model uses `bandwidth` x collective
+    # efficiency and `latency` per ring step.
+    all_reduce_floor_s: Number(ge=0.0, le=60.0) | None = None
+    all_reduce_bus_bandwidth: BytesPerSecond | None = None
     source: str = ""
     notes: str = ""
 
