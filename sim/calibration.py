@@ -9,9 +9,9 @@ wins: a table lists the implementations one could deploy):
 1. an exact shape match gives the measured time;
 2. else, when rows differ from the query in one shape field only (a "line", e.g. a GEMM measured at
    many token counts M for this N and K), the time is interpolated linearly in that field between
-   the two measured sizes around the query. Outside the measured sizes: above the largest, the
-   largest is scaled by the work ratio (rule 3 with that row); below the smallest, the smallest
-   row's time (small calls are launch-bound: they do not get faster with less work);
+   the two measured sizes around the query. When no line brackets the query, the line whose end
+   is nearest the query (by the ratio of sizes) gives its end row, scaled by the work ratio (as in
+   rule 3);
 3. else the nearest measured shape (Euclidean distance over the log of each shape field) gives an
    achieved rate, and the query's time is its own work at that rate
    (`infralab.work_formulas.scaling_work`, shared with the kernels).
@@ -35,8 +35,8 @@ from infralab.work_formulas import scaling_work
 __all__ = ["COLUMNS", "CalibrationRow", "CalibrationTable", "Shape", "load_calibration", "scale", "shape_key"]
 
 # A line: the measured sizes of one field (ascending), their times, the other fields fixed, and the
-# fastest row at the largest size (what a larger query is scaled from).
-_Line = tuple[tuple[int, ...], tuple[float, ...], CalibrationRow]
+# fastest rows at the smallest and the largest size (what a query outside is scaled from).
+_Line = tuple[tuple[int, ...], tuple[float, ...], tuple[CalibrationRow, CalibrationRow]]
 
 
 def shape_key(shape: Mapping[str, int]) -> Shape:
@@ -134,9 +134,9 @@ class CalibrationTable:
         self, kernel: str, dtype: str, device: str, shape: Mapping[str, int], peaks: tuple[float, float] | None
     ) -> float | None:
         """Rule 2 of the module: seconds from rows that differ from `shape` in one field only
-        (fastest variant), or None when no row does. Fields are tried in the query's order; a
-        field whose measured sizes bracket the query wins over one that must extrapolate."""
-        outside = None
+        (fastest variant), or None when no row does. A line whose measured sizes bracket the query
+        wins (fields in the query's order); else the line whose end is nearest the query."""
+        outside: tuple[float, float] | None = None  # (log distance to the line's end, seconds)
         for field, value in shape.items():
             others = shape_key({name: v for name, v in shape.items() if name != field})
             times = []
@@ -146,28 +146,29 @@ class CalibrationTable:
                     times.append(self._on_line(field, line, shape, peaks))
             if not times:
                 continue
-            best = min(times, key=lambda item: item[1])
-            if best[0]:
-                return best[1]
-            if outside is None:
-                outside = best[1]
-        return outside
+            inside = [seconds for distance, seconds in times if distance == 0.0]
+            if inside:
+                return min(inside)
+            nearest = min(times)
+            if outside is None or nearest < outside:
+                outside = nearest
+        return None if outside is None else outside[1]
 
     @staticmethod
     def _on_line(field: str, line: _Line, shape: Mapping[str, int],
-                 peaks: tuple[float, float] | None) -> tuple[bool, float]:
-        """(inside the measured sizes, seconds) for `shape` on one variant's line."""
-        sizes, times, largest = line
+                 peaks: tuple[float, float] | None) -> tuple[float, float]:
+        """(0 inside the measured sizes, else |log(query / nearest end)|; seconds) for `shape` on
+        one variant's line."""
+        sizes, times, ends = line
         value = shape[field]
         i = bisect.bisect_left(sizes, value)
         if i < len(sizes) and sizes[i] == value:
-            return True, times[i]
+            return 0.0, times[i]
         if 0 < i < len(sizes):
             lo, hi = sizes[i - 1], sizes[i]
-            return True, times[i - 1] + (times[i] - times[i - 1]) * (value - lo) / (hi - lo)
-        if i == 0:
-            return False, times[0]
-        return False, scale(largest, shape, peaks)
+            return 0.0, times[i - 1] + (times[i] - times[i - 1]) * (value - lo) / (hi - lo)
+        end = ends[0] if i == 0 else ends[1]
+        return abs(math.log(value / end.shape_dict[field])), scale(end, shape, peaks)
 
     def _lines_of(self, kernel: str, dtype: str, device: str, field: str) -> dict[str, dict[Shape, _Line]]:
         key = (kernel, dtype, device, field)
@@ -195,7 +196,11 @@ def _build_lines(variants: Mapping[str, list[CalibrationRow]], field: str) -> di
                 line[size] = row.median_s
                 fastest[(others, size)] = row
         result[variant] = {
-            others: (tuple(sorted(line)), tuple(line[size] for size in sorted(line)), fastest[(others, max(line))])
+            others: (
+                tuple(sorted(line)),
+                tuple(line[size] for size in sorted(line)),
+                (fastest[(others, min(line))], fastest[(others, max(line))]),
+            )
             for others, line in points.items()
         }
     return result

@@ -177,11 +177,20 @@ class RooflineExtrasConfig:
     `benchmarks/vidur_calibration_check.py`, and checked on Llama-3 and on H100 (docs/sim.md,
     "Calibration from Vidur's profiles")."""
 
-    kernel_launch_s: Seconds = 4.0e-6  # the least time any one kernel takes (median of the smallest calls)
+    kernel_launch_s: Seconds = 5.0e-6  # the least time any one kernel takes
     small_ops: Bool = True  # count per-layer norms, RoPE, activation and residual adds
-    small_ops_memory: Fraction = 0.48  # fraction of HBM bandwidth those elementwise kernels reach
-    decode_attention_floor_s: Seconds = 1.5e-5  # least time of one layer's decode attention
+    # fraction of HBM bandwidth each per-layer elementwise kernel reaches on large inputs
+    rms_norm_memory: Fraction = 0.34
+    rope_memory: Fraction = 0.43
+    activation_memory: Fraction = 0.49
+    residual_add_memory: Fraction = 0.89
+    decode_attention_floor_s: Seconds = 1.9e-5  # least time of one layer's decode attention
     sampler: Bool = True  # count the sampler's pass over the logits
+
+    def memory_fraction(self, kernel: str) -> float:
+        """The HBM fraction of a small-op kernel (`rms_norm`, `rope`, `silu_mul`, `residual_add`)."""
+        return {"rms_norm": self.rms_norm_memory, "rope": self.rope_memory,
+                "silu_mul": self.activation_memory, "residual_add": self.residual_add_memory}[kernel]
 
 
 @dataclass(frozen=True, config=STRICT)

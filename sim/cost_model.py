@@ -24,7 +24,7 @@ efficiency)), computed for one TP rank (ranks run in lockstep). Operators (`Step
   Vidur's NCCL profiles), else 2(tp-1)/tp x bytes / (link bytes/s x collective efficiency) +
   2(tp-1) x link latency. Zero when tp = 1.
 - ``small_ops``: per layer two RMSNorms, RoPE (full-attention layers), the gated activation and
-  two residual adds: elementwise traffic at `extras.small_ops_memory` of HBM bandwidth, each kernel
+  two residual adds: elementwise traffic at the kernel's fraction of HBM bandwidth (`extras`), each kernel
   at least `extras.kernel_launch_s` (5-23 % of a layer in Vidur's profiles).
 - ``sampler``: the pass over the logits of the tokens emitted (softmax and sampling read the FP32
   logits twice and write probabilities once), at least one kernel launch.
@@ -183,7 +183,7 @@ class CostModel:
         self._mem_rate = accel.hbm_bandwidth * eff.memory
         extras = cfg.extras
         self._launch = extras.kernel_launch_s
-        self._small_rate = accel.hbm_bandwidth * extras.small_ops_memory
+        self._small_rates = {k: accel.hbm_bandwidth * extras.memory_fraction(k) for k in SMALL_OP_KERNELS}
         self._geometry()
         self._decode_coeffs = self._decode_attention_coeffs()
         self._dense_gemms = self._build_dense_gemms()
@@ -325,6 +325,45 @@ class CostModel:
         if per_token == 0:  # no full-attention layer: KV never limits the batch
             return 2**62
         return int(free // per_token)
+
+    # -- one operator call (per layer, one rank): what a profile measures, for checks against it --
+
+    def gemm_call_s(self, name: str, tokens: int) -> float:
+        """Seconds of one call of the dense GEMM class `name` (e.g. "qkv", "attn_o", "mlp_gate_up",
+        "mlp_down") over `tokens` tokens on one rank, as `dense_gemm` counts it."""
+        g = next((g for g in self._dense_gemms if g.name == name), None)
+        if g is None:
+            raise InputError("gemm", f"unknown GEMM class {name!r}", f"one of {[g.name for g in self._dense_gemms]}")
+        one = _Gemm(g.name, g.n, g.k, 1)
+        measured = self._calibrated.gemm(g.n, g.k, tokens) if self._calibrated else None
+        if measured is None:
+            return self._gemm_roofline(one, tokens)
+        return max(measured, self._gemm_ideal(one, tokens))
+
+    def small_op_call_s(self, kernel: str, tokens: int) -> float:
+        """Seconds of one call of the small kernel `kernel` (SMALL_OP_KERNELS) over `tokens`."""
+        for name, shape, elements, _ in self._small_op_kernels(tokens):
+            if name == kernel and (kernel != "silu_mul" or not self.model.num_moe_layers):
+                measured = self._calibrated.small_op(kernel, shape) if self._calibrated else None
+                if measured is None:
+                    measured = max(elements * self._act_width / self._small_rates[kernel], self._launch)
+                return measured
+        raise InputError("small op", f"{kernel!r} is not a small op of {self.model.name}", f"one of {SMALL_OP_KERNELS}")
+
+    def decode_attention_layer_s(self, seqs: int, context_per_seq: int) -> float:
+        """Seconds of one layer's decode attention: `seqs` sequences of `context_per_seq` tokens."""
+        return self._attention_time(StepWork.decode(seqs, seqs * context_per_seq)) / self._full_layers
+
+    def prefill_attention_layer_s(self, new: int, cached: int = 0) -> float:
+        """Seconds of one layer's prefill attention of one chunk of `new` tokens after `cached`."""
+        return self._prefill_attention_time(StepWork.prefill_chunk(new, cached)) / self._full_layers
+
+    def all_reduce_s(self, payload_bytes: float) -> float:
+        """Seconds of one all-reduce of `payload_bytes` over the instance's TP ranks (0 at tp 1)."""
+        if self.tp == 1:
+            return 0.0
+        measured = self._calibrated.all_reduce(self.tp, payload_bytes) if self._calibrated else None
+        return measured if measured is not None else self._all_reduce(payload_bytes)
 
     # -- the step --
 
@@ -486,7 +525,7 @@ class CostModel:
         for kernel, shape, elements, count in self._small_op_kernels(tokens):
             measured = self._calibrated.small_op(kernel, shape) if self._calibrated else None
             if measured is None:
-                measured = max(elements * self._act_width / self._small_rate, self._launch)
+                measured = max(elements * self._act_width / self._small_rates[kernel], self._launch)
             total += count * measured
         return total
 
