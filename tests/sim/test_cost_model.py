@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from infralab.errors import InputError
 from infralab.sim.config import CostConfig, EfficiencyConfig, HostOverheadConfig, RooflineExtrasConfig
 from infralab.sim.cost_model import OPS, CostModel, StepWork
-from infralab.sim.specs import load_accelerator, load_link, load_model
+from infralab.sim.specs import LinkSpec, load_accelerator, load_link, load_model
 
 H100 = load_accelerator("H100")
 H200 = load_accelerator("H200")
@@ -85,9 +85,19 @@ def test_tp_halves_gemm_time_and_adds_collectives():
     assert one.by_op["tp_collectives"] == 0
     payload = 4096 * 4096 * 2  # tokens x hidden x bf16
     rate = NVLINK.bandwidth * CFG.efficiency.collective
-    all_reduce = 2 * (1 / 2) * payload / rate + 2 * NVLINK.latency
+    # nvlink4 carries a measured all-reduce curve (floor + bus bandwidth, fitted on Vidur's profile)
+    all_reduce = 3.8e-5 + 2 * (1 / 2) * payload / 5.5e11
     gather = (1 / 2) * 1 * 128256 * 4 / rate + NVLINK.latency  # one row of FP32 logits
     assert two.by_op["tp_collectives"] == pytest.approx(2 * 32 * all_reduce + gather, rel=1e-9)
+
+
+def test_a_link_without_a_measured_curve_uses_its_nominal_bandwidth_and_latency():
+    link = LinkSpec(name="plain", bandwidth=400e9, latency=2e-6)
+    c = CostModel(LLAMA8, H100, CFG, tp=4, tp_link=link).step(StepWork.prefill(1000))
+    payload = 1000 * 4096 * 2
+    all_reduce = 2 * (3 / 4) * payload / (400e9 * 0.7) + 2 * 3 * 2e-6
+    gather = (3 / 4) * 128256 * 4 / (400e9 * 0.7) + 3 * 2e-6
+    assert c.by_op["tp_collectives"] == pytest.approx(2 * 32 * all_reduce + gather, rel=1e-9)
 
 
 def test_host_overheads_add_to_device_time():
