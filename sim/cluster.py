@@ -9,7 +9,7 @@
   "kv-shared").
 
 Every instance has the same hardware: KV capacity = cost.kv_capacity_tokens(gpu_memory_utilization,
-max_num_seqs) // block_size blocks. The run is deterministic: virtual time only, no randomness, ties broken by
+max_num_seqs, max_batched_tokens) // block_size blocks. The run is deterministic: virtual time only, no randomness, ties broken by
 arrival order and instance index.
 """
 
@@ -138,7 +138,9 @@ def _kv_capacity_blocks(cost: StepCostModel, engine: EngineConfig) -> int:
             f"{engine.prefix_block_tokens} is not a multiple of engine.block_size {engine.block_size}",
             "a prefix block made of whole KV blocks",
         )
-    tokens = cost.kv_capacity_tokens(engine.gpu_memory_utilization, engine.max_num_seqs)
+    tokens = cost.kv_capacity_tokens(
+        engine.gpu_memory_utilization, engine.max_num_seqs, max_batched_tokens=engine.max_batched_tokens
+    )
     blocks = int(tokens) // engine.block_size
     if blocks <= 0:
         raise InputError(

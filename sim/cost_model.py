@@ -67,6 +67,13 @@ OPS = ("dense_gemm", "attention", "linear_attention", "moe_experts", "lm_head", 
 KDA_CHUNK = 64  # tokens per chunk of the chunked KDA prefill (flash-linear-attention's default)
 KDA_DECODE_FLOPS_PER_STATE_ELEMENT = 8  # decay, k.S, rank-1 update (3), q.S, per K x V element
 LOGITS_BYTES = 4  # logits are produced and gathered in FP32
+GIB = 2**30
+# Memory outside torch's allocator per GPU (CUDA context, cuBLAS workspaces), as vLLM's profiler
+# reports it: "non_torch_memory takes 0.35GiB" (vLLM V1, Llama-3.1-8B on one 80 GB GPU, a public
+# log); tensor parallelism adds NCCL's buffers: 1.79 GiB at TP 1 vs 3.58 GiB at TP 2 in vLLM PR
+# #10511's sanity check (Llama-3-8B on H100), i.e. +1.79 GiB per GPU.
+NON_TORCH_BYTES_PER_GPU = 0.35 * GIB
+TP_NON_TORCH_BYTES_PER_GPU = 1.79 * GIB
 SMALL_OP_KERNELS = ("rms_norm", "residual_add", "rope", "silu_mul")  # calibration kernels of small_ops
 SAMPLER_LOGIT_PASSES = 3  # softmax reads the logits, sampling reads them again and writes probabilities
 
@@ -141,6 +148,38 @@ class StepCost:
     host_s: float
     total_s: float
     by_op: Mapping[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPlan:
+    """An instance's device memory as an engine sizes it (bytes, whole instance; `CostModel.memory_plan`)."""
+
+    budget_bytes: float  # reported device memory x tp x gpu_memory_utilization
+    weight_bytes: float
+    non_torch_bytes: float  # CUDA context, NCCL buffers: memory torch's allocator does not see
+    activation_peak_bytes: float  # the largest step's activations
+    state_bytes: float  # linear-attention state slots (hybrid models)
+    kv_bytes: float  # what is left for the paged KV cache
+    kv_bytes_per_token: int
+    kv_tokens: int
+
+    def kv_blocks(self, block_size: int) -> int:
+        """Whole KV blocks of `block_size` tokens."""
+        return self.kv_tokens // block_size
+
+    def to_json(self, block_size: int) -> dict[str, float | int]:
+        return {
+            "kv_blocks": self.kv_blocks(block_size),
+            "kv_tokens": self.kv_tokens,
+            "block_size": block_size,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "budget_bytes": self.budget_bytes,
+            "weight_bytes": self.weight_bytes,
+            "non_torch_bytes": self.non_torch_bytes,
+            "activation_peak_bytes": self.activation_peak_bytes,
+            "state_bytes": self.state_bytes,
+            "kv_bytes": self.kv_bytes,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,30 +340,50 @@ class CostModel:
         """Bytes of the model's weights in the configured dtype (whole instance)."""
         return self.model.weight_bytes(self.cfg.dtype)
 
-    def kv_capacity_tokens(self, gpu_memory_utilization: float, max_num_seqs: int = 0) -> int:
-        """Tokens of KV cache that fit: (utilisation x HBM x tp - weights - state slots) / KV bytes
-        per token, where the state slots are `max_num_seqs` x `linear_state_bytes_per_seq()`.
+    def activation_peak_bytes(self, max_num_seqs: int, max_batched_tokens: int) -> float:
+        """Peak bytes of activations of the largest step, whole instance: what vLLM's profiler
+        measures by running a dummy step of `max_batched_tokens` tokens and sampling
+        `max_num_seqs` rows. Per rank: the MLP's gate/up output and activation (3 x its width
+        per rank) and four hidden-state-sized buffers (residual, normed input, attention
+        output, QKV), per token, plus FP32 logits and probabilities of `max_num_seqs` rows over
+        the whole vocabulary. (Llama-3-8B, 8192 tokens, 256 seqs: 1.15 GiB; vLLM logs 1.19-1.26.)"""
+        m = self.model
+        width = max(m.intermediate_size if m.num_dense_mlp_layers else 0,
+                    (m.experts_per_token + m.num_shared_experts) * m.moe_intermediate_size if m.is_moe else 0)
+        per_token = (3 * width // self.tp + 4 * m.hidden_size) * self._act_width
+        logits = max_num_seqs * m.vocab_size * LOGITS_BYTES * 2
+        return float(self.tp * (max_batched_tokens * per_token + logits))
+
+    def memory_plan(self, gpu_memory_utilization: float, max_num_seqs: int = 0, max_batched_tokens: int = 0) -> MemoryPlan:
+        """How much KV cache fits, as vLLM sizes it (all figures for the whole instance):
+        reported device memory x tp x `gpu_memory_utilization` - weights - non-torch memory -
+        the activation peak of the largest step - linear-attention state slots.
 
         Hybrid models keep a fixed-size linear-attention state per running sequence; like vLLM's
-        state cache for hybrid models, one slot per possible running sequence is set aside before
-        the paged KV pool is sized. Activations are not subtracted. InputError when the weights
-        (and state slots) alone do not fit."""
-        budget = gpu_memory_utilization * self.accel.hbm_capacity * self.tp
+        state cache for hybrid models, one slot per possible running sequence (`max_num_seqs`) is
+        set aside before the paged KV pool is sized. InputError when nothing is left."""
+        budget = gpu_memory_utilization * self.accel.usable_memory * self.tp
+        non_torch = self.tp * (NON_TORCH_BYTES_PER_GPU + (TP_NON_TORCH_BYTES_PER_GPU if self.tp > 1 else 0.0))
+        activation = self.activation_peak_bytes(max_num_seqs, max_batched_tokens)
         state = max_num_seqs * self.linear_state_bytes_per_seq()
-        free = budget - self.weight_bytes() - state
+        free = budget - self.weight_bytes() - non_torch - activation - state
         if free <= 0:
-            slots = f" and {max_num_seqs} linear-state slots ({state / 1e9:.1f} GB)" if state else ""
+            slots = f", {max_num_seqs} linear-state slots ({state / 1e9:.1f} GB)" if state else ""
             raise InputError(
                 "hardware",
-                f"{self.model.name} weights ({self.weight_bytes() / 1e9:.1f} GB in {self.cfg.dtype}){slots} do not fit in "
-                f"{gpu_memory_utilization} x {self.accel.hbm_capacity / 1e9:.0f} GB x tp={self.tp} of {self.accel.name}",
+                f"{self.model.name} weights ({self.weight_bytes() / 1e9:.1f} GB in {self.cfg.dtype}){slots}, "
+                f"non-torch memory ({non_torch / 1e9:.1f} GB) and activations ({activation / 1e9:.1f} GB) do not fit in "
+                f"{gpu_memory_utilization} x {self.accel.usable_memory / 1e9:.1f} GB x tp={self.tp} of {self.accel.name}",
                 "a larger tp, a larger accelerator, a smaller dtype, fewer engine.max_num_seqs "
-                "or a higher gpu_memory_utilization",
+                "or max_batched_tokens, or a higher gpu_memory_utilization",
             )
         per_token = self.kv_bytes_per_token()
-        if per_token == 0:  # no full-attention layer: KV never limits the batch
-            return 2**62
-        return int(free // per_token)
+        tokens = 2**62 if per_token == 0 else int(free // per_token)  # no full attention: KV never limits
+        return MemoryPlan(budget, float(self.weight_bytes()), non_torch, activation, float(state), free, per_token, tokens)
+
+    def kv_capacity_tokens(self, gpu_memory_utilization: float, max_num_seqs: int = 0, max_batched_tokens: int = 0) -> int:
+        """Tokens of KV cache that fit one instance (`memory_plan`)."""
+        return self.memory_plan(gpu_memory_utilization, max_num_seqs, max_batched_tokens).kv_tokens
 
     # -- one operator call (per layer, one rank): what a profile measures, for checks against it --
 

@@ -151,21 +151,52 @@ def test_moe_single_token_reads_its_experts_only():
     assert c.by_op["moe_experts"] == pytest.approx(per_rank / (4.8e12 * 0.8), rel=0.01)
 
 
+GIB = 2**30
+
+
 def test_kv_capacity_by_hand():
+    """Memory as vLLM sizes it: reported memory x utilisation - weights - non-torch - activations."""
+    budget = 0.9 * 79.22 * GIB  # H100's reported memory (not the datasheet's 80 GB)
     tokens = cost().kv_capacity_tokens(0.9)
-    assert tokens == int((0.9 * 80e9 - LLAMA8.weight_bytes("bf16")) // 131072)
+    assert tokens == int((budget - LLAMA8.weight_bytes("bf16") - 0.35 * GIB) // 131072)
     with pytest.raises(InputError) as info:
         cost(load_model("llama-3-70b")).kv_capacity_tokens(0.9)
     assert "do not fit" in str(info.value) and "tp" in str(info.value)
     assert cost(load_model("llama-3-70b"), tp=2).kv_capacity_tokens(0.9) > 0
 
 
+def test_memory_plan_worked_example_llama3_8b_on_h100():
+    """Llama-3-8B, one H100, utilisation 0.9, 256 seqs, 8192 batched tokens, by hand:
+    budget 0.9 x 79.22 GiB = 71.298 GiB; weights 16,060,522,496 B = 14.957 GiB; non-torch 0.35 GiB;
+    activations 8192 x (3 x 14336 + 4 x 4096) x 2 B + 256 x 128256 x 4 B x 2 = 1.150 GiB;
+    KV 54.84 GiB at 128 KiB per token = 449,2xx tokens. vLLM logs 54.62-54.93 GiB for this case."""
+    plan = cost().memory_plan(0.9, max_num_seqs=256, max_batched_tokens=8192)
+    activation = 8192 * (3 * 14336 + 4 * 4096) * 2 + 256 * 128256 * 4 * 2
+    assert plan.activation_peak_bytes == activation
+    assert activation / GIB == pytest.approx(1.150, abs=1e-3)
+    kv = 0.9 * 79.22 * GIB - 16_060_522_496 - 0.35 * GIB - activation
+    assert plan.kv_bytes == pytest.approx(kv)
+    assert kv / GIB == pytest.approx(54.84, abs=0.01)
+    assert plan.kv_tokens == int(kv // 131072) and plan.kv_blocks(16) == plan.kv_tokens // 16
+    assert 54.62 <= plan.kv_bytes / GIB <= 54.93 + 0.02  # within vLLM's logged range (+ rounding)
+
+
+def test_tensor_parallel_adds_nccl_memory_per_gpu():
+    one, two = cost(tp=1).memory_plan(0.9), cost(tp=2).memory_plan(0.9)
+    assert one.non_torch_bytes == pytest.approx(0.35 * GIB)
+    assert two.non_torch_bytes == pytest.approx(2 * (0.35 + 1.79) * GIB)
+
+
 def test_kv_capacity_sets_aside_a_linear_state_slot_per_running_sequence():
     model = cost(KIMI, H200)
-    free = 0.9 * H200.hbm_capacity - KIMI.weight_bytes("bf16")
+    free = 0.9 * H200.usable_memory - KIMI.weight_bytes("bf16") - 0.35 * GIB
     assert model.kv_capacity_tokens(0.9) == int(free // 8064)
-    assert model.kv_capacity_tokens(0.9, max_num_seqs=256) == int((free - 256 * 43_417_600) // 8064)
-    assert cost().kv_capacity_tokens(0.9, max_num_seqs=256) == cost().kv_capacity_tokens(0.9)  # no linear layers
+    assert model.kv_capacity_tokens(0.9, max_num_seqs=256) == int(
+        (free - 256 * 43_417_600 - model.activation_peak_bytes(256, 0)) // 8064
+    )
+    assert cost().kv_capacity_tokens(0.9, max_num_seqs=256) == int(
+        (0.9 * 79.22 * GIB - LLAMA8.weight_bytes("bf16") - 0.35 * GIB - 256 * 128256 * 8) // 131072
+    )  # no linear layers: only the sampler's logits
     with pytest.raises(InputError, match="linear-state slots"):
         model.kv_capacity_tokens(0.9, max_num_seqs=10_000)
 
