@@ -50,7 +50,7 @@ def simulate(
 
     Raises InputError for an engine config or request the cluster can never serve.
     """
-    engine = cfg.engine
+    engine = _with_batch_defaults(cfg.engine, cost)
     capacity = _kv_capacity_blocks(cost, engine)
     _check_requests(requests, engine, capacity)
     env = simpy.Environment()
@@ -129,6 +129,15 @@ def _arrivals(
         if target.role == "colocated":
             rec.decode_instance = target.name
         target.submit(Seq(request, rec, decodes_here=target.role != "prefill"))
+
+
+def _with_batch_defaults(engine: EngineConfig, cost: StepCostModel) -> EngineConfig:
+    """Unset batch limits filled in as vLLM does on the cost model's accelerator (a cost model
+    without one, a test's fake, gets vLLM's defaults for an unknown device)."""
+    accel, model = getattr(cost, "accel", None), getattr(cost, "model", None)
+    if accel is None or model is None:
+        return engine.with_vllm_defaults()
+    return engine.with_vllm_defaults(accel.usable_memory, accel.calibration_device, model.context_length)
 
 
 def _kv_capacity_blocks(cost: StepCostModel, engine: EngineConfig) -> int:

@@ -7,6 +7,7 @@ Units: seconds, bytes, tokens, requests per second.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from pathlib import Path
@@ -208,10 +209,30 @@ class CostConfig:
 # ---- engine and cluster ----------------------------------------------------------------------
 
 
+# vLLM's defaults for an OpenAI-compatible server (`vllm serve`), from `EngineArgs.get_batch_defaults`
+# in vllm/engine/arg_utils.py (v0.10-v0.11): on a GPU that reports >= 70 GiB and whose name does not
+# contain "a100" (H100, H200, MI300X), max_num_seqs 1024 and max_num_batched_tokens 8192; on any other
+# GPU, or when the device is unknown, 256 and 2048 (the A100 exception: a larger token budget lowered
+# A100 throughput, vLLM PR #17885). vLLM then caps max_num_seqs at max_num_batched_tokens and
+# max_num_batched_tokens at max_num_seqs x the model's context length.
+VLLM_LARGE_GPU_BYTES = 70 * 2**30
+VLLM_LARGE_GPU_DEFAULTS = (1024, 8192)  # (max_num_seqs, max_num_batched_tokens)
+VLLM_OTHER_GPU_DEFAULTS = (256, 2048)
+
+
+def vllm_batch_defaults(device_memory_bytes: float = 0.0, device_name: str = "") -> tuple[int, int]:
+    """(max_num_seqs, max_batched_tokens) `vllm serve` starts from on a GPU that reports
+    `device_memory_bytes` and is named `device_name` (torch's name); see VLLM_LARGE_GPU_DEFAULTS
+    (the caps are applied by `EngineConfig.with_vllm_defaults`)."""
+    large = device_memory_bytes >= VLLM_LARGE_GPU_BYTES and "a100" not in device_name.lower()
+    return VLLM_LARGE_GPU_DEFAULTS if large else VLLM_OTHER_GPU_DEFAULTS
+
+
 @dataclass(frozen=True, config=STRICT)
 class EngineConfig:
-    max_num_seqs: Int(gt=0, le=1_000_000) = 256  # running sequences per instance
-    max_batched_tokens: Tokens = 8192  # token budget per step (chunked prefill)
+    # Unset: vLLM's defaults for the run's accelerator (`vllm_batch_defaults`, `with_vllm_defaults`).
+    max_num_seqs: Int(gt=0, le=1_000_000) | None = None  # running sequences per instance
+    max_batched_tokens: Tokens | None = None  # token budget per step (chunked prefill)
     block_size: Int(gt=0, le=65536) = 16  # tokens per paged KV block
     gpu_memory_utilization: Fraction = 0.9  # of HBM, before weights are subtracted
     prefix_cache: Bool = True
@@ -220,6 +241,23 @@ class EngineConfig:
     # "fast": times runs of identical decode steps together; "reference": the plain per-step
     # scheduler it must match exactly (slower; for checking a new admission or preemption rule).
     scheduler: Literal["fast", "reference"] = "fast"
+
+    def with_vllm_defaults(self, device_memory_bytes: float = 0.0, device_name: str = "",
+                           context_length: int | None = None) -> EngineConfig:
+        """This config with unset batch limits filled in as vLLM fills them on that device, for a
+        model of `context_length` tokens (an unknown device gets vLLM's defaults for one). Set
+        limits stay; vLLM's caps apply to defaults only: a default token budget is at most
+        max_num_seqs x context length, a default max_num_seqs at most the token budget."""
+        if self.max_num_seqs is not None and self.max_batched_tokens is not None:
+            return self
+        default_seqs, default_tokens = vllm_batch_defaults(device_memory_bytes, device_name)
+        seqs = self.max_num_seqs if self.max_num_seqs is not None else default_seqs
+        tokens = self.max_batched_tokens
+        if tokens is None:
+            tokens = default_tokens if context_length is None else min(seqs * context_length, default_tokens)
+        if self.max_num_seqs is None:
+            seqs = min(seqs, tokens)
+        return dataclasses.replace(self, max_num_seqs=seqs, max_batched_tokens=tokens)
 
 
 @dataclass(frozen=True, config=STRICT)

@@ -207,9 +207,16 @@ def run_config_file(
         )
         phases.lap("simulate")
         summary = summarize(run, cfg.slo).with_run(run_facts(cfg, config_path))
+        blocks = run.resources.get("cluster", {}).get("kv_capacity_blocks_per_instance")
+        if blocks is not None:
+            summary = summary.with_kv_cache(blocks, cfg.engine.block_size)
         phases.lap("summarise")
         write_results(tmp, config_path, run, summary, max_trace_events if timeline else None)
     phases.lap("write")
+    if summary.kv_cache is not None:
+        kv = summary.kv_cache
+        print(f"KV cache per instance: {kv['kv_blocks']} blocks x {kv['block_size']} tokens = {kv['kv_tokens']} tokens",
+              file=stdout or sys.stdout)
     print_summary(summary, file=stdout or sys.stdout)
     phases.save()
     return summary

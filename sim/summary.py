@@ -198,9 +198,17 @@ class RunSummary:
     saturation: Saturation
     simulated_end_s: float
     run: Mapping[str, Any] | None = None
+    # KV capacity of one instance, {"kv_blocks", "block_size", "kv_tokens"}, when the caller knows it
+    kv_cache: Mapping[str, int] | None = None
 
     def with_run(self, facts: Mapping[str, Any]) -> RunSummary:
         return dataclasses.replace(self, run=dict(facts))
+
+    def with_kv_cache(self, blocks: int, block_size: int) -> RunSummary:
+        """This summary with one instance's KV capacity: `blocks` blocks of `block_size` tokens."""
+        return dataclasses.replace(
+            self, kv_cache={"kv_blocks": blocks, "block_size": block_size, "kv_tokens": blocks * block_size}
+        )
 
     # ---- the one flattening ----------------------------------------------------------------
 
@@ -262,6 +270,8 @@ class RunSummary:
         }
         if self.run is not None:
             out["run"] = dict(self.run)
+        if self.kv_cache is not None:
+            out["kv_cache"] = dict(self.kv_cache)
         return out
 
     @classmethod
@@ -291,6 +301,7 @@ class RunSummary:
                 saturation=Saturation.from_json(data["saturation"]),
                 simulated_end_s=data["simulated_end_s"],
                 run=data.get("run"),
+                kv_cache=data.get("kv_cache"),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise InputError(source, f"not a run summary ({type(exc).__name__}: {exc})",
