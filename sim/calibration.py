@@ -230,7 +230,9 @@ def scale(row: CalibrationRow, shape: Mapping[str, float], peaks: tuple[float, f
     query = {**row_fields, **shape}  # fields the query does not name keep the row's value
     q_flops, q_bytes = scaling_work(row.kernel, query)
     r_flops, r_bytes = scaling_work(row.kernel, row_fields)
-    flops_ratio, bytes_ratio = q_flops / r_flops, q_bytes / r_bytes
+    # a kernel that does no arithmetic (a collective, a copy) scales by its bytes alone
+    flops_ratio = q_flops / r_flops if r_flops else 0.0
+    bytes_ratio = q_bytes / r_bytes if r_bytes else 0.0
     if peaks is None or not row.flops or not row.bytes:
         return row.median_s * max(flops_ratio, bytes_ratio)
     peak_flops, peak_bw = peaks
