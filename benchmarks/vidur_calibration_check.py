@@ -252,6 +252,19 @@ def sizes_table(calls: list[Call], wanted: Callable[[Call], bool]) -> str:
     return "\n".join(lines)
 
 
+def attention_examples(calls: list[Call]) -> list[Call]:
+    """A spread of held-out attention calls to show: per decode batch of 1, 8, 32 and 128 the
+    shortest, middle and longest context; prefill calls at 8 evenly spaced ranks of measured time."""
+    shown = []
+    for batch in (1, 8, 32, 128):
+        group = sorted((c for c in calls if c.size.startswith(f"B={batch} ")), key=lambda c: c.profile_s)
+        if group:
+            shown += [group[0], group[len(group) // 2], group[-1]]
+    prefill = sorted((c for c in calls if c.operator == "attention prefill"), key=lambda c: c.profile_s)
+    shown += [prefill[i * (len(prefill) - 1) // 7] for i in range(8)] if prefill else []
+    return shown
+
+
 def write_csv(calls: list[Call], path: Path) -> None:
     with path.open("w", newline="") as f:
         writer = csv.writer(f, lineterminator="\n")
@@ -343,9 +356,8 @@ def main(argv: list[str] | None = None) -> int:
                                         and c.model in ("llama-3-8b", "llama-2-70b")
                                         and int(c.size.split()[0]) in TOKENS_SHOWN)))
     print()
-    print(sizes_table(calls, lambda c: c.operator.startswith("attention") and (
-        c.size in ("B=1 T=96", "B=8 T=1056", "B=64 T=2016", "B=128 T=4000")
-        or c.size in ("Q=80 T=80", "Q=1056 T=1056", "Q=4000 T=4000", "Q=96 T=2144"))))
+    shown = attention_examples([c for c in calls if c.operator.startswith("attention")])
+    print(sizes_table(calls, lambda c: c in shown))
     print(f"\nwrote {args.out / 'vidur_calibration.csv'} and {args.out / 'vidur_calibration.png'}")
     return 0
 
