@@ -281,6 +281,8 @@ def plot(calls: list[Call], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 5), sharex=True, sharey=True)
+    names = sorted({c.operator.split()[0] for c in calls})
+    colors = {name: f"C{i}" for i, name in enumerate(names)}  # one colour per family in every panel
     for ax, (title, pick) in zip(axes, (("roofline", lambda c: c.roofline_s), ("roofline + extras", lambda c: c.extras_s),
                                         ("calibrated (fit part's rows)", lambda c: c.calibrated_s))):
         families = defaultdict(list)
@@ -289,7 +291,7 @@ def plot(calls: list[Call], path: Path) -> None:
                 families[c.operator.split()[0]].append((c.profile_s * 1e6, pick(c) * 1e6))
         for family, points in sorted(families.items()):
             xs, ys = zip(*points)
-            ax.scatter(xs, ys, s=4, alpha=0.4, label=family)
+            ax.scatter(xs, ys, s=4, alpha=0.4, label=family, color=colors[family])
         ax.plot([1, 1e5], [1, 1e5], color="black", linewidth=0.8)
         ax.set(xscale="log", yscale="log", title=title, xlabel="Vidur profile (us)")
     axes[0].set_ylabel("predicted (us)")
