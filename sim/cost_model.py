@@ -224,6 +224,7 @@ class CostModel:
         self._launch = extras.kernel_launch_s
         self._small_rates = {k: accel.hbm_bandwidth * extras.memory_fraction(k) for k in SMALL_OP_KERNELS}
         self._geometry()
+        self._decode_floor = self._full_layers * extras.decode_attention_floor_s  # all full layers
         self._decode_coeffs = self._decode_attention_coeffs()
         self._dense_gemms = self._build_dense_gemms()
         self._dense_cache: dict[int, float] = {}
@@ -403,10 +404,7 @@ class CostModel:
         """Seconds of one call of the small kernel `kernel` (SMALL_OP_KERNELS) over `tokens`."""
         for name, shape, elements, _ in self._small_op_kernels(tokens):
             if name == kernel and (kernel != "silu_mul" or not self.model.num_moe_layers):
-                measured = self._calibrated.small_op(kernel, shape) if self._calibrated else None
-                if measured is None:
-                    measured = max(elements * self._act_width / self._small_rates[kernel], self._launch)
-                return measured
+                return self._small_op_s(kernel, shape, elements)
         raise InputError("small op", f"{kernel!r} is not a small op of {self.model.name}", f"one of {SMALL_OP_KERNELS}")
 
     def decode_attention_layer_s(self, seqs: int, context_per_seq: int) -> float:
@@ -575,18 +573,19 @@ class CostModel:
         return max(nbytes / self._mem_rate, self._launch)
 
     def _small_ops_time(self, tokens: int) -> float:
-        """Per-layer elementwise kernels over `tokens` (see the module docstring): calibrated rows
-        where a table has them, else their traffic at `small_ops_memory` of HBM bandwidth, each
-        at least one launch."""
+        """Per-layer elementwise kernels over `tokens` (see the module docstring), all layers."""
         if tokens == 0 or not self.cfg.extras.small_ops:
             return 0.0
-        total = 0.0
-        for kernel, shape, elements, count in self._small_op_kernels(tokens):
-            measured = self._calibrated.small_op(kernel, shape) if self._calibrated else None
-            if measured is None:
-                measured = max(elements * self._act_width / self._small_rates[kernel], self._launch)
-            total += count * measured
-        return total
+        return sum(count * self._small_op_s(kernel, shape, elements)
+                   for kernel, shape, elements, count in self._small_op_kernels(tokens))
+
+    def _small_op_s(self, kernel: str, shape: dict[str, int], elements: float) -> float:
+        """One call of a small kernel: a calibrated row where a table has one, else its traffic
+        (`elements` read + written) at the kernel's fraction of HBM bandwidth, at least one launch."""
+        measured = self._calibrated.small_op(kernel, shape) if self._calibrated else None
+        if measured is not None:
+            return measured
+        return max(elements * self._act_width / self._small_rates[kernel], self._launch)
 
     def _small_op_kernels(self, tokens: int) -> list[tuple[str, dict[str, int], float, int]]:
         """(kernel, shape on one rank, elements read + written, calls per step) of each small op."""
@@ -666,7 +665,6 @@ class CostModel:
         traffic and per sequence of memory traffic: decode attention = max(c0*ctx, c1*ctx + c2*seqs)."""
         flops, per_context, per_seq = self._decode_attention_terms()
         layers = self._full_layers
-        self._decode_floor = layers * self.cfg.extras.decode_attention_floor_s
         return (
             layers * flops / self._attn_rate,
             layers * per_context / self._mem_rate,
