@@ -31,6 +31,17 @@ def non_negative_int(text: str) -> int:
     return _int_at_least(text, 0, "a non-negative integer")
 
 
+def fraction(text: str) -> float:
+    """argparse type: a number in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
+    return value
+
+
 def _int_at_least(text: str, low: int, what: str) -> int:
     try:
         value = int(text)
@@ -103,7 +114,23 @@ COMMANDS: tuple[Command, ...] = (
                 arg("--no-timeline", action="store_true",
                     help="write no trace.json and keep no per-step intervals or counter samples (less memory for big runs)"),
             )),
-    Command(("sim", "catalog"), "list the shipped models, accelerators and links", "infralab.sim.cli:catalog"),
+    Command(("sim", "catalog"), "list the shipped specs, or show one spec's derived figures (a model's KV capacity on --accelerator)",
+            "infralab.sim.cli:catalog", (
+                arg("name", nargs="?", default=None, metavar="NAME",
+                    help="a model, accelerator or link of the catalog (or a spec TOML path)"),
+                arg("--json", action="store_true", help="print JSON"),
+                arg("--accelerator", default=None, metavar="A", help="for a model: size its KV cache on this accelerator"),
+                arg("--tp", type=positive_int, default=1, metavar="N", help="tensor-parallel degree (default 1)"),
+                arg("--dtype", default="bf16", choices=("bf16", "fp16", "fp8", "fp32"), help="weights (default bf16)"),
+                arg("--kv-dtype", default=None, choices=("bf16", "fp16", "fp8", "int8", "fp32"),
+                    help="KV cache (default: as --dtype, bf16 for fp8)"),
+                arg("--gpu-memory-utilization", type=fraction, default=0.9, metavar="F", help="default 0.9"),
+                arg("--max-num-seqs", type=positive_int, default=None, metavar="N",
+                    help="default: vLLM's for the accelerator (docs/sim.md)"),
+                arg("--max-batched-tokens", type=positive_int, default=None, metavar="N",
+                    help="default: vLLM's for the accelerator (docs/sim.md)"),
+                arg("--block-size", type=positive_int, default=16, metavar="N", help="tokens per KV block (default 16)"),
+            )),
     Command(("kernels", "check"), "every kernel vs its reference and under every TP split; exit 1 if any check fails",
             "infralab.kernels.cli:check", (
                 arg("--json", action="store_true", help="print the full report as JSON"),

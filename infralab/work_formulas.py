@@ -171,6 +171,15 @@ def kv_quantize_counts(payload_bytes: int, scaled: bool, tokens: int, kv_heads: 
 # ---- scaling between shapes (the simulator's calibration lookup) ---------------------------------------
 
 
+# Elements one token touches in each per-layer elementwise kernel (read + written).
+_ELEMENTWISE = {
+    "rms_norm": lambda g: 2.0 * g("D", 1),
+    "silu_mul": lambda g: 3.0 * g("D", 1),  # gate and up in, product out
+    "residual_add": lambda g: 3.0 * g("D", 1),
+    "rope": lambda g: 2.0 * (g("H", 1) + g("HKV", 1)) * g("D", 1),  # q and k rotated in place
+}
+
+
 def scaling_work(kernel: str, shape: Mapping[str, float]) -> tuple[float, float]:
     """Work of one call as (flops, bytes) up to a constant factor per kernel, for scaling a measured
     row to another shape of the same kernel (only ratios between shapes are used, so element widths
@@ -182,6 +191,11 @@ def scaling_work(kernel: str, shape: Mapping[str, float]) -> tuple[float, float]
       ring of L updates (`L`), a checkpoint state plus L (k, v) pairs, and L+1 state-sized updates.
     - paged_decode_attention: K and V of T tokens per KV head read; 4*D flops per query head, token.
     - kv_quantize: T*HKV*D elements read and written.
+    - prefill_attention (one sequence's chunk of Q new tokens at total context T): 4*D flops per
+      query head and causal query-key pair; K and V of T tokens read, queries and outputs once.
+    - all_reduce (W ranks, N elements): a ring moves 2*(W-1)/W*N elements per rank; no flops.
+    - send_recv: N elements.
+    - rms_norm, silu_mul, residual_add, rope (T tokens): elementwise over T rows of their widths.
     Unknown kernels scale with the product of their shape fields.
     """
     g = shape.get
@@ -201,5 +215,17 @@ def scaling_work(kernel: str, shape: Mapping[str, float]) -> tuple[float, float]
     if kernel == "kv_quantize":
         elems = g("T", 1) * g("HKV", 1) * g("D", 1)
         return float(elems), 2.0 * elems
+    if kernel == "prefill_attention":
+        q, t, h, hkv, d = g("Q", 1), g("T", 1), g("H", 1), g("HKV", 1), g("D", 1)
+        pairs = q * (t - q) + q * (q + 1) / 2.0
+        return 4.0 * h * d * pairs, 2.0 * hkv * t * d + 2.0 * h * q * d
+    if kernel == "all_reduce":
+        w, n = g("W", 2), g("N", 1)
+        return 0.0, 2.0 * (w - 1) / w * n
+    if kernel == "send_recv":
+        return 0.0, float(g("N", 1))
+    if kernel in _ELEMENTWISE:
+        elements = g("T", 1) * _ELEMENTWISE[kernel](g)
+        return elements, elements
     product = float(math.prod(shape.values())) if shape else 1.0
     return product, product

@@ -1,25 +1,42 @@
-"""Calibration tables: measured kernel times (written by `infralab kernels bench`, format in
-docs/calibration.md) that replace the cost model's roofline for the operators they cover.
+"""Calibration tables: measured operator times that replace the cost model's roofline for the
+operators they cover. The one module that reads calibration data, whatever produced it (format in
+docs/calibration.md): a CSV written by `infralab kernels bench`, or a folder of Vidur's public GPU
+profiles (converted into the same rows by `infralab.vidur_profile`); `load_calibration` merges them.
 
-A lookup finds rows with the same kernel, dtype and device. An exact shape match gives the measured
-time. Otherwise, per variant, the nearest measured shape (Euclidean distance over the log of each
-shape field) gives an achieved rate, and the query's time is its own work at that rate
-(`infralab.work_formulas.scaling_work`, shared with the kernels); the fastest variant wins (a table
-lists the implementations one could deploy). Units: seconds, bytes, FLOPs.
+A lookup finds rows with the same kernel, dtype and device, and per variant (the fastest variant
+wins: a table lists the implementations one could deploy):
+
+1. an exact shape match gives the measured time;
+2. else, when rows differ from the query in one shape field only (a "line", e.g. a GEMM measured at
+   many token counts M for this N and K), the time is interpolated linearly in that field between
+   the two measured sizes around the query. When no line brackets the query, the line whose end
+   is nearest the query (by the ratio of sizes) gives its end row, scaled by the work ratio (as in
+   rule 3);
+3. else the nearest measured shape (Euclidean distance over the log of each shape field) gives an
+   achieved rate, and the query's time is its own work at that rate
+   (`infralab.work_formulas.scaling_work`, shared with the kernels).
+
+Units: seconds, bytes, FLOPs.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from infralab.calibration_table import COLUMNS, CalibrationRow, Shape, read_table
+from infralab.vidur_profile import read_vidur_profile
 from infralab.work_formulas import scaling_work
 
 # The format (COLUMNS, CalibrationRow, Shape, reading the CSV) is shared with the kernels' writer in
 # `infralab.calibration_table`; it is re-exported here for the cost model and the tests.
-__all__ = ["COLUMNS", "CalibrationRow", "CalibrationTable", "Shape", "scale", "shape_key"]
+__all__ = ["COLUMNS", "CalibrationRow", "CalibrationTable", "Shape", "load_calibration", "scale", "shape_key"]
+
+# A line: the measured sizes of one field (ascending), their times, the other fields fixed, and the
+# fastest rows at the smallest and the largest size (what a query outside is scaled from).
+_Line = tuple[tuple[int, ...], tuple[float, ...], tuple[CalibrationRow, CalibrationRow]]
 
 
 def shape_key(shape: Mapping[str, int]) -> Shape:
@@ -43,11 +60,17 @@ class CalibrationTable:
             exact.setdefault(key, []).append(row.median_s)
         # Repeated measurements of one shape collapse to the fastest variant's median time.
         self._exact = {key: min(times) for key, times in exact.items()}
+        # Lines per (kernel, dtype, device, field), built on first use: {variant: {others: line}}.
+        self._lines: dict[tuple[str, str, str, str], dict[str, dict[Shape, _Line]]] = {}
 
     @classmethod
     def load(cls, path: str | Path) -> CalibrationTable:
         """Read a calibration CSV; any bad row raises InputError naming file, line and column."""
         return cls(read_table(path), source=str(Path(path)))
+
+    def merged(self, other: CalibrationTable) -> CalibrationTable:
+        """This table's rows followed by `other`'s (one table answers for both sources)."""
+        return CalibrationTable((*self.rows, *other.rows), source=f"{self.source} + {other.source}")
 
     # -- queries --
 
@@ -99,10 +122,101 @@ class CalibrationTable:
         measured = self.exact(kernel, dtype, device, shape_key(shape))
         if measured is not None:
             return measured
+        along = self.along_line(kernel, dtype, device, shape, peaks)
+        if along is not None:
+            return along
         rows = self.nearest(kernel, dtype, device, shape)
         if not rows:
             return None
         return min(scale(row, shape, peaks) for row in rows)
+
+    def along_line(
+        self, kernel: str, dtype: str, device: str, shape: Mapping[str, int], peaks: tuple[float, float] | None
+    ) -> float | None:
+        """Rule 2 of the module: seconds from rows that differ from `shape` in one field only
+        (fastest variant), or None when no row does. A line whose measured sizes bracket the query
+        wins (fields in the query's order); else the line whose end is nearest the query."""
+        outside: tuple[float, float] | None = None  # (log distance to the line's end, seconds)
+        for field, value in shape.items():
+            others = shape_key({name: v for name, v in shape.items() if name != field})
+            times = []
+            for lines in self._lines_of(kernel, dtype, device, field).values():
+                line = lines.get(others)
+                if line is not None:
+                    times.append(self._on_line(field, line, shape, peaks))
+            if not times:
+                continue
+            inside = [seconds for distance, seconds in times if distance == 0.0]
+            if inside:
+                return min(inside)
+            nearest = min(times)
+            if outside is None or nearest < outside:
+                outside = nearest
+        return None if outside is None else outside[1]
+
+    @staticmethod
+    def _on_line(field: str, line: _Line, shape: Mapping[str, int],
+                 peaks: tuple[float, float] | None) -> tuple[float, float]:
+        """(0 inside the measured sizes, else |log(query / nearest end)|; seconds) for `shape` on
+        one variant's line."""
+        sizes, times, ends = line
+        value = shape[field]
+        i = bisect.bisect_left(sizes, value)
+        if i < len(sizes) and sizes[i] == value:
+            return 0.0, times[i]
+        if 0 < i < len(sizes):
+            lo, hi = sizes[i - 1], sizes[i]
+            return 0.0, times[i - 1] + (times[i] - times[i - 1]) * (value - lo) / (hi - lo)
+        end = ends[0] if i == 0 else ends[1]
+        return abs(math.log(value / end.shape_dict[field])), scale(end, shape, peaks)
+
+    def _lines_of(self, kernel: str, dtype: str, device: str, field: str) -> dict[str, dict[Shape, _Line]]:
+        key = (kernel, dtype, device, field)
+        built = self._lines.get(key)
+        if built is None:
+            built = self._lines[key] = _build_lines(self._groups.get((kernel, dtype, device), {}), field)
+        return built
+
+
+def _build_lines(variants: Mapping[str, list[CalibrationRow]], field: str) -> dict[str, dict[Shape, _Line]]:
+    """Per variant, the rows grouped by their other fields, as lines along `field` (repeated
+    sizes keep their fastest time)."""
+    result: dict[str, dict[Shape, _Line]] = {}
+    for variant, rows in variants.items():
+        points: dict[Shape, dict[int, float]] = {}
+        fastest: dict[tuple[Shape, int], CalibrationRow] = {}
+        for row in rows:
+            fields = row.shape_dict
+            if field not in fields:
+                continue
+            others = shape_key({name: v for name, v in fields.items() if name != field})
+            line = points.setdefault(others, {})
+            size = fields[field]
+            if row.median_s < line.get(size, math.inf):
+                line[size] = row.median_s
+                fastest[(others, size)] = row
+        result[variant] = {
+            others: (
+                tuple(sorted(line)),
+                tuple(line[size] for size in sorted(line)),
+                (fastest[(others, min(line))], fastest[(others, max(line))]),
+            )
+            for others, line in points.items()
+        }
+    return result
+
+
+def load_calibration(table: str | Path | None = None, vidur_profile: str | Path | None = None) -> CalibrationTable | None:
+    """The calibration a run names: a calibration CSV, a Vidur profile folder, both (merged), or
+    None when it names neither."""
+    tables = []
+    if table is not None:
+        tables.append(CalibrationTable.load(table))
+    if vidur_profile is not None:
+        tables.append(CalibrationTable(read_vidur_profile(vidur_profile), source=str(Path(vidur_profile))))
+    if not tables:
+        return None
+    return tables[0] if len(tables) == 1 else tables[0].merged(tables[1])
 
 
 def scale(row: CalibrationRow, shape: Mapping[str, float], peaks: tuple[float, float] | None) -> float:
@@ -116,7 +230,9 @@ def scale(row: CalibrationRow, shape: Mapping[str, float], peaks: tuple[float, f
     query = {**row_fields, **shape}  # fields the query does not name keep the row's value
     q_flops, q_bytes = scaling_work(row.kernel, query)
     r_flops, r_bytes = scaling_work(row.kernel, row_fields)
-    flops_ratio, bytes_ratio = q_flops / r_flops, q_bytes / r_bytes
+    # a kernel that does no arithmetic (a collective, a copy) scales by its bytes alone
+    flops_ratio = q_flops / r_flops if r_flops else 0.0
+    bytes_ratio = q_bytes / r_bytes if r_bytes else 0.0
     if peaks is None or not row.flops or not row.bytes:
         return row.median_s * max(flops_ratio, bytes_ratio)
     peak_flops, peak_bw = peaks

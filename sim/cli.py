@@ -20,11 +20,29 @@ def run(args: argparse.Namespace) -> int:
 
 
 def catalog(args: argparse.Namespace) -> int:
-    """`infralab sim catalog`: the models, accelerators and links shipped with the package."""
-    from infralab.sim.specs import catalog as shipped
+    """`infralab sim catalog [NAME] [--json] [--accelerator A --tp N --dtype D ...]`: the shipped
+    specs, or one spec's figures (a model's derived figures and, with --accelerator, its KV capacity)."""
+    import json
 
-    for kind, names in shipped().items():
-        print(f"{kind}: {', '.join(names)}")
+    from infralab.sim.catalog_view import catalog_listing, spec_figures
+
+    if args.name is None:
+        data = catalog_listing()
+        lines = [f"{kind}: {', '.join(names)}" for kind, names in data.items()]
+    else:
+        data = spec_figures(
+            args.name,
+            accelerator=args.accelerator,
+            tp=args.tp,
+            dtype=args.dtype,
+            kv_dtype=args.kv_dtype,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+            max_num_seqs=args.max_num_seqs,
+            max_batched_tokens=args.max_batched_tokens,
+            block_size=args.block_size,
+        )
+        lines = [f"{key}: {value}" for key, value in _flatten(data)]
+    print(json.dumps(data, indent=2) if args.json else "\n".join(lines))
     return 0
 
 
@@ -39,3 +57,13 @@ def percentiles_override(text: str | None) -> list[str]:
         raise InputError(f"--percentiles {text!r}", "not a comma-separated list of numbers",
                          "percentiles between 0 and 100, e.g. 50,90,99.9") from None
     return [f"metrics.percentiles=[{', '.join(repr(v) for v in values)}]"]
+
+
+def _flatten(data: dict, prefix: str = "") -> list[tuple[str, object]]:
+    out: list[tuple[str, object]] = []
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out += _flatten(value, f"{prefix}{key}.")
+        else:
+            out.append((f"{prefix}{key}", value))
+    return out

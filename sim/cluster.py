@@ -9,7 +9,7 @@
   "kv-shared").
 
 Every instance has the same hardware: KV capacity = cost.kv_capacity_tokens(gpu_memory_utilization,
-max_num_seqs) // block_size blocks. The run is deterministic: virtual time only, no randomness, ties broken by
+max_num_seqs, max_batched_tokens) // block_size blocks. The run is deterministic: virtual time only, no randomness, ties broken by
 arrival order and instance index.
 """
 
@@ -51,7 +51,7 @@ def simulate(
 
     Raises InputError for an engine config or request the cluster can never serve.
     """
-    engine = cfg.engine
+    engine = _with_batch_defaults(cfg.engine, cost)
     capacity = _kv_capacity_blocks(cost, engine)
     _check_requests(requests, engine, capacity)
     env = simpy.Environment()
@@ -143,6 +143,15 @@ def _arrivals(
         target.submit(Seq(request, rec, decodes_here=target.role != "prefill"))
 
 
+def _with_batch_defaults(engine: EngineConfig, cost: StepCostModel) -> EngineConfig:
+    """Unset batch limits filled in as vLLM does on the cost model's accelerator (a cost model
+    without one, a test's fake, gets vLLM's defaults for an unknown device)."""
+    accel, model = getattr(cost, "accel", None), getattr(cost, "model", None)
+    if accel is None or model is None:
+        return engine.with_vllm_defaults()
+    return engine.with_vllm_defaults(accel.usable_memory, accel.calibration_device, model.context_length)
+
+
 def _kv_capacity_blocks(cost: StepCostModel, engine: EngineConfig) -> int:
     if engine.prefix_block_tokens % engine.block_size:
         raise InputError(
@@ -150,7 +159,9 @@ def _kv_capacity_blocks(cost: StepCostModel, engine: EngineConfig) -> int:
             f"{engine.prefix_block_tokens} is not a multiple of engine.block_size {engine.block_size}",
             "a prefix block made of whole KV blocks",
         )
-    tokens = cost.kv_capacity_tokens(engine.gpu_memory_utilization, engine.max_num_seqs)
+    tokens = cost.kv_capacity_tokens(
+        engine.gpu_memory_utilization, engine.max_num_seqs, max_batched_tokens=engine.max_batched_tokens
+    )
     blocks = int(tokens) // engine.block_size
     if blocks <= 0:
         raise InputError(

@@ -7,6 +7,7 @@ Units: seconds, bytes, tokens, requests per second.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Sequence
@@ -158,11 +159,44 @@ class EfficiencyConfig:
 
 @dataclass(frozen=True, config=STRICT)
 class HostOverheadConfig:
-    """CPU-side costs that add to device time on the critical path."""
+    """CPU-side costs of a step (scheduling, input preparation, sampling, output processing).
+
+    `overlap` says how they meet the device's time: "sync" (vLLM v0, a step's host work runs
+    before and after its kernels) adds them, step = device + host; "async" (vLLM v1's and
+    SGLang's overlapped schedulers prepare step n+1 while step n runs) takes step =
+    max(device, host) + `async_residue_s`, the part that cannot overlap (the hand-over of the
+    sampled tokens). All default to 0: a run states its host costs; docs/sim.md gives figures
+    fitted on vLLM v0 on A100 (Vidur's cpu_overheads profile) for a run to use."""
 
     per_step_s: Seconds = 0.0  # scheduler + launch per engine iteration
-    per_request_s: Seconds = 0.0  # per sequence in a step's batch (input prep, sampling)
+    per_request_s: Seconds = 0.0  # per sequence in a step's batch (input prep, sampling, outputs)
     per_output_token_s: Seconds = 0.0  # detokenisation / streaming per generated token
+    overlap: Literal["sync", "async"] = "sync"
+    async_residue_s: Seconds = 0.0  # async only: added to max(device, host) per step
+
+
+@dataclass(frozen=True, config=STRICT)
+class RooflineExtrasConfig:
+    """What a plain roofline leaves out, used where no calibration row covers an operator.
+
+    Defaults are fitted on Vidur's A100 profiles of Llama-2-7B/70B (mlp.csv, attention.csv) by
+    `benchmarks/vidur_calibration_check.py`, and checked on Llama-3 and on H100 (docs/sim.md,
+    "Calibration from Vidur's profiles")."""
+
+    kernel_launch_s: Seconds = 5.0e-6  # the least time any one kernel takes
+    small_ops: Bool = True  # count per-layer norms, RoPE, activation and residual adds
+    # fraction of HBM bandwidth each per-layer elementwise kernel reaches on large inputs
+    rms_norm_memory: Fraction = 0.34
+    rope_memory: Fraction = 0.43
+    activation_memory: Fraction = 0.49
+    residual_add_memory: Fraction = 0.89
+    decode_attention_floor_s: Seconds = 1.9e-5  # least time of one layer's decode attention
+    sampler: Bool = True  # count the sampler's pass over the logits
+
+    def memory_fraction(self, kernel: str) -> float:
+        """The HBM fraction of a small-op kernel (`rms_norm`, `rope`, `silu_mul`, `residual_add`)."""
+        return {"rms_norm": self.rms_norm_memory, "rope": self.rope_memory,
+                "silu_mul": self.activation_memory, "residual_add": self.residual_add_memory}[kernel]
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -170,17 +204,40 @@ class CostConfig:
     dtype: Literal["bf16", "fp16", "fp8", "fp32"] = "bf16"  # weights and activations
     kv_dtype: Literal["bf16", "fp16", "fp8", "int8", "fp32"] = "bf16"
     efficiency: EfficiencyConfig = EfficiencyConfig()
+    extras: RooflineExtrasConfig = RooflineExtrasConfig()
     host: HostOverheadConfig = HostOverheadConfig()
     calibration: str | None = None  # CSV written by `infralab kernels bench` (docs/calibration.md)
+    # A folder of Vidur's public GPU profiles (or any folder under it), e.g. "@data/profiles/vidur"
+    vidur_profile: str | None = None
 
 
 # ---- engine and cluster ----------------------------------------------------------------------
 
 
+# vLLM's defaults for an OpenAI-compatible server (`vllm serve`), from `EngineArgs.get_batch_defaults`
+# in vllm/engine/arg_utils.py (v0.10-v0.11): on a GPU that reports >= 70 GiB and whose name does not
+# contain "a100" (H100, H200, MI300X), max_num_seqs 1024 and max_num_batched_tokens 8192; on any other
+# GPU, or when the device is unknown, 256 and 2048 (the A100 exception: a larger token budget lowered
+# A100 throughput, vLLM PR #17885). vLLM then caps max_num_seqs at max_num_batched_tokens and
+# max_num_batched_tokens at max_num_seqs x the model's context length.
+VLLM_LARGE_GPU_BYTES = 70 * 2**30
+VLLM_LARGE_GPU_DEFAULTS = (1024, 8192)  # (max_num_seqs, max_num_batched_tokens)
+VLLM_OTHER_GPU_DEFAULTS = (256, 2048)
+
+
+def vllm_batch_defaults(device_memory_bytes: float = 0.0, device_name: str = "") -> tuple[int, int]:
+    """(max_num_seqs, max_batched_tokens) `vllm serve` starts from on a GPU that reports
+    `device_memory_bytes` and is named `device_name` (torch's name); see VLLM_LARGE_GPU_DEFAULTS
+    (the caps are applied by `EngineConfig.with_vllm_defaults`)."""
+    large = device_memory_bytes >= VLLM_LARGE_GPU_BYTES and "a100" not in device_name.lower()
+    return VLLM_LARGE_GPU_DEFAULTS if large else VLLM_OTHER_GPU_DEFAULTS
+
+
 @dataclass(frozen=True, config=STRICT)
 class EngineConfig:
-    max_num_seqs: Int(gt=0, le=1_000_000) = 256  # running sequences per instance
-    max_batched_tokens: Tokens = 8192  # token budget per step (chunked prefill)
+    # Unset: vLLM's defaults for the run's accelerator (`vllm_batch_defaults`, `with_vllm_defaults`).
+    max_num_seqs: Int(gt=0, le=1_000_000) | None = None  # running sequences per instance
+    max_batched_tokens: Tokens | None = None  # token budget per step (chunked prefill)
     block_size: Int(gt=0, le=65536) = 16  # tokens per paged KV block
     gpu_memory_utilization: Fraction = 0.9  # of HBM, before weights are subtracted
     prefix_cache: Bool = True
@@ -189,6 +246,23 @@ class EngineConfig:
     # "fast": times runs of identical decode steps together; "reference": the plain per-step
     # scheduler it must match exactly (slower; for checking a new admission or preemption rule).
     scheduler: Literal["fast", "reference"] = "fast"
+
+    def with_vllm_defaults(self, device_memory_bytes: float = 0.0, device_name: str = "",
+                           context_length: int | None = None) -> EngineConfig:
+        """This config with unset batch limits filled in as vLLM fills them on that device, for a
+        model of `context_length` tokens (an unknown device gets vLLM's defaults for one). Set
+        limits stay; vLLM's caps apply to defaults only: a default token budget is at most
+        max_num_seqs x context length, a default max_num_seqs at most the token budget."""
+        if self.max_num_seqs is not None and self.max_batched_tokens is not None:
+            return self
+        default_seqs, default_tokens = vllm_batch_defaults(device_memory_bytes, device_name)
+        seqs = self.max_num_seqs if self.max_num_seqs is not None else default_seqs
+        tokens = self.max_batched_tokens
+        if tokens is None:
+            tokens = default_tokens if context_length is None else min(seqs * context_length, default_tokens)
+        if self.max_num_seqs is None:
+            seqs = min(seqs, tokens)
+        return dataclasses.replace(self, max_num_seqs=seqs, max_batched_tokens=tokens)
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -412,6 +486,19 @@ def _require_file(value: str, base_dir: Path, where: str, what: str) -> None:
         )
 
 
+def _require_folder(value: str, base_dir: Path, where: str, what: str) -> None:
+    try:
+        resolved = resolve_path(value, base_dir)
+    except InputError as exc:  # an @data/ path with no shared data folder: blame the field too
+        raise InputError(where, f"{value}: {exc.where} {exc.problem}", exc.expected) from None
+    if not resolved.is_dir():
+        raise InputError(
+            where,
+            f"folder not found: {value} (resolved to {resolved})",
+            f"an existing {what} folder; relative paths resolve against the config's folder, @data/ paths against the shared data folder",
+        )
+
+
 # File suffixes that make a value a path even without a separator ("trace.jsonl", "h100.toml").
 PATH_SUFFIXES = (".toml", ".csv", ".jsonl", ".json")
 
@@ -447,6 +534,8 @@ def check_config(cfg: SimConfig, source: str, base_dir: Path) -> None:
         check_memory(workload, cfg.cluster, source)
     if cfg.cost.calibration is not None:
         _require_file(cfg.cost.calibration, base_dir, f"{source}: cost.calibration", "calibration CSV")
+    if cfg.cost.vidur_profile is not None:
+        _require_folder(cfg.cost.vidur_profile, base_dir, f"{source}: cost.vidur_profile", "Vidur profile")
     for where, value in (
         ("model", cfg.model),
         ("hardware.accelerator", cfg.hardware.accelerator),

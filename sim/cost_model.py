@@ -19,15 +19,27 @@ efficiency)), computed for one TP rank (ranks run in lockstep). Operators (`Step
   flops are 2 x active expert parameters x tokens.
 - ``lm_head``: only for the sequences that emit a token this step (`output_tokens`).
 - ``tp_collectives``: two ring all-reduces of the hidden states per layer (after attention and after
-  the MLP/experts), plus a gather of the logits: 2(tp-1)/tp x bytes / (link bytes/s x collective
-  efficiency) + 2(tp-1) x link latency per all-reduce. Zero when tp = 1.
+  the MLP/experts), plus a gather of the logits. Per all-reduce: the link's measured curve when its
+  spec has one (`all_reduce_floor_s` + 2(tp-1)/tp x bytes / `all_reduce_bus_bandwidth`, fitted on
+  Vidur's NCCL profiles), else 2(tp-1)/tp x bytes / (link bytes/s x collective efficiency) +
+  2(tp-1) x link latency. Zero when tp = 1.
+- ``small_ops``: per layer two RMSNorms, RoPE (full-attention layers), the gated activation and
+  two residual adds: elementwise traffic at the kernel's fraction of HBM bandwidth (`extras`), each kernel
+  at least `extras.kernel_launch_s` (5-23 % of a layer in Vidur's profiles).
+- ``sampler``: the pass over the logits of the tokens emitted (softmax and sampling read the FP32
+  logits twice and write probabilities once), at least one kernel launch.
+
+What a plain roofline misses (`RooflineExtrasConfig`, defaults fitted on Vidur's profiles): every
+kernel takes at least `kernel_launch_s` (a GEMM class of `count` per step at least count x that);
+decode attention takes at least `decode_attention_floor_s` per layer (few sequences leave most of
+the GPU idle); the small operators and the sampler above.
 
 Assumptions (stated, not hidden): operators run back to back on one stream (no overlap of compute,
-memory and communication); collectives are not overlapped with compute; embedding gathers,
-normalisations, activations, RoPE and residual adds are not counted (a few percent of a layer's
-traffic); MoE routing is uniform and experts are split across TP ranks (no expert parallelism);
+memory and communication); collectives are not overlapped with compute; embedding gathers are not
+counted; MoE routing is uniform and experts are split across TP ranks (no expert parallelism);
 KV heads are replicated when tp exceeds their number, and MLA's latent KV is replicated on every
-rank. The host is NOT overlapped with the device: total_s = device_s + host_s.
+rank. Host and device: `HostOverheadConfig.overlap` ("sync": total_s = device_s + host_s;
+"async": total_s = max(device_s, host_s) + async_residue_s).
 
 Efficiency defaults (`EfficiencyConfig`) and their basis: gemm 0.7 (large BF16 cuBLAS GEMMs on
 H100 reach ~650-750 of 989 dense TFLOP/s); attention 0.5 (FlashAttention-2 reaches ~50-70 % of peak
@@ -50,14 +62,31 @@ from infralab.sim.calibration import CalibrationRow, CalibrationTable, scale, sh
 from infralab.sim.config import CostConfig
 from infralab.sim.specs import DTYPE_BYTES, AcceleratorSpec, LinkSpec, ModelSpec
 
-OPS = ("dense_gemm", "attention", "linear_attention", "moe_experts", "lm_head", "tp_collectives")
+OPS = ("dense_gemm", "attention", "linear_attention", "moe_experts", "lm_head", "tp_collectives", "small_ops", "sampler")
 
 KDA_CHUNK = 64  # tokens per chunk of the chunked KDA prefill (flash-linear-attention's default)
 KDA_DECODE_FLOPS_PER_STATE_ELEMENT = 8  # decay, k.S, rank-1 update (3), q.S, per K x V element
 LOGITS_BYTES = 4  # logits are produced and gathered in FP32
+GIB = 2**30
+# Memory outside torch's allocator per GPU (CUDA context, cuBLAS workspaces), as vLLM's profiler
+# reports it: "non_torch_memory takes 0.35GiB" (vLLM V1, Llama-3.1-8B on one 80 GB GPU, a public
+# log); tensor parallelism adds NCCL's buffers: 1.79 GiB at TP 1 vs 3.58 GiB at TP 2 in vLLM PR
+# #10511's sanity check (Llama-3-8B on H100), i.e. +1.79 GiB per GPU.
+NON_TORCH_BYTES_PER_GPU = 0.35 * GIB
+TP_NON_TORCH_BYTES_PER_GPU = 1.79 * GIB
+SMALL_OP_KERNELS = ("rms_norm", "residual_add", "rope", "silu_mul")  # calibration kernels of small_ops
+SAMPLER_LOGIT_PASSES = 3  # softmax reads the logits, sampling reads them again and writes probabilities
 
 # Calibration tables name dtypes a little differently from the cost config (docs/calibration.md).
 _TABLE_DTYPE = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8e4m3", "int8": "int8"}
+# BF16 and FP16 run at the same tensor-core and memory rate on A100/H100/H200 (datasheets): rows
+# of one stand in for the other (Vidur profiles in FP16, most runs are BF16).
+_SAME_RATE = {"bf16": ("bf16", "fp16"), "fp16": ("fp16", "bf16")}
+
+
+def _table_dtypes(dtype: str) -> tuple[str, ...]:
+    """Table dtypes whose rows time `dtype` (a cost-config dtype), preferred first."""
+    return _SAME_RATE.get(dtype, (_TABLE_DTYPE[dtype],))
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +151,38 @@ class StepCost:
 
 
 @dataclass(frozen=True, slots=True)
+class MemoryPlan:
+    """An instance's device memory as an engine sizes it (bytes, whole instance; `CostModel.memory_plan`)."""
+
+    budget_bytes: float  # reported device memory x tp x gpu_memory_utilization
+    weight_bytes: float
+    non_torch_bytes: float  # CUDA context, NCCL buffers: memory torch's allocator does not see
+    activation_peak_bytes: float  # the largest step's activations
+    state_bytes: float  # linear-attention state slots (hybrid models)
+    kv_bytes: float  # what is left for the paged KV cache
+    kv_bytes_per_token: int
+    kv_tokens: int
+
+    def kv_blocks(self, block_size: int) -> int:
+        """Whole KV blocks of `block_size` tokens."""
+        return self.kv_tokens // block_size
+
+    def to_json(self, block_size: int) -> dict[str, float | int]:
+        return {
+            "kv_blocks": self.kv_blocks(block_size),
+            "kv_tokens": self.kv_tokens,
+            "block_size": block_size,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "budget_bytes": self.budget_bytes,
+            "weight_bytes": self.weight_bytes,
+            "non_torch_bytes": self.non_torch_bytes,
+            "activation_peak_bytes": self.activation_peak_bytes,
+            "state_bytes": self.state_bytes,
+            "kv_bytes": self.kv_bytes,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class _Gemm:
     """A class of identical GEMMs on one rank: C[M, n] = A[M, k] @ W[k, n], `count` per step."""
 
@@ -159,12 +220,17 @@ class CostModel:
         self._state_peak = accel.peak("fp32") if model.num_linear_attention_layers else 0.0
         self._state_rate = self._state_peak * eff.attention
         self._mem_rate = accel.hbm_bandwidth * eff.memory
+        extras = cfg.extras
+        self._launch = extras.kernel_launch_s
+        self._small_rates = {k: accel.hbm_bandwidth * extras.memory_fraction(k) for k in SMALL_OP_KERNELS}
         self._geometry()
+        self._decode_floor = self._full_layers * extras.decode_attention_floor_s  # all full layers
         self._decode_coeffs = self._decode_attention_coeffs()
         self._dense_gemms = self._build_dense_gemms()
         self._dense_cache: dict[int, float] = {}
         self._moe_cache: dict[int, float] = {}
-        self._lm_cache: dict[int, float] = {}
+        self._lm_cache: dict[int, tuple[float, float]] = {}  # (lm_head, sampler) by output tokens
+        self._small_cache: dict[int, float] = {}
         self._decode_host_cache: dict[int, float] = {}  # decode-only steps: host seconds by seqs
         self._calibrated = _Calibration(self) if calibration is not None else None
 
@@ -251,8 +317,10 @@ class CostModel:
     def calibrated_ops(self) -> frozenset[str]:
         """Operators (names of `StepCost.by_op`) whose time comes, at least in part, from the
         calibration table: dense_gemm, moe_experts and lm_head from `matmul` (`w8a8_matmul` for fp8)
-        rows; attention (decode) from `paged_decode_attention`; linear_attention (decode) from
-        `kda_decode`. Prefill attention and KDA prefill always use the roofline."""
+        rows; attention from `paged_decode_attention` (decode) and `prefill_attention` (prefill);
+        linear_attention (decode) from `kda_decode`; small_ops from `rms_norm`, `residual_add`,
+        `rope`, `silu_mul`; tp_collectives (the all-reduces) from `all_reduce`. KDA prefill and
+        the sampler always use the roofline."""
         return self._calibrated.ops if self._calibrated is not None else frozenset()
 
     def kv_bytes_per_token(self) -> int:
@@ -273,30 +341,86 @@ class CostModel:
         """Bytes of the model's weights in the configured dtype (whole instance)."""
         return self.model.weight_bytes(self.cfg.dtype)
 
-    def kv_capacity_tokens(self, gpu_memory_utilization: float, max_num_seqs: int = 0) -> int:
-        """Tokens of KV cache that fit: (utilisation x HBM x tp - weights - state slots) / KV bytes
-        per token, where the state slots are `max_num_seqs` x `linear_state_bytes_per_seq()`.
+    def activation_peak_bytes(self, max_num_seqs: int, max_batched_tokens: int) -> float:
+        """Peak bytes of activations of the largest step, whole instance: what vLLM's profiler
+        measures by running a dummy step of `max_batched_tokens` tokens and sampling
+        `max_num_seqs` rows. Per rank: the MLP's gate/up output and activation (3 x its width
+        per rank) and four hidden-state-sized buffers (residual, normed input, attention
+        output, QKV), per token, plus FP32 logits and probabilities of `max_num_seqs` rows over
+        the whole vocabulary. (Llama-3-8B, 8192 tokens, 256 seqs: 1.15 GiB; vLLM logs 1.19-1.26.)"""
+        m = self.model
+        width = max(m.intermediate_size if m.num_dense_mlp_layers else 0,
+                    (m.experts_per_token + m.num_shared_experts) * m.moe_intermediate_size if m.is_moe else 0)
+        per_token = (3 * width // self.tp + 4 * m.hidden_size) * self._act_width
+        logits = max_num_seqs * m.vocab_size * LOGITS_BYTES * 2
+        return float(self.tp * (max_batched_tokens * per_token + logits))
+
+    def memory_plan(self, gpu_memory_utilization: float, max_num_seqs: int = 0, max_batched_tokens: int = 0) -> MemoryPlan:
+        """How much KV cache fits, as vLLM sizes it (all figures for the whole instance):
+        reported device memory x tp x `gpu_memory_utilization` - weights - non-torch memory -
+        the activation peak of the largest step - linear-attention state slots.
 
         Hybrid models keep a fixed-size linear-attention state per running sequence; like vLLM's
-        state cache for hybrid models, one slot per possible running sequence is set aside before
-        the paged KV pool is sized. Activations are not subtracted. InputError when the weights
-        (and state slots) alone do not fit."""
-        budget = gpu_memory_utilization * self.accel.hbm_capacity * self.tp
+        state cache for hybrid models, one slot per possible running sequence (`max_num_seqs`) is
+        set aside before the paged KV pool is sized. InputError when nothing is left."""
+        budget = gpu_memory_utilization * self.accel.usable_memory * self.tp
+        non_torch = self.tp * (NON_TORCH_BYTES_PER_GPU + (TP_NON_TORCH_BYTES_PER_GPU if self.tp > 1 else 0.0))
+        activation = self.activation_peak_bytes(max_num_seqs, max_batched_tokens)
         state = max_num_seqs * self.linear_state_bytes_per_seq()
-        free = budget - self.weight_bytes() - state
+        free = budget - self.weight_bytes() - non_torch - activation - state
         if free <= 0:
-            slots = f" and {max_num_seqs} linear-state slots ({state / 1e9:.1f} GB)" if state else ""
+            slots = f", {max_num_seqs} linear-state slots ({state / 1e9:.1f} GB)" if state else ""
             raise InputError(
                 "hardware",
-                f"{self.model.name} weights ({self.weight_bytes() / 1e9:.1f} GB in {self.cfg.dtype}){slots} do not fit in "
-                f"{gpu_memory_utilization} x {self.accel.hbm_capacity / 1e9:.0f} GB x tp={self.tp} of {self.accel.name}",
+                f"{self.model.name} weights ({self.weight_bytes() / 1e9:.1f} GB in {self.cfg.dtype}){slots}, "
+                f"non-torch memory ({non_torch / 1e9:.1f} GB) and activations ({activation / 1e9:.1f} GB) do not fit in "
+                f"{gpu_memory_utilization} x {self.accel.usable_memory / 1e9:.1f} GB x tp={self.tp} of {self.accel.name}",
                 "a larger tp, a larger accelerator, a smaller dtype, fewer engine.max_num_seqs "
-                "or a higher gpu_memory_utilization",
+                "or max_batched_tokens, or a higher gpu_memory_utilization",
             )
         per_token = self.kv_bytes_per_token()
-        if per_token == 0:  # no full-attention layer: KV never limits the batch
-            return 2**62
-        return int(free // per_token)
+        tokens = 2**62 if per_token == 0 else int(free // per_token)  # no full attention: KV never limits
+        return MemoryPlan(budget, float(self.weight_bytes()), non_torch, activation, float(state), free, per_token, tokens)
+
+    def kv_capacity_tokens(self, gpu_memory_utilization: float, max_num_seqs: int = 0, max_batched_tokens: int = 0) -> int:
+        """Tokens of KV cache that fit one instance (`memory_plan`)."""
+        return self.memory_plan(gpu_memory_utilization, max_num_seqs, max_batched_tokens).kv_tokens
+
+    # -- one operator call (per layer, one rank): what a profile measures, for checks against it --
+
+    def gemm_call_s(self, name: str, tokens: int) -> float:
+        """Seconds of one call of the dense GEMM class `name` (e.g. "qkv", "attn_o", "mlp_gate_up",
+        "mlp_down") over `tokens` tokens on one rank, as `dense_gemm` counts it."""
+        g = next((g for g in self._dense_gemms if g.name == name), None)
+        if g is None:
+            raise InputError("gemm", f"unknown GEMM class {name!r}", f"one of {[g.name for g in self._dense_gemms]}")
+        one = _Gemm(g.name, g.n, g.k, 1)
+        measured = self._calibrated.gemm(g.n, g.k, tokens) if self._calibrated else None
+        if measured is None:
+            return self._gemm_roofline(one, tokens)
+        return max(measured, self._gemm_ideal(one, tokens))
+
+    def small_op_call_s(self, kernel: str, tokens: int) -> float:
+        """Seconds of one call of the small kernel `kernel` (SMALL_OP_KERNELS) over `tokens`."""
+        for name, shape, elements, _ in self._small_op_kernels(tokens):
+            if name == kernel and (kernel != "silu_mul" or not self.model.num_moe_layers):
+                return self._small_op_s(kernel, shape, elements)
+        raise InputError("small op", f"{kernel!r} is not a small op of {self.model.name}", f"one of {SMALL_OP_KERNELS}")
+
+    def decode_attention_layer_s(self, seqs: int, context_per_seq: int) -> float:
+        """Seconds of one layer's decode attention: `seqs` sequences of `context_per_seq` tokens."""
+        return self._attention_time(StepWork.decode(seqs, seqs * context_per_seq)) / self._full_layers
+
+    def prefill_attention_layer_s(self, new: int, cached: int = 0) -> float:
+        """Seconds of one layer's prefill attention of one chunk of `new` tokens after `cached`."""
+        return self._prefill_attention_time(StepWork.prefill_chunk(new, cached)) / self._full_layers
+
+    def all_reduce_s(self, payload_bytes: float) -> float:
+        """Seconds of one all-reduce of `payload_bytes` over the instance's TP ranks (0 at tp 1)."""
+        if self.tp == 1:
+            return 0.0
+        measured = self._calibrated.all_reduce(self.tp, payload_bytes) if self._calibrated else None
+        return measured if measured is not None else self._all_reduce(payload_bytes)
 
     # -- the step --
 
@@ -305,7 +429,7 @@ class CostModel:
         ops = self._op_times(work)
         device = sum(ops)
         host = self._host_s(work)
-        return StepCost(device_s=device, host_s=host, total_s=device + host, by_op=dict(zip(OPS, ops)))
+        return StepCost(device_s=device, host_s=host, total_s=self._with_host(device, host), by_op=dict(zip(OPS, ops)))
 
     def decode_step_s(self, seqs: int, context_tokens: int) -> float:
         """Seconds of a decode-only step: `step(StepWork.decode(seqs, context_tokens)).total_s`.
@@ -317,9 +441,15 @@ class CostModel:
         host = self._decode_host_cache.get(seqs)
         if host is None:
             host = self._decode_host_cache[seqs] = self._host_s(work)
-        return sum(self._op_times(work)) + host
+        return self._with_host(sum(self._op_times(work)), host)
 
-    def _op_times(self, work: StepWork) -> tuple[float, float, float, float, float, float]:
+    def _with_host(self, device: float, host: float) -> float:
+        """A step's seconds from its device and host seconds (`HostOverheadConfig.overlap`)."""
+        if self.cfg.host.overlap == "async":
+            return max(device, host) + self.cfg.host.async_residue_s
+        return device + host
+
+    def _op_times(self, work: StepWork) -> tuple[float, float, float, float, float, float, float, float]:
         """Seconds (one rank) of each operator of OPS, in that order: the one place that says
         what a step's device time is made of. Terms that depend only on token counts are memoised."""
         tokens = work.prefill_tokens + work.decode_seqs
@@ -329,16 +459,22 @@ class CostModel:
         moe = self._moe_cache.get(tokens)
         if moe is None:
             moe = self._moe_cache[tokens] = self._moe_time(tokens)
-        lm = self._lm_cache.get(work.output_tokens)
+        outputs = work.output_tokens
+        lm = self._lm_cache.get(outputs)
         if lm is None:
-            lm = self._lm_cache[work.output_tokens] = self._lm_head_time(work.output_tokens)
+            lm = self._lm_cache[outputs] = (self._lm_head_time(outputs), self._sampler_time(outputs))
+        small = self._small_cache.get(tokens)
+        if small is None:
+            small = self._small_cache[tokens] = self._small_ops_time(tokens)
         return (
             dense,
             self._attention_time(work),
             self._linear_attention_time(work),
             moe,
-            lm,
-            self._collective_time(tokens, work.output_tokens),
+            lm[0],
+            self._collective_time(tokens, outputs),
+            small,
+            lm[1],
         )
 
     def _host_s(self, work: StepWork) -> float:
@@ -363,7 +499,8 @@ class CostModel:
         return flops, nbytes
 
     def _gemm_roofline(self, g: _Gemm, m: int) -> float:
-        return self._roofline(*self._gemm_work(g, m), self._gemm_rate)
+        """The class's GEMMs at the roofline, each at least one kernel launch."""
+        return max(self._roofline(*self._gemm_work(g, m), self._gemm_rate), g.count * self._launch)
 
     def _gemm_ideal(self, g: _Gemm, m: int) -> float:
         """The same GEMMs at 100 % of peak: the floor no measurement can beat."""
@@ -404,7 +541,9 @@ class CostModel:
             if up is not None and down is not None:
                 ideal = self._moe_layer(tokens, touched, self._peak, self.accel.hbm_bandwidth)
                 return m.num_moe_layers * max(touched * (up + down), ideal)
-        return m.num_moe_layers * self._moe_layer(tokens, touched, self._gemm_rate, self._mem_rate)
+        # grouped expert GEMMs: up and down, at least a launch each
+        layer = max(self._moe_layer(tokens, touched, self._gemm_rate, self._mem_rate), 2 * self._launch)
+        return m.num_moe_layers * layer
 
     def _moe_layer(self, tokens: int, touched: float, flop_rate: float, byte_rate: float) -> float:
         m = self.model
@@ -423,23 +562,81 @@ class CostModel:
         nbytes = vocab * h * self._lm_width + rows * (h * self._act_width + vocab * LOGITS_BYTES)
         if measured is not None:
             return max(measured, flops / self._peak, nbytes / self.accel.hbm_bandwidth)
-        return self._roofline(flops, nbytes, self._gemm_rate)
+        return max(self._roofline(flops, nbytes, self._gemm_rate), self._launch)
+
+    def _sampler_time(self, rows: int) -> float:
+        """The sampler's passes over the FP32 logits of `rows` emitted tokens (whole vocabulary:
+        the logits are gathered before sampling), at least one launch."""
+        if rows == 0 or not self.cfg.extras.sampler:
+            return 0.0
+        nbytes = rows * self.model.vocab_size * LOGITS_BYTES * SAMPLER_LOGIT_PASSES
+        return max(nbytes / self._mem_rate, self._launch)
+
+    def _small_ops_time(self, tokens: int) -> float:
+        """Per-layer elementwise kernels over `tokens` (see the module docstring), all layers."""
+        if tokens == 0 or not self.cfg.extras.small_ops:
+            return 0.0
+        return sum(count * self._small_op_s(kernel, shape, elements)
+                   for kernel, shape, elements, count in self._small_op_kernels(tokens))
+
+    def _small_op_s(self, kernel: str, shape: dict[str, int], elements: float) -> float:
+        """One call of a small kernel: a calibrated row where a table has one, else its traffic
+        (`elements` read + written) at the kernel's fraction of HBM bandwidth, at least one launch."""
+        measured = self._calibrated.small_op(kernel, shape) if self._calibrated else None
+        if measured is not None:
+            return measured
+        return max(elements * self._act_width / self._small_rates[kernel], self._launch)
+
+    def _small_op_kernels(self, tokens: int) -> list[tuple[str, dict[str, int], float, int]]:
+        """(kernel, shape on one rank, elements read + written, calls per step) of each small op."""
+        m, h, t = self.model, self.model.hidden_size, tokens
+        layers = m.num_layers
+        ops: list[tuple[str, dict[str, int], float, int]] = [
+            ("rms_norm", {"T": t, "D": h}, 2.0 * t * h, 2 * layers),
+            ("residual_add", {"T": t, "D": h}, 3.0 * t * h, 2 * layers),
+        ]
+        if self._full_layers:
+            shape = {"T": t, "H": self._heads, "HKV": self._kv_heads, "D": self._qk_dim}
+            elements = 2.0 * t * (self._heads + self._kv_heads) * self._qk_dim
+            ops.append(("rope", shape, elements, self._full_layers))
+        if m.num_dense_mlp_layers:
+            width = m.intermediate_size // self.tp
+            ops.append(("silu_mul", {"T": t, "D": width}, 3.0 * t * width, m.num_dense_mlp_layers))
+        if m.num_moe_layers:  # every routed (and shared) expert's activation, one grouped kernel
+            width = m.moe_intermediate_size // self.tp
+            rows = t * (m.experts_per_token + m.num_shared_experts)
+            ops.append(("silu_mul", {"T": rows, "D": width}, 3.0 * rows * width, m.num_moe_layers))
+        return ops
 
     def _attention_time(self, work: StepWork) -> float:
         if self._full_layers == 0:
             return 0.0
         total = 0.0
         if work.prefill_tokens:
-            flops, nbytes = self._prefill_attention_work(work)
-            total += self._full_layers * self._roofline(flops, nbytes, self._attn_rate)
+            total += self._prefill_attention_time(work)
         if work.decode_seqs:
             seqs, context = work.decode_seqs, work.decode_context_tokens
-            if self._calibrated is not None and "attention" in self._calibrated.ops:
+            if self._calibrated is not None and self._calibrated.decode_covered:
                 total += self._calibrated_decode_attention(seqs, context)
             else:  # the roofline with per-token coefficients folded in (hot path)
                 c = self._decode_coeffs
-                total += max(context * c[0], context * c[1] + seqs * c[2])
+                total += max(context * c[0], context * c[1] + seqs * c[2], self._decode_floor)
         return total
+
+    def _prefill_attention_time(self, work: StepWork) -> float:
+        """All full layers' prefill attention. A table's `prefill_attention` rows time one
+        sequence's chunk; a step with several prefill chunks is timed as that many chunks of
+        their mean size (new tokens and context)."""
+        flops, nbytes = self._prefill_attention_work(work)
+        seqs = work.prefill_seqs
+        measured = None
+        if self._calibrated is not None and seqs:
+            new = max(1, round(work.prefill_tokens / seqs))
+            measured = self._calibrated.prefill_attention(new, max(new, round(work.prefill_context_tokens / seqs)))
+        if measured is not None:
+            ideal = max(flops / self._peak, nbytes / self.accel.hbm_bandwidth)
+            return self._full_layers * max(seqs * measured, ideal)
+        return self._full_layers * max(self._roofline(flops, nbytes, self._attn_rate), self._launch)
 
     def _prefill_attention_work(self, work: StepWork) -> tuple[float, float]:
         """(flops, bytes) of one full-attention layer's prefill attention on one rank."""
@@ -478,7 +675,7 @@ class CostModel:
         flops, nbytes = self._decode_attention_work(seqs, context)
         measured = self._calibrated.decode_attention(seqs, context) if self._calibrated else None
         if measured is None:
-            return self._full_layers * self._roofline(flops, nbytes, self._attn_rate)
+            return max(self._full_layers * self._roofline(flops, nbytes, self._attn_rate), self._decode_floor)
         ideal = max(flops / self._peak, nbytes / self.accel.hbm_bandwidth)
         return self._full_layers * max(measured, ideal)
 
@@ -507,6 +704,16 @@ class CostModel:
                 total += self._linear_layers * max(flops / self._state_rate, nbytes / self._mem_rate)
         return total
 
+    def _all_reduce(self, payload: float) -> float:
+        """Seconds of one ring all-reduce of `payload` bytes over the TP link (module docstring)."""
+        tp, link = self.tp, self.tp_link
+        assert link is not None
+        moved = 2.0 * (tp - 1) / tp * payload
+        if link.all_reduce_bus_bandwidth is not None:
+            floor = link.all_reduce_floor_s if link.all_reduce_floor_s is not None else 2 * (tp - 1) * link.latency
+            return floor + moved / link.all_reduce_bus_bandwidth
+        return moved / (link.bandwidth * self.cfg.efficiency.collective) + 2 * (tp - 1) * link.latency
+
     def _collective_time(self, tokens: int, output_tokens: int) -> float:
         tp = self.tp
         if tp == 1 or (tokens == 0 and output_tokens == 0):
@@ -517,8 +724,8 @@ class CostModel:
         total = 0.0
         if tokens:
             payload = tokens * self.model.hidden_size * self._act_width
-            all_reduce = 2.0 * (tp - 1) / tp * payload / rate + 2 * (tp - 1) * link.latency
-            total += 2 * self.model.num_layers * all_reduce
+            measured = self._calibrated.all_reduce(tp, payload) if self._calibrated else None
+            total += 2 * self.model.num_layers * (measured if measured is not None else self._all_reduce(payload))
         if output_tokens:  # vocab-parallel LM head: gather the logit shards
             payload = output_tokens * self.model.vocab_size * LOGITS_BYTES
             total += (tp - 1) / tp * payload / rate + (tp - 1) * link.latency
@@ -571,6 +778,9 @@ class _CalibratedKernel:
         measured = self.table.exact(self.kernel, self.dtype, self.device, key)
         if measured is not None:
             return measured
+        measured = self.table.along_line(self.kernel, self.dtype, self.device, shape, self.peaks)
+        if measured is not None:
+            return measured
         bucket = tuple((name, _bucket(value)) for name, value in key)
         rows = self._nearest.get(bucket)
         if rows is None:
@@ -588,21 +798,31 @@ class _Calibration:
         assert table is not None
         device, bw = accel.calibration_device, accel.hbm_bandwidth
         self._cost = cost
+        peaks = (cost._peak, bw)
         if cfg.dtype == "fp8":
             # W8A8 tables may be INT8 (same tensor-core rate as FP8 on Hopper): used as a stand-in.
-            self._matmul = _CalibratedKernel(table, "w8a8_matmul", ("fp8e4m3", "int8"), device, (cost._peak, bw))
+            self._matmul = _CalibratedKernel(table, "w8a8_matmul", ("fp8e4m3", "int8"), device, peaks)
         else:
-            self._matmul = _CalibratedKernel(table, "matmul", (_TABLE_DTYPE[cfg.dtype],), device, (cost._peak, bw))
-        kv_dtypes = (_TABLE_DTYPE[cfg.kv_dtype], _TABLE_DTYPE[cfg.dtype])
-        self._attention = _CalibratedKernel(table, "paged_decode_attention", kv_dtypes, device, (cost._peak, bw))
+            self._matmul = _CalibratedKernel(table, "matmul", _table_dtypes(cfg.dtype), device, peaks)
+        kv_dtypes = (*_table_dtypes(cfg.kv_dtype), *_table_dtypes(cfg.dtype))
+        self._attention = _CalibratedKernel(table, "paged_decode_attention", kv_dtypes, device, peaks)
+        self._prefill = _CalibratedKernel(table, "prefill_attention", kv_dtypes, device, peaks)
+        act_dtypes = _table_dtypes("fp32" if cfg.dtype == "fp32" else "bf16")
+        self._small = {k: _CalibratedKernel(table, k, act_dtypes, device, peaks) for k in SMALL_OP_KERNELS}
+        self._all_reduce = _CalibratedKernel(table, "all_reduce", act_dtypes, device, peaks)
         # The KDA decode kernel keeps its state and arithmetic in FP32.
         self._kda = _CalibratedKernel(table, "kda_decode", ("fp32", _TABLE_DTYPE[cfg.dtype]), device,
                                       (cost._state_peak, bw))
         ops = set()
         if self._matmul.active:
             ops |= {"dense_gemm", "lm_head"} | ({"moe_experts"} if cost.model.is_moe else set())
-        if self._attention.active and cost._full_layers:
+        self.decode_covered = self._attention.active and bool(cost._full_layers)
+        if (self.decode_covered or self._prefill.active) and cost._full_layers:
             ops.add("attention")
+        if any(kernel.active for kernel in self._small.values()) and cost.cfg.extras.small_ops:
+            ops.add("small_ops")
+        if self._all_reduce.active and cost.tp > 1:
+            ops.add("tp_collectives")
         if self._kda.active and cost._linear_layers:
             ops.add("linear_attention")
         self.ops = frozenset(ops)
@@ -622,6 +842,22 @@ class _Calibration:
             "T": max(1, math.ceil(context / seqs)),
         }
         return self._attention.time(shape)
+
+    def prefill_attention(self, new: int, context: int) -> float | None:
+        """Seconds of one layer's prefill attention of one chunk of `new` tokens whose sequence
+        holds `context` tokens after it (cached + new)."""
+        cost = self._cost
+        shape = {"Q": new, "T": context, "H": cost._heads, "HKV": cost._kv_heads, "D": cost._kv_dim}
+        return self._prefill.time(shape)
+
+    def small_op(self, kernel: str, shape: dict[str, int]) -> float | None:
+        """Seconds of one call of a per-layer elementwise kernel (SMALL_OP_KERNELS)."""
+        return self._small[kernel].time(shape)
+
+    def all_reduce(self, ranks: int, payload_bytes: float) -> float | None:
+        """Seconds of one all-reduce of `payload_bytes` over `ranks` ranks (rows count elements
+        of 2 bytes)."""
+        return self._all_reduce.time({"W": ranks, "N": max(1, round(payload_bytes / 2))})
 
     def kda_decode(self, seqs: int) -> float | None:
         """Seconds of one layer's KDA decode step over `seqs` sequences."""

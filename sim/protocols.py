@@ -52,8 +52,9 @@ class StepCostModel(Protocol):
         (bit for bit: the fast scheduler times runs of such steps with it)."""
         ...
 
-    def kv_capacity_tokens(self, gpu_memory_utilization: float, max_num_seqs: int = 0) -> int:
-        """Tokens of KV cache one instance holds."""
+    def kv_capacity_tokens(self, gpu_memory_utilization: float, max_num_seqs: int = 0, max_batched_tokens: int = 0) -> int:
+        """Tokens of KV cache one instance holds (after the activations of a step of
+        `max_batched_tokens` tokens)."""
         ...
 
     def kv_transfer_bytes(self, tokens: int) -> int:

@@ -32,7 +32,7 @@ from typing import Any, TextIO
 
 from infralab.errors import InputError
 from infralab.results import atomic_output_dir, dump_json, pause_point
-from infralab.sim.calibration import CalibrationTable
+from infralab.sim.calibration import load_calibration
 from infralab.sim.cluster import simulate
 from infralab.sim.config import (
     SimConfig,
@@ -130,9 +130,9 @@ def prepare_run(cfg: SimConfig, base_dir: Path, source: str = "<config>") -> Pre
         )
     with _config_fields_of(source):
         requests = build_workload(cfg.workload, base_dir, cfg.run.seed, model.context_length)
-        calibration = None
-        if cfg.cost.calibration is not None:
-            calibration = CalibrationTable.load(resolve_path(cfg.cost.calibration, base_dir))
+        calibration = load_calibration(
+            *(None if value is None else resolve_path(value, base_dir) for value in (cfg.cost.calibration, cfg.cost.vidur_profile))
+        )
         cost = CostModel(model, accel, cfg.cost, tp=cfg.hardware.tp, tp_link=tp_link, calibration=calibration)
     return PreparedRun(cfg, requests, cost, transfer_link)
 
@@ -225,12 +225,19 @@ def run_config_file(
         )
         phases.lap("simulate")
         summary = summarize(run, cfg.slo, cfg.metrics.percentiles).with_run(run_facts(cfg, config_path))
+        blocks = run.resources.get("cluster", {}).get("kv_capacity_blocks_per_instance")
+        if blocks is not None:
+            summary = summary.with_kv_cache(blocks, cfg.engine.block_size)
         phases.lap("summarise")
         summary = write_results(
             tmp, config_path, run, summary, max_trace_events if timeline else None, resolved_config_text(cfg, base_dir)
         )
     phases.lap("write")
     out = stdout or sys.stdout
+    if summary.kv_cache is not None:
+        kv = summary.kv_cache
+        print(f"KV cache per instance: {kv['kv_blocks']} blocks x {kv['block_size']} tokens = {kv['kv_tokens']} tokens",
+              file=out)
     print_summary(summary, file=out)
     warning = None if summary.timeline is None else truncation_warning(summary.timeline, run.end_s)
     if warning is not None:

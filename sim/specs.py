@@ -53,7 +53,7 @@ LayerType = Literal["full", "linear"]
 @dataclass(frozen=True, config=STRICT)
 class AcceleratorSpec:
     """One accelerator: dense peak FLOP/s per dtype (no structured sparsity), HBM bandwidth
-    (bytes/s) and capacity (bytes). `calibration_device` is the device name calibration tables use
+    (bytes/s), capacity (bytes: the datasheet's, and the figure the device reports). `calibration_device` is the device name calibration tables use
     for it (what torch reports, e.g. "NVIDIA H200")."""
 
     name: str
@@ -61,8 +61,16 @@ class AcceleratorSpec:
     hbm_bandwidth: BytesPerSecond
     hbm_capacity: Bytes
     calibration_device: str
+    # Bytes the device reports as its total (cudaMemGetInfo; vLLM's "total_gpu_memory"), a little
+    # below the datasheet's figure; None: `hbm_capacity`. Engines size their KV cache from it.
+    reported_memory: Bytes | None = None
     source: str = ""
     notes: str = ""
+
+    @property
+    def usable_memory(self) -> float:
+        """Bytes an engine sizes memory from: `reported_memory`, else `hbm_capacity`."""
+        return self.reported_memory if self.reported_memory is not None else self.hbm_capacity
 
     @field_validator("peak_flops")
     @classmethod
@@ -89,11 +97,18 @@ class AcceleratorSpec:
 @dataclass(frozen=True, config=STRICT)
 class LinkSpec:
     """A point-to-point link: `bandwidth` in bytes/s per direction, `latency` in seconds per
-    message (the fixed cost a transfer or one collective step pays before bytes flow)."""
+    message (the fixed cost a transfer or one collective step pays before bytes flow), and
+    optionally a measured all-reduce curve."""
 
     name: str
     bandwidth: BytesPerSecond
     latency: Number(ge=0.0, le=60.0)
+    # A measured all-reduce curve over this interconnect (e.g. fitted on NCCL profiles): seconds of
+    # the smallest messages, and the bus bandwidth (bytes/s moved per rank, 2(n-1)/n x payload,
+    # per second) of large ones. Without them the cost model uses `bandwidth` x collective
+    # efficiency and `latency` per ring step.
+    all_reduce_floor_s: Number(ge=0.0, le=60.0) | None = None
+    all_reduce_bus_bandwidth: BytesPerSecond | None = None
     source: str = ""
     notes: str = ""
 

@@ -221,12 +221,19 @@ class RunSummary:
     # What trace.json holds (events_total, events_written, max_events, truncated,
     # truncated_after_s: `infralab.sim.timeline.write_trace`'s counts); None when none was written.
     timeline: Mapping[str, Any] | None = None
+    # KV capacity of one instance, {"kv_blocks", "block_size", "kv_tokens"}, when the caller knows it
+    kv_cache: Mapping[str, int] | None = None
 
     def with_run(self, facts: Mapping[str, Any]) -> RunSummary:
         return dataclasses.replace(self, run=dict(facts))
 
     def with_timeline(self, facts: Mapping[str, Any]) -> RunSummary:
         return dataclasses.replace(self, timeline=dict(facts))
+    def with_kv_cache(self, blocks: int, block_size: int) -> RunSummary:
+        """This summary with one instance's KV capacity: `blocks` blocks of `block_size` tokens."""
+        return dataclasses.replace(
+            self, kv_cache={"kv_blocks": blocks, "block_size": block_size, "kv_tokens": blocks * block_size}
+        )
 
     # ---- the one flattening ----------------------------------------------------------------
 
@@ -291,6 +298,8 @@ class RunSummary:
             out["run"] = dict(self.run)
         if self.timeline is not None:
             out["timeline"] = dict(self.timeline)
+        if self.kv_cache is not None:
+            out["kv_cache"] = dict(self.kv_cache)
         return out
 
     @classmethod
@@ -321,6 +330,7 @@ class RunSummary:
                 simulated_end_s=data["simulated_end_s"],
                 run=data.get("run"),
                 timeline=data.get("timeline"),
+                kv_cache=data.get("kv_cache"),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise InputError(source, f"not a run summary ({type(exc).__name__}: {exc})",

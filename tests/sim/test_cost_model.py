@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infralab.errors import InputError
-from infralab.sim.config import CostConfig, EfficiencyConfig, HostOverheadConfig
+from infralab.sim.config import CostConfig, EfficiencyConfig, HostOverheadConfig, RooflineExtrasConfig
 from infralab.sim.cost_model import OPS, CostModel, StepWork
-from infralab.sim.specs import load_accelerator, load_link, load_model
+from infralab.sim.specs import LinkSpec, load_accelerator, load_link, load_model
 
 H100 = load_accelerator("H100")
 H200 = load_accelerator("H200")
@@ -17,7 +17,10 @@ NVLINK = load_link("nvlink4")
 LLAMA8 = load_model("llama-3-8b")
 MIXTRAL = load_model("mixtral-8x7b")
 KIMI = load_model("kimi-linear-48b-a3b")
-CFG = CostConfig()
+# The hand-worked figures below are the plain roofline's: the extras (launch floors, small
+# operators, sampler, decode-attention floor) are off here and have their own tests.
+PLAIN = RooflineExtrasConfig(kernel_launch_s=0.0, small_ops=False, decode_attention_floor_s=0.0, sampler=False)
+CFG = CostConfig(extras=PLAIN)
 
 
 def cost(model=LLAMA8, accel=H100, cfg=CFG, tp=1) -> CostModel:
@@ -34,7 +37,7 @@ def test_step_work_prefill_counts_causal_pairs():
 
 
 def test_by_op_names_and_sum():
-    c = cost(KIMI, H200, tp=2).step(StepWork.prefill(300, 50) + StepWork.decode(5, 5000))
+    c = cost(KIMI, H200, cfg=CostConfig(), tp=2).step(StepWork.prefill(300, 50) + StepWork.decode(5, 5000))
     assert set(c.by_op) == set(OPS)
     assert c.device_s == pytest.approx(sum(c.by_op.values()))
     assert all(v > 0 for v in c.by_op.values())  # every operator is exercised by this model
@@ -82,14 +85,24 @@ def test_tp_halves_gemm_time_and_adds_collectives():
     assert one.by_op["tp_collectives"] == 0
     payload = 4096 * 4096 * 2  # tokens x hidden x bf16
     rate = NVLINK.bandwidth * CFG.efficiency.collective
-    all_reduce = 2 * (1 / 2) * payload / rate + 2 * NVLINK.latency
+    # nvlink4 carries a measured all-reduce curve (floor + bus bandwidth, fitted on Vidur's profile)
+    all_reduce = 3.8e-5 + 2 * (1 / 2) * payload / 5.5e11
     gather = (1 / 2) * 1 * 128256 * 4 / rate + NVLINK.latency  # one row of FP32 logits
     assert two.by_op["tp_collectives"] == pytest.approx(2 * 32 * all_reduce + gather, rel=1e-9)
 
 
+def test_a_link_without_a_measured_curve_uses_its_nominal_bandwidth_and_latency():
+    link = LinkSpec(name="plain", bandwidth=400e9, latency=2e-6)
+    c = CostModel(LLAMA8, H100, CFG, tp=4, tp_link=link).step(StepWork.prefill(1000))
+    payload = 1000 * 4096 * 2
+    all_reduce = 2 * (3 / 4) * payload / (400e9 * 0.7) + 2 * 3 * 2e-6
+    gather = (3 / 4) * 128256 * 4 / (400e9 * 0.7) + 3 * 2e-6
+    assert c.by_op["tp_collectives"] == pytest.approx(2 * 32 * all_reduce + gather, rel=1e-9)
+
+
 def test_host_overheads_add_to_device_time():
     host = HostOverheadConfig(per_step_s=1e-3, per_request_s=1e-4, per_output_token_s=1e-5)
-    model = cost(cfg=CostConfig(host=host))
+    model = cost(cfg=CostConfig(extras=PLAIN, host=host))
     work = StepWork.prefill_chunk(100, 0, finishes=True) + StepWork.decode(7, 700)
     c = model.step(work)
     assert c.host_s == pytest.approx(1e-3 + 1e-4 * 8 + 1e-5 * 8)
@@ -97,7 +110,7 @@ def test_host_overheads_add_to_device_time():
 
 
 def test_empty_step_costs_only_the_per_step_overhead():
-    c = cost(cfg=CostConfig(host=HostOverheadConfig(per_step_s=2e-3))).step(StepWork())
+    c = cost(cfg=CostConfig(extras=PLAIN, host=HostOverheadConfig(per_step_s=2e-3))).step(StepWork())
     assert c.device_s == 0 and c.total_s == pytest.approx(2e-3)
 
 
@@ -138,21 +151,52 @@ def test_moe_single_token_reads_its_experts_only():
     assert c.by_op["moe_experts"] == pytest.approx(per_rank / (4.8e12 * 0.8), rel=0.01)
 
 
+GIB = 2**30
+
+
 def test_kv_capacity_by_hand():
+    """Memory as vLLM sizes it: reported memory x utilisation - weights - non-torch - activations."""
+    budget = 0.9 * 79.22 * GIB  # H100's reported memory (not the datasheet's 80 GB)
     tokens = cost().kv_capacity_tokens(0.9)
-    assert tokens == int((0.9 * 80e9 - LLAMA8.weight_bytes("bf16")) // 131072)
+    assert tokens == int((budget - LLAMA8.weight_bytes("bf16") - 0.35 * GIB) // 131072)
     with pytest.raises(InputError) as info:
         cost(load_model("llama-3-70b")).kv_capacity_tokens(0.9)
     assert "do not fit" in str(info.value) and "tp" in str(info.value)
     assert cost(load_model("llama-3-70b"), tp=2).kv_capacity_tokens(0.9) > 0
 
 
+def test_memory_plan_worked_example_llama3_8b_on_h100():
+    """Llama-3-8B, one H100, utilisation 0.9, 256 seqs, 8192 batched tokens, by hand:
+    budget 0.9 x 79.22 GiB = 71.298 GiB; weights 16,060,522,496 B = 14.957 GiB; non-torch 0.35 GiB;
+    activations 8192 x (3 x 14336 + 4 x 4096) x 2 B + 256 x 128256 x 4 B x 2 = 1.150 GiB;
+    KV 54.84 GiB at 128 KiB per token = 449,2xx tokens. vLLM logs 54.62-54.93 GiB for this case."""
+    plan = cost().memory_plan(0.9, max_num_seqs=256, max_batched_tokens=8192)
+    activation = 8192 * (3 * 14336 + 4 * 4096) * 2 + 256 * 128256 * 4 * 2
+    assert plan.activation_peak_bytes == activation
+    assert activation / GIB == pytest.approx(1.150, abs=1e-3)
+    kv = 0.9 * 79.22 * GIB - 16_060_522_496 - 0.35 * GIB - activation
+    assert plan.kv_bytes == pytest.approx(kv)
+    assert kv / GIB == pytest.approx(54.84, abs=0.01)
+    assert plan.kv_tokens == int(kv // 131072) and plan.kv_blocks(16) == plan.kv_tokens // 16
+    assert 54.62 <= plan.kv_bytes / GIB <= 54.93 + 0.02  # within vLLM's logged range (+ rounding)
+
+
+def test_tensor_parallel_adds_nccl_memory_per_gpu():
+    one, two = cost(tp=1).memory_plan(0.9), cost(tp=2).memory_plan(0.9)
+    assert one.non_torch_bytes == pytest.approx(0.35 * GIB)
+    assert two.non_torch_bytes == pytest.approx(2 * (0.35 + 1.79) * GIB)
+
+
 def test_kv_capacity_sets_aside_a_linear_state_slot_per_running_sequence():
     model = cost(KIMI, H200)
-    free = 0.9 * H200.hbm_capacity - KIMI.weight_bytes("bf16")
+    free = 0.9 * H200.usable_memory - KIMI.weight_bytes("bf16") - 0.35 * GIB
     assert model.kv_capacity_tokens(0.9) == int(free // 8064)
-    assert model.kv_capacity_tokens(0.9, max_num_seqs=256) == int((free - 256 * 43_417_600) // 8064)
-    assert cost().kv_capacity_tokens(0.9, max_num_seqs=256) == cost().kv_capacity_tokens(0.9)  # no linear layers
+    assert model.kv_capacity_tokens(0.9, max_num_seqs=256) == int(
+        (free - 256 * 43_417_600 - model.activation_peak_bytes(256, 0)) // 8064
+    )
+    assert cost().kv_capacity_tokens(0.9, max_num_seqs=256) == int(
+        (0.9 * 79.22 * GIB - LLAMA8.weight_bytes("bf16") - 0.35 * GIB - 256 * 128256 * 8) // 131072
+    )  # no linear layers: only the sampler's logits
     with pytest.raises(InputError, match="linear-state slots"):
         model.kv_capacity_tokens(0.9, max_num_seqs=10_000)
 

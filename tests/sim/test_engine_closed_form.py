@@ -67,4 +67,6 @@ def test_batch_intervals_record_the_steps():
     assert batches[-1].end_s == rec.finish_s
     resources = record.resources["instance/instance-0"]
     assert resources["role"] == "colocated"
-    assert resources["kv_capacity_blocks"] == COST.kv_capacity_tokens(0.9, EngineConfig().max_num_seqs) // 16
+    engine = EngineConfig().with_vllm_defaults(COST.accel.usable_memory, COST.accel.calibration_device)  # H100: 1024, 8192
+    capacity = COST.kv_capacity_tokens(0.9, engine.max_num_seqs, max_batched_tokens=engine.max_batched_tokens)
+    assert resources["kv_capacity_blocks"] == capacity // 16

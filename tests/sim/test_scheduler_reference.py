@@ -69,7 +69,7 @@ class _FixedCapacity:
         self.decode_step_s = cost.decode_step_s
         self.kv_transfer_bytes = cost.kv_transfer_bytes
 
-    def kv_capacity_tokens(self, gpu_memory_utilization: float, max_num_seqs: int = 0) -> int:
+    def kv_capacity_tokens(self, gpu_memory_utilization: float, max_num_seqs: int = 0, max_batched_tokens: int = 0) -> int:
         return self._capacity
 
 

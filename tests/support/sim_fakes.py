@@ -66,7 +66,7 @@ class FakeCost:
         """Seconds of a decode-only step; the same as step() on that work."""
         return self.step(StepWork.decode(seqs, context_tokens)).total_s
 
-    def kv_capacity_tokens(self, gpu_memory_utilization: float, max_num_seqs: int = 0) -> int:
+    def kv_capacity_tokens(self, gpu_memory_utilization: float, max_num_seqs: int = 0, max_batched_tokens: int = 0) -> int:
         """Tokens of KV cache per instance: `capacity_tokens`, whatever the arguments."""
         return self.capacity_tokens
 
