@@ -26,9 +26,9 @@ import numpy as np
 
 from infralab.overrides import apply_overrides
 from infralab.sim.config import SimConfig, config_doc, config_from_doc, layout_defaults, resolved_config_text
-from infralab.sim.metrics import is_finished, request_metrics, summarize
+from infralab.sim.metrics import is_finished, request_metrics
 from infralab.sim.records import RequestRecord, RunRecord
-from infralab.sim.run import DERIVED_FIELDS, REQUEST_FIELDS, run_facts, simulate_config, with_seed
+from infralab.sim.run import DERIVED_FIELDS, REQUEST_FIELDS, run_summary, simulate_config, with_seed
 from infralab.sim.summary import Metric, RunSummary
 from infralab.sim.timeline import DEFAULT_MAX_EVENTS, save_trace
 
@@ -99,7 +99,7 @@ def run(
         doc = config_doc(config, overrides)
     cfg = with_seed(config_from_doc(doc, source, folder), seed)
     record = simulate_config(cfg, folder, source, timeline=timeline)
-    summary = summarize(record, cfg.slo, cfg.metrics.percentiles).with_run(run_facts(cfg, Path(source)))
+    summary = run_summary(record, cfg, Path(source))
     return SimResult(
         summary=summary,
         requests=request_table(record),

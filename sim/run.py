@@ -224,10 +224,7 @@ def run_config_file(
             on_read=lambda: phases.lap("read"),
         )
         phases.lap("simulate")
-        summary = summarize(run, cfg.slo, cfg.metrics.percentiles).with_run(run_facts(cfg, config_path))
-        blocks = run.resources.get("cluster", {}).get("kv_capacity_blocks_per_instance")
-        if blocks is not None:
-            summary = summary.with_kv_cache(blocks, cfg.engine.block_size)
+        summary = run_summary(run, cfg, config_path)
         phases.lap("summarise")
         summary = write_results(
             tmp, config_path, run, summary, max_trace_events if timeline else None, resolved_config_text(cfg, base_dir)
@@ -271,6 +268,14 @@ class _PhaseClock:
         if path:
             facts = {"phases_s": self.seconds, "simulate_started_unix_s": self.simulate_started_unix_s}
             Path(path).write_text(json.dumps(facts, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def run_summary(run: RunRecord, cfg: SimConfig, config_path: Path) -> RunSummary:
+    """The summary of a finished run as `sim run` writes it: metrics, what was run, and one
+    instance's KV capacity when the cluster recorded it."""
+    summary = summarize(run, cfg.slo, cfg.metrics.percentiles).with_run(run_facts(cfg, config_path))
+    blocks = run.resources.get("cluster", {}).get("kv_capacity_blocks_per_instance")
+    return summary if blocks is None else summary.with_kv_cache(blocks, cfg.engine.block_size)
 
 
 def run_facts(cfg: SimConfig, config_path: Path) -> dict[str, Any]:
