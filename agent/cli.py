@@ -112,3 +112,39 @@ def gil_run(args: argparse.Namespace) -> int:
     hook = load_hook(experiments_dir() / "gil_kv_transfer" / "hook.py")
     hook.run_experiment(args.experiment, args.out, with_probe=args.probe)
     return 0
+
+
+def sim_sweep(args: argparse.Namespace) -> int:
+    from infralab.agent.rate_grid import parse_numbers
+    from infralab.agent.sweep import format_text, run_sweep
+
+    rates = parse_numbers(args.rates, "--rates")
+    seeds = parse_numbers(args.seeds, "--seeds", kind=int, positive=False) if args.seeds is not None else None
+    doc = run_sweep([args.config, *args.configs], rates, seeds, args.out, jobs=args.jobs,
+                    show_progress=not args.no_progress, execution=_execution(args))
+    if args.json:
+        sys.stdout.write(json.dumps(doc, sort_keys=True, indent=2, allow_nan=False) + "\n")
+    else:
+        sys.stdout.write(format_text(doc))
+        files = sorted(f for fig in doc["figures"].values() for f in fig["files"])
+        print(f"wrote {args.out}/: runs.csv, sweep.json, {', '.join(files)}")
+    return 0
+
+
+def sim_capacity(args: argparse.Namespace) -> int:
+    from infralab.agent.capacity import format_text, run_capacity
+    from infralab.agent.rate_grid import parse_numbers
+
+    seeds = parse_numbers(args.seeds, "--seeds", kind=int, positive=False) if args.seeds is not None else None
+    if args.start is not None:
+        parse_numbers(str(args.start), "--start")  # a positive, finite rate
+    doc = run_capacity([args.config, *args.configs], seeds, tolerance=args.tolerance, quantile=args.quantile,
+                       start=args.start, out=args.out, jobs=args.jobs, show_progress=not args.no_progress,
+                       execution=_execution(args))
+    if args.json:
+        sys.stdout.write(json.dumps(doc, sort_keys=True, indent=2, allow_nan=False) + "\n")
+    else:
+        sys.stdout.write(format_text(doc))
+        if args.out is not None:
+            print(f"wrote {args.out}/capacity.json, capacity_probes.csv")
+    return 0

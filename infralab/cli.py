@@ -74,6 +74,14 @@ BACKEND_ARGS = (
              "default: start a local one for the run"),
 )
 
+# Flags `sim sweep` and `sim capacity` share (their runs go through the agent's simulation pool).
+SWEEP_ARGS = (
+    arg("--jobs", type=positive_int, default=2, metavar="N", help="simulations at once (default 2)"),
+    arg("--json", action="store_true", help="print the JSON document (docs/sweeps.md)"),
+    arg("--no-progress", action="store_true", help="no progress on stderr"),
+    *BACKEND_ARGS,
+)
+
 BENCH_ARGS = (
     arg("--out", metavar="FILE.csv", default=None,
         help="calibration table to write (default: results/calibration-<grid>-<device>.csv)"),
@@ -97,6 +105,30 @@ COMMANDS: tuple[Command, ...] = (
                     help="cap on timeline events in trace.json (default: sim.timeline.DEFAULT_MAX_EVENTS; the earliest are kept)"),
                 arg("--no-timeline", action="store_true",
                     help="write no trace.json and keep no per-step intervals or counter samples (less memory for big runs)"),
+            )),
+    Command(("sim", "sweep"), "run configs at several request rates and seeds; write paper figures and their CSVs",
+            "infralab.agent.cli:sim_sweep", (
+                arg("config", metavar="CONFIG.toml", help="simulation config with a synthetic workload (docs/sweeps.md)"),
+                arg("--configs", nargs="+", default=(), metavar="MORE.toml", help="more configs drawn beside it"),
+                arg("--rates", required=True, metavar="R1,R2,...", help="request rates, req/s (workload.arrival.rate)"),
+                arg("--seeds", default=None, metavar="S1,S2,...", help="seeds (default: each config's run.seed)"),
+                arg("--out", required=True, metavar="DIR", help="results folder to write"),
+                *SWEEP_ARGS,
+            )),
+    Command(("sim", "capacity"), "the highest request rate within the SLOs, by bisection; capacity per accelerator",
+            "infralab.agent.cli:sim_capacity", (
+                arg("config", metavar="CONFIG.toml", help="simulation config with a synthetic workload (docs/sweeps.md)"),
+                arg("--configs", nargs="+", default=(), metavar="MORE.toml", help="more configs searched beside it"),
+                arg("--seeds", default=None, metavar="S1,S2,...",
+                    help="seeds; a rate meets the SLOs only when every seed's run does (default: run.seed)"),
+                arg("--tolerance", type=float, default=0.05, metavar="F",
+                    help="stop when the bracket [meets, fails] is within F of its upper end (default 0.05)"),
+                arg("--quantile", choices=("p50", "p90", "p99"), default="p90",
+                    help="the TTFT and TPOT percentile held to the SLOs (default p90)"),
+                arg("--start", type=float, default=None, metavar="R",
+                    help="first rate tried, req/s (default: the config's workload.arrival.rate)"),
+                arg("--out", default=None, metavar="DIR", help="also write capacity.json and capacity_probes.csv here"),
+                *SWEEP_ARGS,
             )),
     Command(("sim", "catalog"), "list the shipped models, accelerators and links", "infralab.sim.cli:catalog"),
     Command(("kernels", "check"), "every kernel vs its reference and under every TP split; exit 1 if any check fails",
