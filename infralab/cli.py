@@ -173,8 +173,8 @@ COMMANDS: tuple[Command, ...] = (
                 arg("run", metavar="RUN", help="results folder or timeline .json"),
                 arg("--against", metavar="BASELINE", default=None, help="the run to compare with"),
                 arg("--json", action="store_true", help="print the JSON document (docs/explain.md)"),
-                arg("--metric", choices=("auto", "e2e", "ttft", "span"), default="auto",
-                    help="what to explain: mean E2E or TTFT (results folders), span (timelines)"),
+                arg("--metric", choices=("auto", "e2e", "ttft", "tpot", "itl", "queue", "span"), default="auto",
+                    help="what to explain: a mean request latency (results folders; auto: e2e) or span (timelines; auto: span); docs/explain.md"),
                 arg("--top", type=positive_int, default=10, metavar="N", help="requests/steps listed"),
                 arg("--overlap", nargs=2, action="append", metavar=("A", "B"), default=None,
                     help="an interval-set pair to compare, each TRACK[:NAMES[:OPS]] "
