@@ -42,7 +42,7 @@ def format_text(doc: dict[str, Any], top: int = 8) -> str:
             lines.append(f"  note: the timeline of {info['source']} is truncated after "
                          f"{info['timeline_truncated_after_s']} s; interval analysis covers only that part")
         for gap in (info or {}).get("missing", []):
-            lines.append(f"  note: {info['source']} has {gap}")
+            lines.append(f"  note: {info['source']}: {gap}")
     rel = f" ({100 * m['relative']:+.1f}%)" if m.get("relative") is not None else ""
     lines.append(f"metric: {m['name']} ({m['description']}): run {_s(m['run'])} s"
                  + (f", baseline {_s(m['baseline'])} s, delta {_s(m['delta'], True)} s{rel}" if base else ""))

@@ -125,6 +125,10 @@ class Hypothesis:
     setup: Mapping[str, Any]
     source: str  # the file, as given
     base_dir: Path  # relative paths in `setup` and knobs resolve here
+    # How the file was read, so that a printed command reproduces exactly what ran: `[quick]`
+    # applied, and `--set` assignments (dotted.key=value) applied before validation, in order.
+    quick: bool = False
+    overrides: tuple[str, ...] = ()
 
     def arm(self, name: str) -> Arm:
         return next(a for a in self.arms if a.name == name)
@@ -174,7 +178,7 @@ def load_hypothesis(path: str | Path, quick: bool = False) -> Hypothesis:
     hyp = Hypothesis(
         name=info.name, claim=info.claim, kind=info.kind, metrics=info.metrics, validators=validators,
         acceptance=criteria, seeds=info.seeds, repetitions=info.repetitions, arms=arms, setup=setup,
-        source=source, base_dir=path.resolve().parent,
+        source=source, base_dir=path.resolve().parent, quick=quick,
     )
     check_setup(hyp, allowed, where)
     return hyp

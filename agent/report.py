@@ -43,7 +43,7 @@ def test_markdown(result: TestResult, level: int = 2, file_prefix: str = "") -> 
     h = "#" * level
     out = [f"{h} {hyp.name}: **{result.verdict.upper()}**" + (f" (decided by `{result.decided_by}`)" if result.decided_by else ""),
            "", f"Claim: {hyp.claim}", "",
-           f"Reproduce: `{test_command(hyp.source, result.confirm)}`", ""]
+           f"Reproduce: `{test_command(hyp, result.confirm)}`", ""]
     out += [f"{h}# Arms", "", md_table(["arm", "what it is"], [[a.name, a.describe()] for a in hyp.arms])]
     out += [f"{h}# Acceptance", ""]
     rows = []
