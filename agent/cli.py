@@ -1,9 +1,11 @@
 """Handlers of the agent's commands (flags in the command table, infralab/cli.py):
 
-    infralab test HYPOTHESIS.toml [--confirm] [--quick] [--json] [--out DIR] [--backend B] [--ray-address A]
+    infralab test HYPOTHESIS.toml [--confirm] [--quick] [--set K=V ...] [--json] [--out DIR] [--backend B] [--ray-address A]
     infralab reproduce [--out results/<timestamp>] [--quick] [--study NAME ...]
     infralab explain RUN [--against BASELINE] [--json] [--metric M] [--top N] [--overlap A B]...
-    infralab search SPACE.toml [--out DIR] [--jobs N] [--json] [--no-progress] [--backend B] [--ray-address A]
+    infralab search SPACE.toml [--set K=V ...] [--out DIR] [--jobs N] [--json] [--no-progress] [--backend B] [--ray-address A]
+    infralab sim sweep CONFIG.toml --rates R,... [--seeds S,...] [--configs MORE.toml ...] --out DIR
+    infralab sim capacity CONFIG.toml [--configs MORE.toml ...] [--seeds S,...] [--tolerance F] [--quantile pNN]
     infralab gil run EXPERIMENT.toml --out DIR [--probe]
 
 `test` exit status: 0 accepted, 1 rejected, 3 not decided (inconclusive, partial, unmeasured),
@@ -43,7 +45,7 @@ def test(args: argparse.Namespace) -> int:
     from infralab.results import atomic_output_dir
 
     execution = _execution(args)
-    hyp = load_hypothesis(args.hypothesis, quick=args.quick)
+    hyp = load_hypothesis(args.hypothesis, quick=args.quick, overrides=args.set)
     if args.out is not None:
         with atomic_output_dir(args.out) as tmp:
             result = run_test(hyp, confirm=args.confirm, workdir=Path(tmp), execution=execution)
@@ -95,7 +97,8 @@ def search(args: argparse.Namespace) -> int:
     from infralab.agent.search import format_text, run_search
 
     out = args.out if args.out is not None else str(Path("results") / "search" / Path(args.space).stem)
-    report = run_search(args.space, out, jobs=args.jobs, progress=not args.no_progress, execution=_execution(args))
+    report = run_search(args.space, out, jobs=args.jobs, progress=not args.no_progress, execution=_execution(args),
+                        overrides=args.set)
     if args.json:
         sys.stdout.write(json.dumps(report, sort_keys=True, indent=2, allow_nan=False) + "\n")
     else:

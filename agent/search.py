@@ -100,6 +100,7 @@ class Space:
     base_name: str
     points: tuple[dict[str, Any], ...]  # simulation config of each point, as plain data
     knobs: tuple[tuple[tuple[str, Any], ...], ...]  # each point's axis values
+    overrides: tuple[str, ...] = ()  # the --set assignments applied, in order
     static: tuple[dict[str, Any], ...] = ()  # STATIC_METRICS of each point, from its config
 
     def pruned(self, index: int) -> list[str]:
@@ -136,13 +137,17 @@ def _check_metric(name: str, where: str) -> None:
         raise InputError(where, f"unknown metric {name!r}", f"one of {', '.join(METRICS)}")
 
 
-def load_space(path: str | Path) -> Space:
-    """Read and validate a SPACE file and every point's config; InputError names file and key."""
+def load_space(path: str | Path, overrides: Sequence[str] = ()) -> Space:
+    """Read and validate a SPACE file and every point's config; InputError names file and key.
+    `overrides` (`infralab search --set`): `dotted.key=value` assignments applied to the SPACE
+    document before validation (infralab/overrides.py), e.g. `search.seed=1` or
+    `fixed.workload.end_s=30` ([fixed] and [axes] tables are flattened into dotted knobs)."""
+    from infralab.overrides import apply_overrides
     from infralab.sim.config import load_config
 
     path = Path(path)
     source = str(path)
-    raw = load_toml(path)
+    raw = apply_overrides(load_toml(path), overrides, "--set")
     if isinstance(raw.get("axes"), dict):
         raw = {**raw, "axes": _flatten(raw["axes"])}
     if isinstance(raw.get("fixed"), dict):
@@ -210,6 +215,7 @@ def load_space(path: str | Path) -> Space:
         base_name=base_path.name,
         points=tuple(points),
         knobs=tuple(knobs),
+        overrides=tuple(overrides),
         static=tuple(static),
     )
 
@@ -319,6 +325,7 @@ def build_report(space: Space, results: Sequence[dict[str, Any] | None]) -> dict
         "space": Path(space.source).name,
         "base": space.base_name,
         "seed": space.info.seed,
+        "overrides": list(space.overrides),
         "axes": [{"key": k, "values": list(v)} for k, v in space.axes],
         "fixed": dict(space.fixed),
         "objective": {"metric": space.objective_metric, "goal": space.objective_goal},
@@ -454,12 +461,14 @@ def run_search(
     jobs: int = 2,
     progress: bool = True,
     execution: Execution = Execution(),
+    overrides: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Everything `infralab search` does: validate, run every point on `execution`'s backend,
-    write DIR/search.json, DIR/search.csv and DIR/pareto.png atomically; returns the report."""
+    """Everything `infralab search` does: validate (with the `--set` overrides), run every point on
+    `execution`'s backend, write DIR/search.json, DIR/search.csv and DIR/pareto.png atomically;
+    returns the report."""
     if jobs < 1:
         raise InputError("--jobs", f"{jobs}", "a positive number of processes")
-    space = load_space(space_path)
+    space = load_space(space_path, overrides)
     with atomic_output_dir(out) as tmp:
         results = run_points(space, jobs=jobs, show_progress=progress, execution=execution)
         report = build_report(space, results)

@@ -155,6 +155,9 @@ COMMANDS: tuple[Command, ...] = (
                 arg("--confirm", action="store_true",
                     help="after the first decision, also run the next (more real) validator allowed"),
                 arg("--quick", action="store_true", help="use the file's [quick] table (smoke-test sizes)"),
+                arg("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="set a key of the hypothesis file before validation (repeatable; TOML value), e.g. "
+                         "hypothesis.seeds=[0,1,2], setup.window_s=[0,30], baseline.cluster.router=round_robin"),
                 arg("--json", action="store_true", help="print the result as JSON (schema infralab.test/1)"),
                 arg("--out", help="also write result.json, report.md and raw files here (atomically)"),
                 *BACKEND_ARGS,
@@ -191,6 +194,9 @@ COMMANDS: tuple[Command, ...] = (
                     help="local processes, or the CPUs of the local Ray cluster started for the run (default 2; "
                          "a cluster joined with --ray-address runs as many points at once as it has CPUs)"),
                 arg("--json", action="store_true", help="print search.json on stdout"),
+                arg("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="set a key of the SPACE file before validation (repeatable; TOML value), e.g. "
+                         "search.seed=1, fixed.workload.end_s=30"),
                 arg("--no-progress", action="store_true", help="no progress bar"),
                 *BACKEND_ARGS,
             )),

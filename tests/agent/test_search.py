@@ -283,3 +283,13 @@ def test_shortfall_of_comparisons():
     assert shortfall(parse_criterion("goodput >= 10"), {"goodput": 8.0}) == pytest.approx(0.2)
     assert shortfall(parse_criterion("not saturated"), {"saturated": True}) == 1.0
     assert shortfall(le, {"ttft_p90_s": None}) == float("inf")
+
+
+def test_set_overrides_the_space_file(tmp_path):
+    path = write_space(tmp_path)
+    report = run_search(path, tmp_path / "o", jobs=1, progress=False,
+                        overrides=["fixed.workload.num_requests=5", "search.seed=4"])
+    assert report["seed"] == 4 and report["overrides"] == ["fixed.workload.num_requests=5", "search.seed=4"]
+    assert {p["metrics"]["completed"] for p in report["points"]} == {5}
+    with pytest.raises(InputError, match="--set"):
+        load_space(path, ["search.seed"])

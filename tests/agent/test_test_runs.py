@@ -105,3 +105,23 @@ def test_the_markdown_report_carries_the_same_command(hypothesis, tmp_path, caps
     capsys.readouterr()
     report = (tmp_path / "o" / "report.md").read_text()
     assert f"Reproduce: `infralab test {hypothesis} --quick --json`" in report
+
+
+def test_set_changes_the_hypothesis_and_the_command_carries_it(hypothesis, capsys, monkeypatch):
+    monkeypatch.chdir(hypothesis.parent)
+    argv = ["test", "h.toml", "--quick", "--set", "hypothesis.seeds=[5]", "--set", "baseline.cluster.instances=3",
+            "--json"]
+    first = run_json(argv, capsys)
+    assert first["hypothesis"]["seeds"] == [5]
+    assert first["hypothesis"]["arms"][0]["knobs"] == {"cluster.instances": 3}
+    assert first["command"] == ("infralab test h.toml --quick --set 'hypothesis.seeds=[5]' "
+                                "--set baseline.cluster.instances=3 --json")
+    assert run_json(shlex.split(first["command"])[1:], capsys) == first
+
+
+@pytest.mark.parametrize("assignment, needle", [("hypothesis.seeds", "no '='"), ("setup.nope=1", "nope"),
+                                                ("hypothesis.seeds=[-1]", "seeds")])
+def test_a_bad_set_is_one_input_error(hypothesis, assignment, needle, capsys):
+    assert main(["test", str(hypothesis), "--set", assignment]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and needle in err and len(err.splitlines()) == 1
