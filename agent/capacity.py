@@ -18,6 +18,7 @@ deterministic per seed, so the search is too. Capacity per accelerator is low / 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,8 @@ def run_capacity(
     with capacity_probes.csv, to `out` when given)."""
     if not 0 < tolerance < 1:
         raise InputError("--tolerance", f"{tolerance!r}", "a fraction between 0 and 1, e.g. 0.05 for 5 %")
+    if start is not None and not (math.isfinite(start) and start > 0):
+        raise InputError("--start", f"{start!r}", "a positive rate in requests per second")
     if quantile not in QUANTILES:
         raise InputError("--quantile", f"{quantile!r}", f"one of {', '.join(QUANTILES)}")
     configs = load_rate_configs(config_paths)

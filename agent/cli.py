@@ -139,8 +139,6 @@ def sim_capacity(args: argparse.Namespace) -> int:
     from infralab.agent.rate_grid import parse_numbers
 
     seeds = parse_numbers(args.seeds, "--seeds", kind=int, positive=False) if args.seeds is not None else None
-    if args.start is not None:
-        parse_numbers(str(args.start), "--start")  # a positive, finite rate
     doc = run_capacity([args.config, *args.configs], seeds, tolerance=args.tolerance, quantile=args.quantile,
                        start=args.start, out=args.out, jobs=args.jobs, show_progress=not args.no_progress,
                        execution=_execution(args))

@@ -8,9 +8,9 @@ line per `step_percent` of the work instead ("sweep pd: 40% (12/30 runs)"), and 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, TextIO
+from typing import TextIO
 
 STEP_PERCENT = 10  # a plain line each time another 10 % of the work is done
 

@@ -65,7 +65,7 @@ def reproduce(out: str | Path | None = None, quick: bool = False, studies: tuple
                 workdir.mkdir(parents=True)
                 result = run_test(hyp, confirm=study.confirm, workdir=workdir)
                 results.append(result)
-                command = test_command(hyp, study.confirm, json=False)
+                command = test_command(hyp, study.confirm, as_json=False)
                 tests.append({"hypothesis": hyp.source, "command": command, "verdict": result.verdict,
                               "decided_by": result.decided_by, "test": test_json(result)})
             figures, extra_md = study_report(study, results, tmp)

@@ -262,7 +262,7 @@ def j_to_dict(j: Judgement) -> dict[str, Any]:
     return entry
 
 
-def test_command(hyp: Hypothesis, confirm: bool, json: bool = True) -> str:
+def test_command(hyp: Hypothesis, confirm: bool, as_json: bool = True) -> str:
     """The command line that reruns `hyp` exactly: the file, --confirm, and every flag that changes
     numbers (--quick, each --set in order; seeds live in the file or a --set), shell-quoted."""
     import shlex
@@ -272,5 +272,5 @@ def test_command(hyp: Hypothesis, confirm: bool, json: bool = True) -> str:
     words += ["--quick"] if hyp.quick else []
     for assignment in hyp.overrides:
         words += ["--set", assignment]
-    words += ["--json"] if json else []
+    words += ["--json"] if as_json else []
     return " ".join(shlex.quote(w) for w in words)

@@ -147,3 +147,12 @@ def test_text_columns_are_aligned(folder):
     header = next(line for line in text.splitlines() if line.strip().startswith("phase"))
     body = text.splitlines()[text.splitlines().index(header) + 1:][:5]
     assert len({len(line) for line in [header, *body]}) == 1  # one width: the columns line up
+
+
+def test_the_command_table_offers_explains_metrics():
+    from infralab.agent.explain import METRIC_CHOICES
+    from infralab.cli import COMMANDS
+
+    (command,) = [c for c in COMMANDS if c.words == ("explain",)]
+    (metric,) = [a for a in command.args if a.names == ("--metric",)]
+    assert tuple(metric.options["choices"]) == METRIC_CHOICES

@@ -218,3 +218,9 @@ def test_progress_is_a_bar_on_a_terminal_and_nothing_when_disabled():
     with progress(5, "search", "config", enabled=False, stream=quiet) as tick:
         tick()
     assert quiet.getvalue() == ""
+
+
+@pytest.mark.parametrize("start", [0.0, -1.0, float("nan")])
+def test_a_bad_start_rate_is_one_input_error(tmp_path, start):
+    with pytest.raises(InputError, match="--start"):
+        run_capacity(tiny_configs(tmp_path)[:1], seeds=None, start=start, show_progress=False)
