@@ -597,6 +597,7 @@ def _request_part(run: LoadedRun, base: LoadedRun | None, metric: str, top: int,
         "delta": _delta(run_value, base_value) if run_value is not None and base_value is not None else None,
         "delta_total_s": _delta(run_total, base_total),
         "units": n,
+        "per": "token" if spec.per_token else "request",  # what one second of a phase part is per
     }
     if metric_doc["delta"] is not None and metric_doc["baseline"]:
         metric_doc["relative"] = metric_doc["delta"] / metric_doc["baseline"]
@@ -618,7 +619,8 @@ def _request_part(run: LoadedRun, base: LoadedRun | None, metric: str, top: int,
             for i in per_req
         ]
         totals = {"run_total_s": r_tot, "baseline_total_s": b_tot, "delta_total_s": _delta(r_tot, b_tot), "requests": n}
-        causes.append(_cause("phase", ph, f"requests' {ph} phase (its part of the metric, s per request)", r, b, True,
+        per = "token" if spec.per_token else "request"
+        causes.append(_cause("phase", ph, f"requests' {ph} phase (its part of the metric, s per {per})", r, b, True,
                              {"top_requests": evidence, **totals}, _phase_intervals(run, ph, per_req)))
     units = []
     for i in ids:
@@ -785,9 +787,10 @@ def _overlaps_part(run: LoadedRun, base: LoadedRun | None, pairs: Sequence[tuple
         delta = {k: r[k] - bs[k] for k in r} if bs is not None else None
         out.append({"name": name, "a": {"name": a.name, "selector": a.selector},
                     "b": {"name": b.name, "selector": b.selector}, "run": r, "baseline": bs, "delta": delta})
+        was = (lambda key: f"{percent(bs[key])} -> ") if bs else (lambda key: "")
         text = (f"{a.name} not hidden under {b.name}: {b.name} covered by {a.name} "
-                f"{percent(bs['b_covered_by_a']) if bs else '-'} -> {percent(r['b_covered_by_a'])}, "
-                f"{a.name} inside {b.name} {percent(bs['a_covered_by_b']) if bs else '-'} -> {percent(r['a_covered_by_b'])}")
+                f"{was('b_covered_by_a')}{percent(r['b_covered_by_a'])}, "
+                f"{a.name} inside {b.name} {was('a_covered_by_b')}{percent(r['a_covered_by_b'])}")
         causes.append(_cause("overlap", name, text, r["a_exposed_s"], bs["a_exposed_s"] if bs else None, False,
                              {"run": r, "baseline": bs}, _exposed_intervals(run, a, b)))
     return out

@@ -30,12 +30,19 @@ def table(header: list[str], rows: list[list[str]], indent: str = "  ") -> list[
     return [line(header), *(line(r) for r in rows)]
 
 
+def _alone(header: list[str], rows: list[list[str]], keep: tuple[int, ...]) -> list[str]:
+    """`table` of the first column and the columns `keep`: a run explained alone has no baseline
+    or delta columns to show."""
+    cols = (0, *keep)
+    return table([header[i] for i in cols], [[r[i] for i in cols] for r in rows])
+
+
 def format_text(doc: dict[str, Any], top: int = 8) -> str:
     """The explanation for people (the JSON holds everything; this shows the top of it)."""
     lines = []
     run, base, m = doc["run"], doc["baseline"], doc["metric"]
     per_request = doc["breakdown"]["unit"] == "request"
-    unit = "s per request" if per_request else "s"
+    unit = f"s per {m.get('per', 'request')}" if per_request else "s"
     lines.append(f"explain {run['source']}" + (f"  against {base['source']}" if base else ""))
     for info in (run, base):
         if info and info["timeline_truncated"]:
@@ -47,7 +54,7 @@ def format_text(doc: dict[str, Any], top: int = 8) -> str:
     lines.append(f"metric: {m['name']} ({m['description']}): run {_s(m['run'])} s"
                  + (f", baseline {_s(m['baseline'])} s, delta {_s(m['delta'], True)} s{rel}" if base else ""))
     if per_request:
-        lines.append(f"  {m['units']} requests; per-request figures below are each phase's part of the metric "
+        lines.append(f"  {m['units']} requests; figures in {unit} below are each phase's part of the metric "
                      f"(they add up to it); totals over the requests are labelled as such")
     lines.append("")
     lines.append("Causes, ranked (those moving with the metric first, then by |delta|; see ranking_rule in --json):")
@@ -63,17 +70,21 @@ def format_text(doc: dict[str, Any], top: int = 8) -> str:
         rows.append([f"{c['rank']:>2}. [{c['kind']}] {c['key']}", _s(c["run_s"]), _s(c["baseline_s"]),
                      _s(c["delta_s"], True), cause_unit, share, where])
     if rows:
-        lines += table(["cause", "run", "baseline", "delta", "unit", "share", "where"], rows)
+        header = ["cause", "run", "baseline", "delta", "unit", "share", "where"]
+        lines += table(header, rows) if base else _alone(header, rows, (1, 4, 6))
     for c in doc["causes"][:top]:
         details = []
-        if c["kind"] == "phase" and c["details"].get("delta_total_s") is not None:
-            details.append(f"total over the {c['details']['requests']} requests: {_s(c['details']['delta_total_s'], True)} s")
+        if c["kind"] == "phase" and "run_total_s" in c["details"]:
+            d = c["details"]
+            details.append(f"total over the {d['requests']} requests: "
+                           + (f"{_s(d['delta_total_s'], True)} s" if base else f"{_s(d['run_total_s'])} s"))
         for blk in c["details"].get("blocked_by", [])[:3]:
             what = blk["thread"] + (f" {blk['state']} {blk['op']!r}" if blk["state"] else "")
             val = _s(blk["delta_s"], True) if blk["delta_s"] is not None else _s(blk["run_s"])
             details.append(f"GIL held by {what}: {val} s")
         for req in c["details"].get("top_requests", [])[:3]:
-            details.append(f"request {req['id']}: run {_s(req['run_s'])} s, baseline {_s(req['baseline_s'])} s")
+            details.append(f"request {req['id']}: {c['key']} {_s(req['run_s'])} s"
+                           + (f" (baseline {_s(req['baseline_s'])} s)" if base else ""))
         for iv in c["intervals"][:2]:
             details.append(f"e.g. {iv['track']} {iv['name']} {iv['op']!r} at {iv['start_s']:.6f} s for {iv['duration_s']:.6f} s")
         if details:
@@ -86,12 +97,14 @@ def format_text(doc: dict[str, Any], top: int = 8) -> str:
             lines.append(f"Breakdown of the metric by request phase ({unit}; totals: s summed over the requests):")
             rows = [[cat["name"], _s(cat["run_s"]), _s(cat["baseline_s"]), _s(cat["delta_s"], True),
                      _s(cat.get("run_total_s")), _s(cat.get("delta_total_s"), True)] for cat in bd["categories"]]
-            lines += table(["phase", "run", "baseline", "delta", "run total", "delta total"], rows)
+            header = ["phase", "run", "baseline", "delta", "run total", "delta total"]
+            lines += table(header, rows) if base else _alone(header, rows, (1, 4))
         else:
             lines.append(f"Breakdown of {bd['critical_track']} (s):")
             rows = [[cat["name"], _s(cat["run_s"]), _s(cat["baseline_s"]), _s(cat["delta_s"], True)]
                     for cat in bd["categories"]]
-            lines += table(["activity", "run", "baseline", "delta"], rows)
+            header = ["activity", "run", "baseline", "delta"]
+            lines += table(header, rows) if base else _alone(header, rows, (1,))
     units = doc["units"]
     if units["top"]:
         lines.append("")
