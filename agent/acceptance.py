@@ -241,6 +241,26 @@ def evaluate(criterion: Criterion, metrics: Mapping[str, Any]) -> Any:
     return ev(criterion.tree.body)
 
 
+def shortfall(criterion: Criterion, metrics: Mapping[str, Any]) -> float:
+    """How far `metrics` are from meeting `criterion`, for ranking near misses: 0 when it holds;
+    for one comparison `L op R` that fails, |L - R| / max(|R|, |L|) (0 < gap <= 1 for same-sign
+    sides; 2 for a sign flip); 1 for any other failing expression (`not saturated`, and/or); inf
+    when it cannot be evaluated (an undefined metric)."""
+    try:
+        if bool(evaluate(criterion, metrics)):
+            return 0.0
+        body = criterion.tree.body
+        if not (isinstance(body, ast.Compare) and len(body.ops) == 1):
+            return 1.0
+        left = float(evaluate(_sub(body.left), metrics))
+        right = float(evaluate(_sub(body.comparators[0]), metrics))
+    except (KeyError, TypeError, ValueError, ArithmeticError):
+        return math.inf
+    scale = max(abs(left), abs(right))
+    gap = abs(left - right) / scale if scale > 0 else 1.0
+    return gap if math.isfinite(gap) else math.inf
+
+
 # ---- judging against repeated measurements ---------------------------------------------------
 
 NOISE_FACTOR = 2.0

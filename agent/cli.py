@@ -1,9 +1,11 @@
 """Handlers of the agent's commands (flags in the command table, infralab/cli.py):
 
-    infralab test HYPOTHESIS.toml [--confirm] [--quick] [--json] [--out DIR] [--backend B] [--ray-address A]
+    infralab test HYPOTHESIS.toml [--confirm] [--quick] [--set K=V ...] [--json] [--out DIR] [--backend B] [--ray-address A]
     infralab reproduce [--out results/<timestamp>] [--quick] [--study NAME ...]
     infralab explain RUN [--against BASELINE] [--json] [--metric M] [--top N] [--overlap A B]...
-    infralab search SPACE.toml [--out DIR] [--jobs N] [--json] [--no-progress] [--backend B] [--ray-address A]
+    infralab search SPACE.toml [--set K=V ...] [--out DIR] [--jobs N] [--json] [--no-progress] [--backend B] [--ray-address A]
+    infralab sim sweep CONFIG.toml --rates R,... [--seeds S,...] [--configs MORE.toml ...] --out DIR
+    infralab sim capacity CONFIG.toml [--configs MORE.toml ...] [--seeds S,...] [--tolerance F] [--quantile pNN]
     infralab gil run EXPERIMENT.toml --out DIR [--probe]
 
 `test` exit status: 0 accepted, 1 rejected, 3 not decided (inconclusive, partial, unmeasured),
@@ -43,7 +45,7 @@ def test(args: argparse.Namespace) -> int:
     from infralab.results import atomic_output_dir
 
     execution = _execution(args)
-    hyp = load_hypothesis(args.hypothesis, quick=args.quick)
+    hyp = load_hypothesis(args.hypothesis, quick=args.quick, overrides=args.set)
     if args.out is not None:
         with atomic_output_dir(args.out) as tmp:
             result = run_test(hyp, confirm=args.confirm, workdir=Path(tmp), execution=execution)
@@ -95,7 +97,8 @@ def search(args: argparse.Namespace) -> int:
     from infralab.agent.search import format_text, run_search
 
     out = args.out if args.out is not None else str(Path("results") / "search" / Path(args.space).stem)
-    report = run_search(args.space, out, jobs=args.jobs, progress=not args.no_progress, execution=_execution(args))
+    report = run_search(args.space, out, jobs=args.jobs, progress=not args.no_progress, execution=_execution(args),
+                        overrides=args.set)
     if args.json:
         sys.stdout.write(json.dumps(report, sort_keys=True, indent=2, allow_nan=False) + "\n")
     else:
@@ -111,4 +114,38 @@ def gil_run(args: argparse.Namespace) -> int:
     # The GIL study's own code (experiments/gil_kv_transfer/hook.py) runs its experiment format.
     hook = load_hook(experiments_dir() / "gil_kv_transfer" / "hook.py")
     hook.run_experiment(args.experiment, args.out, with_probe=args.probe)
+    return 0
+
+
+def sim_sweep(args: argparse.Namespace) -> int:
+    from infralab.agent.rate_grid import parse_numbers
+    from infralab.agent.sweep import format_text, run_sweep
+
+    rates = parse_numbers(args.rates, "--rates")
+    seeds = parse_numbers(args.seeds, "--seeds", kind=int, positive=False) if args.seeds is not None else None
+    doc = run_sweep([args.config, *args.configs], rates, seeds, args.out, jobs=args.jobs,
+                    show_progress=not args.no_progress, execution=_execution(args))
+    if args.json:
+        sys.stdout.write(json.dumps(doc, sort_keys=True, indent=2, allow_nan=False) + "\n")
+    else:
+        sys.stdout.write(format_text(doc))
+        files = sorted(f for fig in doc["figures"].values() for f in fig["files"])
+        print(f"wrote {args.out}/: runs.csv, sweep.json, {', '.join(files)}")
+    return 0
+
+
+def sim_capacity(args: argparse.Namespace) -> int:
+    from infralab.agent.capacity import format_text, run_capacity
+    from infralab.agent.rate_grid import parse_numbers
+
+    seeds = parse_numbers(args.seeds, "--seeds", kind=int, positive=False) if args.seeds is not None else None
+    doc = run_capacity([args.config, *args.configs], seeds, tolerance=args.tolerance, quantile=args.quantile,
+                       start=args.start, out=args.out, jobs=args.jobs, show_progress=not args.no_progress,
+                       execution=_execution(args))
+    if args.json:
+        sys.stdout.write(json.dumps(doc, sort_keys=True, indent=2, allow_nan=False) + "\n")
+    else:
+        sys.stdout.write(format_text(doc))
+        if args.out is not None:
+            print(f"wrote {args.out}/capacity.json, capacity_probes.csv")
     return 0

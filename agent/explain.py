@@ -44,11 +44,13 @@ KIND_ORDER = ("phase", "thread_activity", "gil_wait", "overlap")
 RANKING_RULE = (
     "causes whose change goes the same way as the metric's (agrees_with_metric: delta_s and the "
     "metric change have the same sign; more time in a phase, activity, GIL wait or exposed work is "
-    "worse, as a larger metric is) come first, those going the other way last; within each group "
-    "causes are ranked by |delta_s| (RUN minus BASELINE; alone: by run_s), largest first, ties by "
-    "kind (phase, thread_activity, gil_wait, overlap) then key. delta_s is, per kind: phase = change "
-    "of that phase summed over the paired requests (the phases add up to the metric change times "
-    "the number of paired requests); thread_activity = change of the critical thread's time in that "
+    "worse, as a larger metric is) come first, those going the other way last; within each group, "
+    "for a results folder the request phases (seconds per request) come before the overlaps "
+    "(seconds over the run), and then causes are ranked by |delta_s| (RUN minus BASELINE; alone: by "
+    "run_s), largest first, ties by kind (phase, thread_activity, gil_wait, overlap) then key. "
+    "delta_s is, per kind: phase = change of that phase's part of the metric, in seconds per request "
+    "as the metric weighs them (the phases add up to the metric change; totals over the requests "
+    "are in details.*_total_s); thread_activity = change of the critical thread's time in that "
     "op inside the explained span; gil_wait = change of the thread's time waiting for the GIL (for "
     "the critical thread: inside the span, so that its activities and GIL wait add up to the metric "
     "change); overlap = change of the seconds of set A not covered "
@@ -278,6 +280,11 @@ def resource_usage(run: LoadedRun) -> dict[str, dict[str, Any]]:
     summary = run_summary(run)
     known = {**summary.instances, **summary.links} if summary is not None else {}
     duration = summary.duration_s if summary is not None else None
+    if summary is None and run.summary is not None:  # a summary lacking keys: the busy fractions it has
+        known = {track: stats for table in ("instances", "links") if isinstance(run.summary.get(table), dict)
+                 for track, stats in run.summary[table].items()
+                 if isinstance(stats, dict) and isinstance(stats.get("busy_fraction"), (int, float))}
+        duration = run.summary.get("duration_s") if isinstance(run.summary.get("duration_s"), (int, float)) else None
     lo, hi = (
         (min(iv.start_s for iv in run.intervals), max(iv.end_s for iv in run.intervals)) if run.intervals else (0.0, 0.0)
     )
@@ -287,7 +294,8 @@ def resource_usage(run: LoadedRun) -> dict[str, dict[str, Any]]:
         if kind not in ("instance", "link", "stream"):
             continue
         if track in known and duration:
-            fraction = float(known[track].busy_fraction)
+            stats = known[track]
+            fraction = float(stats["busy_fraction"] if isinstance(stats, dict) else stats.busy_fraction)
             out[track] = {"kind": kind, "busy_s": fraction * float(duration), "busy_fraction": fraction}
             continue
         ivs = [iv for iv in tracks.get(track, []) if kind != "instance" or iv.name == "batch"]
@@ -311,9 +319,30 @@ SUMMARY_METRICS = metric_names(
 )
 
 
-def run_summary(run: LoadedRun) -> RunSummary | None:
-    """The run's summary.json as a typed summary; None for a timeline."""
+# What summary.json must hold for the typed summary (RunSummary.from_json reads these keys).
+SUMMARY_KEYS = ("requests", "duration_s", "total_input_tokens", "total_output_tokens", "request_throughput",
+                "output_throughput", "total_token_throughput", "goodput", "good_requests", "slo",
+                *(f"{lat}_s" for lat in LATENCIES), "instances", "links", "saturation", "simulated_end_s")
+
+
+def summary_gaps(run: LoadedRun) -> list[str]:
+    """The summary.json keys (top level, and `counters` of each instance and link) that `run`
+    lacks: a run of another engine may not measure everything the simulator does."""
     if run.summary is None:
+        return []
+    data = run.summary
+    gaps = [key for key in SUMMARY_KEYS if key not in data]
+    for table in ("instances", "links"):
+        if isinstance(data.get(table), dict):
+            gaps += [f"{table}.{track}.{field}" for track, stats in sorted(data[table].items())
+                     for field in ("busy_fraction", "counters") if isinstance(stats, dict) and field not in stats]
+    return gaps
+
+
+def run_summary(run: LoadedRun) -> RunSummary | None:
+    """The run's summary.json as a typed summary; None for a timeline, or for a summary that
+    lacks keys (`summary_gaps`; explain then reads what is there, `flat_summary`)."""
+    if run.summary is None or summary_gaps(run):
         return None
     source = f"{run.source}/summary.json"
     summary = RunSummary.from_json(run.summary, source=source)
@@ -330,21 +359,52 @@ def run_summary(run: LoadedRun) -> RunSummary | None:
     return summary
 
 
+def _summary_path(name: str) -> tuple[str, ...]:
+    """Where flat metric `name` lives in summary.json."""
+    if name == "completed":
+        return ("requests", "completed")
+    if name == "saturated":
+        return ("saturation", "saturated")
+    for lat in LATENCIES:
+        for stat in LATENCY_STATS:
+            if name == f"{lat}_{stat}_s":
+                return (f"{lat}_s", stat)
+    return (name,)
+
+
+def flat_summary(run: LoadedRun) -> dict[str, Metric]:
+    """SUMMARY_METRICS of the run: from the typed summary when summary.json is whole, else those
+    present in it (an absent one is left out; a present one must be a number, a flag or null)."""
+    summary = run_summary(run)
+    if summary is not None:
+        return dict(summary.flat_metrics())
+    out: dict[str, Metric] = {}
+    for name in SUMMARY_METRICS:
+        node: Any = run.summary or {}
+        for part in _summary_path(name):
+            node = node.get(part, KeyError) if isinstance(node, dict) else KeyError
+        if node is KeyError:
+            continue
+        if not (node is None or isinstance(node, (bool, int, float))):
+            raise InputError(f"{run.source}/summary.json: {name}", f"bad value {str(node)[:40]!r}",
+                             "a number, true/false or null")
+        out[name] = node
+    return out
+
+
 def _as_number(value: Metric) -> float | bool | None:
     """A metric for the document: flags as they are, counts and times as floats."""
     return value if value is None or isinstance(value, bool) else float(value)
 
 
 def summary_metrics(run: LoadedRun, base: LoadedRun | None) -> list[dict[str, Any]]:
-    mine = run_summary(run)
-    if mine is None:
+    if run.summary is None:
         return []
-    theirs = run_summary(base) if base is not None else None
-    run_flat = mine.flat_metrics()
-    base_flat = theirs.flat_metrics() if theirs is not None else {}
+    run_flat = flat_summary(run)
+    base_flat = flat_summary(base) if base is not None else {}
     out = []
     for name in SUMMARY_METRICS:
-        r, b = _as_number(run_flat[name]), _as_number(base_flat.get(name))
+        r, b = _as_number(run_flat.get(name)), _as_number(base_flat.get(name))
         if r is None and b is None:
             continue
         delta = None
@@ -358,7 +418,9 @@ def summary_metrics(run: LoadedRun, base: LoadedRun | None) -> list[dict[str, An
 
 
 def _run_info(run: LoadedRun) -> dict[str, Any]:
+    missing = list(run.missing) + [f"summary.json: no {key} (left out of the comparison)" for key in summary_gaps(run)]
     return {
+        "missing": missing,
         "source": run.source,
         "kind": run.kind,
         "requests": None if run.requests is None else len(run.requests),
@@ -386,14 +448,15 @@ def explain(
             "two results folders of `infralab sim run`, or two timeline files",
         )
     has_requests = run.requests is not None
+    request_choices = ", ".join(REQUEST_METRICS)
     if metric == "auto":
         metric = "e2e" if has_requests else "span"
-    if metric in ("e2e", "ttft") and not has_requests:
+    if metric in REQUEST_METRICS and not has_requests:
         raise InputError("--metric", f"{metric!r} needs requests, but {run.source} is a timeline", "span")
-    if metric == "span" and has_requests:
-        raise InputError("--metric", "'span' is for timelines", "e2e or ttft for a results folder")
-    if metric not in ("e2e", "ttft", "span"):
-        raise InputError("--metric", f"unknown metric {metric!r}", "auto, e2e, ttft or span")
+    if metric in TIMELINE_METRICS and has_requests:
+        raise InputError("--metric", f"{metric!r} is for timelines", f"one of {request_choices} for a results folder")
+    if metric not in METRIC_CHOICES:
+        raise InputError("--metric", f"unknown metric {metric!r}", f"one of {', '.join(METRIC_CHOICES)}")
     if overlaps is None:
         overlaps = default_pairs([iv for r in runs for iv in r.intervals])
 
@@ -413,7 +476,9 @@ def explain(
     threads = _threads_part(run, baseline, doc["breakdown"], causes)
     doc["threads"] = threads
     doc["overlaps"] = _overlaps_part(run, baseline, overlaps, causes)
-    total_delta = doc["metric"]["delta_total_s"]
+    # Shares and agreement against the metric's own change (a mean, for requests): the causes on
+    # the critical path are in the same unit and add up to it.
+    total_delta = doc["metric"]["delta"]
     moved = total_delta is not None and abs(total_delta) > _EPS
     for cause in causes:
         share = None
@@ -426,9 +491,12 @@ def explain(
             agrees = (cause["delta_s"] > 0) == (total_delta > 0)
         cause["agrees_with_metric"] = agrees
     causes = [c for c in causes if abs(c["delta_s"] if c["delta_s"] is not None else c["run_s"]) > _EPS]
+    # Request phases are seconds per request, overlaps seconds over the run: not comparable, so
+    # with requests the phases (the critical path) rank before the overlaps.
     causes.sort(
         key=lambda c: (
             c["agrees_with_metric"] is False,
+            has_requests and not c["on_critical_path"],
             -abs(c["delta_s"] if c["delta_s"] is not None else c["run_s"]),
             KIND_ORDER.index(c["kind"]),
             c["key"],
@@ -455,26 +523,81 @@ def _cause(kind: str, key: str, description: str, run_s: float, base_s: float | 
     }
 
 
+@dataclass(frozen=True)
+class RequestMetric:
+    """A per-request latency that explain splits into PHASES: which phases make it up, and how
+    requests are weighed. `per_token`: a request's value is its phases / (output_tokens - 1)
+    (only requests with 2+ output tokens count); `pooled`: one mean over all tokens of all requests
+    (sum of the phases / sum of (output_tokens - 1), as the summary pools ITL), else the mean
+    over requests."""
+
+    phases: tuple[str, ...]
+    description: str
+    per_token: bool = False
+    pooled: bool = False
+
+
+POST_FIRST_TOKEN = ("kv_wait", "kv_transfer", "decode")
+REQUEST_METRICS = {
+    "e2e": RequestMetric(PHASES, "mean E2E latency"),
+    "ttft": RequestMetric(TTFT_PHASES, "mean TTFT"),
+    "tpot": RequestMetric(POST_FIRST_TOKEN, "mean TPOT (first token excluded), over requests with 2+ output tokens",
+                          per_token=True),
+    "itl": RequestMetric(POST_FIRST_TOKEN, "mean ITL: every inter-token gap of every request pooled",
+                         per_token=True, pooled=True),
+    # The queue phase alone; the summary's queueing_delay also counts, in disaggregated layouts, the
+    # wait between the KV's arrival and the second token, which needs token times requests.csv lacks.
+    "queue": RequestMetric(("queue",), "mean queue phase (arrival to the first scheduled step)"),
+}
+TIMELINE_METRICS = ("span",)
+METRIC_CHOICES = ("auto", *REQUEST_METRICS, *TIMELINE_METRICS)
+
+
+def request_weights(requests: dict[int, RequestRecord], ids: Sequence[int], spec: RequestMetric) -> dict[int, float]:
+    """Each counted request's weight in the metric: metric = sum over requests of weight x (its
+    phases' seconds). 1/N for a mean over N requests; 1/((n-1) N) per token; 1/sum(n-1) pooled."""
+    if not spec.per_token:
+        return {i: 1.0 / len(ids) for i in ids} if ids else {}
+    counted = [i for i in ids if requests[i].output_tokens > 1]
+    if spec.pooled:
+        tokens = sum(requests[i].output_tokens - 1 for i in counted)
+        return {i: 1.0 / tokens for i in counted}
+    return {i: 1.0 / ((requests[i].output_tokens - 1) * len(counted)) for i in counted}
+
+
 def _request_part(run: LoadedRun, base: LoadedRun | None, metric: str, top: int,
                   causes: list[dict[str, Any]]) -> dict[str, Any]:
-    phases = PHASES if metric == "e2e" else TTFT_PHASES
+    spec = REQUEST_METRICS[metric]
+    phases = spec.phases
     mine, theirs = _finished(run), (_finished(base) if base is not None else None)
-    ids = sorted(mine) if theirs is None else sorted(set(mine) & set(theirs))
-    value = (lambda p: sum(p[n] for n in phases))
+    paired = sorted(mine) if theirs is None else sorted(set(mine) & set(theirs))
+    run_w = request_weights(mine, paired, spec)
+    base_w = request_weights(theirs, paired, spec) if theirs is not None else None
+    ids = [i for i in paired if i in run_w and (base_w is None or i in base_w)]
     run_ph = {i: request_phases(mine[i]) for i in ids}
     base_ph = {i: request_phases(theirs[i]) for i in ids} if theirs is not None else None
     n = len(ids)
-    run_total = sum(value(p) for p in run_ph.values())
-    base_total = sum(value(p) for p in base_ph.values()) if base_ph is not None else None
+
+    def contribution(ph: str, table: dict[int, dict[str, float]], weights: dict[int, float]) -> float:
+        return sum(weights[i] * table[i][ph] for i in ids)
+
+    def total(ph: str, table: dict[int, dict[str, float]]) -> float:
+        return sum(table[i][ph] for i in ids)
+
+    run_value = sum(contribution(ph, run_ph, run_w) for ph in phases) if n else None
+    base_value = (sum(contribution(ph, base_ph, base_w) for ph in phases) if n else None) if base_ph is not None else None
+    run_total = sum(total(ph, run_ph) for ph in phases)
+    base_total = sum(total(ph, base_ph) for ph in phases) if base_ph is not None else None
     metric_doc = {
         "name": f"{metric}_s_mean",
         "unit": "s",
-        "description": f"mean {metric.upper()} over the {'paired ' if base is not None else ''}finished requests",
-        "run": run_total / n if n else None,
-        "baseline": (base_total / n if n else None) if base_total is not None else None,
-        "delta": ((run_total - base_total) / n if n else None) if base_total is not None else None,
+        "description": f"{spec.description}, over the {'paired ' if base is not None else ''}finished requests",
+        "run": run_value,
+        "baseline": base_value,
+        "delta": _delta(run_value, base_value) if run_value is not None and base_value is not None else None,
         "delta_total_s": _delta(run_total, base_total),
         "units": n,
+        "per": "token" if spec.per_token else "request",  # what one second of a phase part is per
     }
     if metric_doc["delta"] is not None and metric_doc["baseline"]:
         metric_doc["relative"] = metric_doc["delta"] / metric_doc["baseline"]
@@ -482,10 +605,12 @@ def _request_part(run: LoadedRun, base: LoadedRun | None, metric: str, top: int,
         metric_doc["relative"] = None
     categories = []
     for ph in phases:
-        r = sum(p[ph] for p in run_ph.values())
-        b = sum(p[ph] for p in base_ph.values()) if base_ph is not None else None
+        r = contribution(ph, run_ph, run_w) if n else 0.0
+        b = (contribution(ph, base_ph, base_w) if n else 0.0) if base_ph is not None else None
+        r_tot = total(ph, run_ph)
+        b_tot = total(ph, base_ph) if base_ph is not None else None
         categories.append({"name": ph, "run_s": r, "baseline_s": b, "delta_s": _delta(r, b),
-                           "run_mean_s": r / n if n else None, "baseline_mean_s": (b / n if n else None) if b is not None else None})
+                           "run_total_s": r_tot, "baseline_total_s": b_tot, "delta_total_s": _delta(r_tot, b_tot)})
         per_req = sorted(
             ids, key=lambda i: (-abs(run_ph[i][ph] - (base_ph[i][ph] if base_ph is not None else 0.0)), i)
         )[:3]
@@ -493,12 +618,15 @@ def _request_part(run: LoadedRun, base: LoadedRun | None, metric: str, top: int,
             {"id": i, "run_s": run_ph[i][ph], "baseline_s": base_ph[i][ph] if base_ph is not None else None}
             for i in per_req
         ]
-        causes.append(_cause("phase", ph, f"requests' {ph} phase", r, b, True,
-                             {"top_requests": evidence}, _phase_intervals(run, ph, per_req)))
+        totals = {"run_total_s": r_tot, "baseline_total_s": b_tot, "delta_total_s": _delta(r_tot, b_tot), "requests": n}
+        per = "token" if spec.per_token else "request"
+        causes.append(_cause("phase", ph, f"requests' {ph} phase (its part of the metric, s per {per})", r, b, True,
+                             {"top_requests": evidence, **totals}, _phase_intervals(run, ph, per_req)))
     units = []
     for i in ids:
-        r = value(run_ph[i])
-        b = value(base_ph[i]) if base_ph is not None else None
+        scale = 1.0 / (mine[i].output_tokens - 1) if spec.per_token else 1.0
+        r = scale * sum(run_ph[i][ph] for ph in phases)
+        b = scale * sum(base_ph[i][ph] for ph in phases) if base_ph is not None else None
         req = mine[i]
         ph_doc = {ph: {"run_s": run_ph[i][ph], "baseline_s": base_ph[i][ph] if base_ph is not None else None,
                        "delta_s": _delta(run_ph[i][ph], base_ph[i][ph] if base_ph is not None else None)}
@@ -515,9 +643,10 @@ def _request_part(run: LoadedRun, base: LoadedRun | None, metric: str, top: int,
         "breakdown": {"unit": "request", "critical_track": None, "categories": categories},
         "units": {
             "kind": "request",
-            "paired": n if base is not None else None,
-            "only_run": len(set(mine) - set(ids)),
-            "only_baseline": len(set(theirs) - set(ids)) if theirs is not None else None,
+            "paired": len(paired) if base is not None else None,
+            "counted": n,
+            "only_run": len(set(mine) - set(paired)),
+            "only_baseline": len(set(theirs) - set(paired)) if theirs is not None else None,
             "top": units[:top],
         },
     }
@@ -658,9 +787,10 @@ def _overlaps_part(run: LoadedRun, base: LoadedRun | None, pairs: Sequence[tuple
         delta = {k: r[k] - bs[k] for k in r} if bs is not None else None
         out.append({"name": name, "a": {"name": a.name, "selector": a.selector},
                     "b": {"name": b.name, "selector": b.selector}, "run": r, "baseline": bs, "delta": delta})
+        was = (lambda key: f"{percent(bs[key])} -> ") if bs else (lambda key: "")
         text = (f"{a.name} not hidden under {b.name}: {b.name} covered by {a.name} "
-                f"{percent(bs['b_covered_by_a']) if bs else '-'} -> {percent(r['b_covered_by_a'])}, "
-                f"{a.name} inside {b.name} {percent(bs['a_covered_by_b']) if bs else '-'} -> {percent(r['a_covered_by_b'])}")
+                f"{was('b_covered_by_a')}{percent(r['b_covered_by_a'])}, "
+                f"{a.name} inside {b.name} {was('a_covered_by_b')}{percent(r['a_covered_by_b'])}")
         causes.append(_cause("overlap", name, text, r["a_exposed_s"], bs["a_exposed_s"] if bs else None, False,
                              {"run": r, "baseline": bs}, _exposed_intervals(run, a, b)))
     return out

@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Union
 
@@ -125,6 +125,10 @@ class Hypothesis:
     setup: Mapping[str, Any]
     source: str  # the file, as given
     base_dir: Path  # relative paths in `setup` and knobs resolve here
+    # How the file was read, so that a printed command reproduces exactly what ran: `[quick]`
+    # applied, and `--set` assignments (dotted.key=value) applied before validation, in order.
+    quick: bool = False
+    overrides: tuple[str, ...] = ()
 
     def arm(self, name: str) -> Arm:
         return next(a for a in self.arms if a.name == name)
@@ -138,13 +142,39 @@ class Hypothesis:
         return p if p.is_absolute() else self.base_dir / p
 
 
-def load_hypothesis(path: str | Path, quick: bool = False) -> Hypothesis:
+OVERRIDE_FLAG = "--set"
+
+
+def with_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """`raw` (a parsed hypothesis file) with each `dotted.key=value` set, in order
+    (infralab/overrides.py: TOML values, bare words as strings). Knobs are dotted names themselves,
+    so under `baseline.` the rest of the key is one knob: `baseline.cluster.router=round_robin` sets
+    [baseline] "cluster.router". Everything else is a path of tables: `hypothesis.seeds=[0, 1, 2]`,
+    `setup.window_s=[0.0, 30.0]`."""
+    from infralab.overrides import apply_overrides, parse_assignment
+
+    out = raw
+    for assignment in overrides:
+        parts, value = parse_assignment(assignment, OVERRIDE_FLAG)
+        if parts[0] == "baseline" and len(parts) > 1:
+            table = out.get("baseline", {})
+            if not isinstance(table, dict):
+                raise InputError(f"{OVERRIDE_FLAG} {assignment!r}", "baseline is not a table", "a [baseline] table of knobs")
+            out = {**out, "baseline": {**table, ".".join(parts[1:]): value}}
+        else:
+            out = apply_overrides(out, [assignment], OVERRIDE_FLAG)
+    return out
+
+
+def load_hypothesis(path: str | Path, quick: bool = False, overrides: Sequence[str] = ()) -> Hypothesis:
     """Read, validate and resolve a hypothesis file. With `quick`, the `[quick]` table's keys replace
-    the same keys of `[setup]` (smaller windows, fewer scenarios) for smoke runs."""
+    the same keys of `[setup]` (smaller windows, fewer scenarios) for smoke runs. `overrides`
+    (`infralab test --set`) are `dotted.key=value` assignments applied to the file's document
+    before validation (`with_overrides`)."""
     path = Path(path)
     source = str(path)
     text = read_text(path, "config", "a hypothesis TOML")  # read once, through the input boundary
-    raw = parse_toml(text, source, "a hypothesis TOML")
+    raw = with_overrides(parse_toml(text, source, "a hypothesis TOML"), overrides)
     for i, variant in enumerate(raw.get("variant", []) if isinstance(raw.get("variant"), list) else []):
         if isinstance(variant, dict) and "from" in variant:
             variant["parent"] = variant.pop("from")
@@ -174,7 +204,7 @@ def load_hypothesis(path: str | Path, quick: bool = False) -> Hypothesis:
     hyp = Hypothesis(
         name=info.name, claim=info.claim, kind=info.kind, metrics=info.metrics, validators=validators,
         acceptance=criteria, seeds=info.seeds, repetitions=info.repetitions, arms=arms, setup=setup,
-        source=source, base_dir=path.resolve().parent,
+        source=source, base_dir=path.resolve().parent, quick=quick, overrides=tuple(overrides),
     )
     check_setup(hyp, allowed, where)
     return hyp

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from infralab.agent.acceptance import NOISE_RULE
+from infralab.agent.figure_style import pyplot  # re-exported: study hooks draw with it
 from infralab.agent.validators.ladder import TestResult, test_command, test_json
 from infralab.results import dump_json
 
@@ -43,7 +44,7 @@ def test_markdown(result: TestResult, level: int = 2, file_prefix: str = "") -> 
     h = "#" * level
     out = [f"{h} {hyp.name}: **{result.verdict.upper()}**" + (f" (decided by `{result.decided_by}`)" if result.decided_by else ""),
            "", f"Claim: {hyp.claim}", "",
-           f"Reproduce: `{test_command(hyp.source, result.confirm)}`", ""]
+           f"Reproduce: `{test_command(hyp, result.confirm)}`", ""]
     out += [f"{h}# Arms", "", md_table(["arm", "what it is"], [[a.name, a.describe()] for a in hyp.arms])]
     out += [f"{h}# Acceptance", ""]
     rows = []
@@ -67,16 +68,6 @@ def test_markdown(result: TestResult, level: int = 2, file_prefix: str = "") -> 
         out.append(f"- **{f.verdict}** · `{f.validator}` · {f.arm} · {f.where.text()}: {f.what}"
                    + (f" (files: {files})" if files else ""))
     return "\n".join(out) + "\n"
-
-
-def pyplot():
-    """matplotlib's pyplot on the file-only backend."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def save_figure(fig, path: Path) -> None:

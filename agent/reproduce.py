@@ -29,7 +29,7 @@ from infralab.agent.findings import combine_verdicts
 from infralab.agent.hypothesis import load_hypothesis
 from infralab.agent.report import md_table, study_tables_and_chart, test_markdown
 from infralab.agent.studies import Study, discover_studies, load_hook
-from infralab.agent.validators.ladder import TestResult, run_test, test_json
+from infralab.agent.validators.ladder import TestResult, run_test, test_command, test_json
 from infralab.results import atomic_output_dir, dump_json
 
 SCHEMA = "infralab.reproduce/1"
@@ -65,8 +65,7 @@ def reproduce(out: str | Path | None = None, quick: bool = False, studies: tuple
                 workdir.mkdir(parents=True)
                 result = run_test(hyp, confirm=study.confirm, workdir=workdir)
                 results.append(result)
-                command = f"infralab test {hyp.source}" + (" --confirm" if study.confirm else "")
-                command += " --quick" if quick else ""
+                command = test_command(hyp, study.confirm, as_json=False)
                 tests.append({"hypothesis": hyp.source, "command": command, "verdict": result.verdict,
                               "decided_by": result.decided_by, "test": test_json(result)})
             figures, extra_md = study_report(study, results, tmp)

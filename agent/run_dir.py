@@ -1,8 +1,10 @@
 """Load what a run left on disk, for `infralab explain`: a simulator results folder or a timeline.
 
 Two kinds of input:
-- a results folder of `infralab sim run` (kind "sim-run"): `summary.json`, `requests.csv` and
-  `trace.json`, all three required (a missing one is an InputError naming it);
+- a results folder (kind "sim-run"): `summary.json` and `requests.csv` required (a missing one is
+  an InputError naming it), `trace.json` optional: `infralab sim run --no-timeline` and the run
+  folders of `infralab test --out` write none (`LoadedRun.missing` says so, and explain then has
+  no intervals to analyse);
 - one Chrome/Perfetto timeline file (kind "timeline"), as `infralab gil run` writes under
   `timelines/`: intervals and counters only, no requests or summary.
 
@@ -25,7 +27,10 @@ from infralab.errors import InputError
 from infralab.input_files import read_json, read_text
 from infralab.sim.records import CounterSample, Interval, RequestRecord
 
-SIM_RUN_FILES = ("summary.json", "requests.csv", "trace.json")
+SIM_RUN_FILES = ("summary.json", "requests.csv")  # required
+TRACE_FILE = "trace.json"  # optional
+NO_TRACE = ("trace.json: no timeline in this folder (written with --no-timeline, or a run folder of "
+            "`infralab test`); no interval, thread, overlap or resource-timeline analysis")
 _INT_FIELDS = ("id", "prompt_tokens", "output_tokens", "cached_tokens", "preemptions", "recomputed_tokens")
 _STR_FIELDS = ("prefill_instance", "decode_instance")
 _FLOAT_FIELDS = tuple(
@@ -33,7 +38,11 @@ _FLOAT_FIELDS = tuple(
     for f in fields(RequestRecord)
     if f.name not in _INT_FIELDS + _STR_FIELDS + ("token_times_s",)
 )
-REQUIRED_COLUMNS = _INT_FIELDS + _STR_FIELDS + _FLOAT_FIELDS
+ALL_COLUMNS = _INT_FIELDS + _STR_FIELDS + _FLOAT_FIELDS
+# What explain cannot do without; the other columns (instances, cache hits, the first scheduled
+# step, KV transfer times, preemptions) take their RequestRecord defaults when absent, as in a run
+# of an engine that does not measure them (their phases then count as zero).
+REQUIRED_COLUMNS = ("id", "arrival_s", "prompt_tokens", "output_tokens", "first_token_s", "finish_s")
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,7 @@ class LoadedRun:
     requests: tuple[RequestRecord, ...] | None = None  # None for a timeline
     summary: dict[str, Any] | None = None  # summary.json, None for a timeline
     trace_metadata: dict[str, Any] = field(default_factory=dict)
+    missing: tuple[str, ...] = ()  # what the folder lacks that explain could use, one line each
 
     @property
     def truncated(self) -> bool:
@@ -85,11 +95,17 @@ def _load_sim_run(folder: Path) -> LoadedRun:
         raise InputError(
             str(folder / missing[0]),
             f"missing from the run folder ({', '.join(missing)} absent){hint}",
-            f"a folder written by `infralab sim run` holding {', '.join(SIM_RUN_FILES)}",
+            f"a folder written by `infralab sim run` holding {', '.join(SIM_RUN_FILES)} (and {TRACE_FILE})",
         )
     summary = load_summary(folder / "summary.json")
-    requests = load_requests(folder / "requests.csv")
-    intervals, counters, meta = load_trace(folder / "trace.json")
+    requests, absent = load_requests_with_gaps(folder / "requests.csv")
+    if (folder / TRACE_FILE).is_file():
+        intervals, counters, meta = load_trace(folder / TRACE_FILE)
+        missing: tuple[str, ...] = ()
+    else:
+        intervals, counters, meta, missing = (), (), {}, (NO_TRACE,)
+    if absent:
+        missing += (f"requests.csv: no column {', '.join(absent)} (default values used: their phases count as zero)",)
     return LoadedRun(
         source=str(folder),
         kind="sim-run",
@@ -98,6 +114,7 @@ def _load_sim_run(folder: Path) -> LoadedRun:
         requests=requests,
         summary=summary,
         trace_metadata=meta,
+        missing=missing,
     )
 
 
@@ -152,6 +169,12 @@ def _number(text: str, where: str, kind: type) -> Any:
 
 def load_requests(path: Path) -> tuple[RequestRecord, ...]:
     """requests.csv rows as RequestRecords (token times empty), ordered as in the file."""
+    return load_requests_with_gaps(path)[0]
+
+
+def load_requests_with_gaps(path: Path) -> tuple[tuple[RequestRecord, ...], tuple[str, ...]]:
+    """requests.csv rows as RequestRecords, and the optional columns the file lacks (their fields
+    keep RequestRecord's defaults)."""
     text = read_text(path, "run", "requests.csv as `infralab sim run` writes it")
     with io.StringIO(text, newline="") as handle:
         reader = csv.DictReader(handle)
@@ -163,19 +186,22 @@ def load_requests(path: Path) -> tuple[RequestRecord, ...]:
                 f"missing column(s) {', '.join(missing)}",
                 "the columns `infralab sim run` writes (RequestRecord fields)",
             )
+        absent = tuple(c for c in ALL_COLUMNS if c not in columns)
         out = []
         for row in reader:
             where = f"{path}: line {reader.line_num}"
             if None in row.values() or None in row:
                 raise InputError(where, "a row with a different number of cells than the header",
                                  "one cell per column")
-            values: dict[str, Any] = {name: row[name] for name in _STR_FIELDS}
+            values: dict[str, Any] = {name: row[name] for name in _STR_FIELDS if name in columns}
             for name in _INT_FIELDS:
-                values[name] = _number(row[name], f"{where}, column {name}", int)
+                if name in columns:
+                    values[name] = _number(row[name], f"{where}, column {name}", int)
             for name in _FLOAT_FIELDS:
-                values[name] = _number(row[name], f"{where}, column {name}", float)
+                if name in columns:
+                    values[name] = _number(row[name], f"{where}, column {name}", float)
             out.append(RequestRecord(**values))
-    return tuple(out)
+    return tuple(out), absent
 
 
 def load_trace(path: Path) -> tuple[tuple[Interval, ...], tuple[CounterSample, ...], dict[str, Any]]:

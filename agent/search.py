@@ -4,7 +4,9 @@ latency. The SPACE file format and the JSON schema are in docs/explain.md ("sear
 
 Every point of the space (the Cartesian product of the axes, last axis fastest) is the base
 simulation config with the `[fixed]` changes and the point's axis values applied (knobs as in
-agent/sim_pool.py), validated as a whole before anything runs. Points run through the agent's one
+agent/sim_pool.py), validated as a whole before anything runs. Constraints that read only
+STATIC_METRICS (accelerators) are checked then: a point that violates one is pruned, never
+simulated. The other points run through the agent's one
 simulation pool (`infralab.agent.sim_pool.run_pool`, also the `cluster` validator's) over local
 processes or a Ray cluster (`--backend ray`); results are ordered by point index, never by
 completion, and hold no wall-clock times, so the same SPACE file (and seed) gives byte-identical
@@ -18,15 +20,16 @@ import dataclasses
 import itertools
 import math
 import re
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic.dataclasses import dataclass
 
-from infralab.agent.acceptance import Criterion, evaluate, parse_criterion
-from infralab.agent.sim_pool import Execution, SimJob, apply_knob, checked_config, run_pool
+from infralab.agent import figure_style
+from infralab.agent.acceptance import Criterion, evaluate, parse_criterion, shortfall
+from infralab.agent.progress import progress
+from infralab.agent.sim_pool import Execution, SimJob, accelerator_count, apply_knob, checked_config, run_pool
 from infralab.config_io import STRICT, load_toml, validate
 from infralab.errors import InputError
 from infralab.field_types import Int
@@ -49,6 +52,10 @@ METRICS = metric_names(
     "max_link_busy",
 )
 
+
+# Metrics known from a point's config alone: a constraint that reads only these is checked before
+# simulating, and a point that violates it is pruned (never simulated).
+STATIC_METRICS = ("accelerators",)
 
 # The most points one search runs (each is a full simulation); checked before any point is built.
 MAX_POINTS = 10_000
@@ -93,6 +100,12 @@ class Space:
     base_name: str
     points: tuple[dict[str, Any], ...]  # simulation config of each point, as plain data
     knobs: tuple[tuple[tuple[str, Any], ...], ...]  # each point's axis values
+    overrides: tuple[str, ...] = ()  # the --set assignments applied, in order
+    static: tuple[dict[str, Any], ...] = ()  # STATIC_METRICS of each point, from its config
+
+    def pruned(self, index: int) -> list[str]:
+        """The constraints on STATIC_METRICS that point `index` violates (it is not simulated)."""
+        return violations([c for c in self.constraints if c.names <= set(STATIC_METRICS)], self.static[index])
 
 
 # ---- the SPACE file -----------------------------------------------------------------------------
@@ -124,13 +137,17 @@ def _check_metric(name: str, where: str) -> None:
         raise InputError(where, f"unknown metric {name!r}", f"one of {', '.join(METRICS)}")
 
 
-def load_space(path: str | Path) -> Space:
-    """Read and validate a SPACE file and every point's config; InputError names file and key."""
+def load_space(path: str | Path, overrides: Sequence[str] = ()) -> Space:
+    """Read and validate a SPACE file and every point's config; InputError names file and key.
+    `overrides` (`infralab search --set`): `dotted.key=value` assignments applied to the SPACE
+    document before validation (infralab/overrides.py), e.g. `search.seed=1` or
+    `fixed.workload.end_s=30` ([fixed] and [axes] tables are flattened into dotted knobs)."""
+    from infralab.overrides import apply_overrides
     from infralab.sim.config import load_config
 
     path = Path(path)
     source = str(path)
-    raw = load_toml(path)
+    raw = apply_overrides(load_toml(path), overrides, "--set")
     if isinstance(raw.get("axes"), dict):
         raw = {**raw, "axes": _flatten(raw["axes"])}
     if isinstance(raw.get("fixed"), dict):
@@ -172,19 +189,20 @@ def load_space(path: str | Path) -> Space:
         apply_knob(base, key, value, f"{source}: fixed.{key}", space_dir)
 
     axes = tuple((k, tuple(v)) for k, v in spec.axes.items())
-    points, knobs = [], []
+    points, knobs, static = [], [], []
     for combo in itertools.product(*(values for _, values in axes)):
         data = _deep_copy(base)
         point = tuple((key, value) for (key, _), value in zip(axes, combo))
         for key, value in point:
             apply_knob(data, key, value, f"{source}: axes.{key} = {value!r}", space_dir)
         try:
-            checked_config(data, str(base_path), base_dir)
+            cfg = checked_config(data, str(base_path), base_dir)
         except InputError as exc:
             where = ", ".join(f"{k} = {v!r}" for k, v in point)
             raise InputError(f"{source}: axes ({where})", f"gives an invalid config: {exc.where}: {exc.problem}", exc.expected) from None
         points.append(data)
         knobs.append(point)
+        static.append({"accelerators": accelerator_count(cfg)})
     return Space(
         source=source,
         info=spec.search,
@@ -197,6 +215,8 @@ def load_space(path: str | Path) -> Space:
         base_name=base_path.name,
         points=tuple(points),
         knobs=tuple(knobs),
+        overrides=tuple(overrides),
+        static=tuple(static),
     )
 
 
@@ -212,18 +232,19 @@ def _deep_copy(data: Any) -> Any:
 
 
 def run_points(
-    space: Space, jobs: int = 2, progress: bool = True, execution: Execution = Execution()
-) -> list[dict[str, Any]]:
-    """Every point's METRICS, in point order; `jobs` workers of `execution`'s backend (local
-    processes, 1: in this process; or the CPUs of the local Ray cluster started for the run)."""
-    from tqdm import tqdm
-
-    sims = [SimJob(config=data, base_dir=str(space.base_dir), source=space.source) for data in space.points]
-    bar = tqdm(total=len(sims), desc=f"search {space.info.name}", unit="config", file=sys.stderr,
-               disable=not progress)
-    with bar:
-        results = run_pool(sims, workers=jobs, on_done=lambda: bar.update(1), execution=execution)
-    return [{name: result.metrics[name] for name in METRICS} for result in results]
+    space: Space, jobs: int = 2, show_progress: bool = True, execution: Execution = Execution()
+) -> list[dict[str, Any] | None]:
+    """Every point's METRICS in point order, None for a pruned point (never simulated); `jobs`
+    workers of `execution`'s backend (local processes, 1: in this process; or the CPUs of the
+    local Ray cluster started for the run). Progress: agent/progress.py."""
+    kept = [i for i in range(len(space.points)) if not space.pruned(i)]
+    sims = [SimJob(config=space.points[i], base_dir=str(space.base_dir), source=space.source) for i in kept]
+    with progress(len(sims), f"search {space.info.name}", "config", enabled=show_progress) as tick:
+        results = run_pool(sims, workers=jobs, on_done=tick, execution=execution)
+    out: list[dict[str, Any] | None] = [None] * len(space.points)
+    for i, result in zip(kept, results):
+        out[i] = {name: result.metrics[name] for name in METRICS}
+    return out
 
 
 # ---- ranking and the Pareto front ---------------------------------------------------------------
@@ -256,8 +277,13 @@ def pareto_front(points: Sequence[tuple[float, float]], x_goal: str = "min", y_g
 
 def feasibility(space: Space, metrics: dict[str, Any]) -> list[str]:
     """The constraints `metrics` violates (a constraint on an undefined metric counts as violated)."""
+    return violations(space.constraints, metrics)
+
+
+def violations(constraints: Sequence[Criterion], metrics: dict[str, Any]) -> list[str]:
+    """The texts of `constraints` that `metrics` violates (undefined or missing metric: violated)."""
     violated = []
-    for crit in space.constraints:
+    for crit in constraints:
         try:
             ok = bool(evaluate(crit, metrics))
         except (TypeError, KeyError, ArithmeticError):  # a None metric (no finished request), or x / 0, cannot satisfy it
@@ -267,13 +293,18 @@ def feasibility(space: Space, metrics: dict[str, Any]) -> list[str]:
     return violated
 
 
-def build_report(space: Space, results: list[dict[str, Any]]) -> dict[str, Any]:
-    """The search.json document from the points' metrics."""
+def build_report(space: Space, results: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
+    """The search.json document from the points' metrics (None: a pruned point)."""
     points = []
     for i, (knobs, metrics) in enumerate(zip(space.knobs, results)):
-        violated = feasibility(space, metrics)
-        points.append({"index": i, "knobs": dict(knobs), "metrics": metrics, "feasible": not violated,
-                       "violated": violated, "on_pareto_front": False})
+        pruned = metrics is None
+        if pruned:
+            metrics = {name: space.static[i].get(name) for name in METRICS}
+            violated = space.pruned(i)
+        else:
+            violated = feasibility(space, metrics)
+        points.append({"index": i, "label": point_label(i, knobs), "knobs": dict(knobs), "metrics": metrics,
+                       "feasible": not violated, "pruned": pruned, "violated": violated, "on_pareto_front": False})
     px, py = space.info.pareto.x, space.info.pareto.y
     candidates = [p for p in points if p["feasible"] and _number(p["metrics"][px]) is not None
                   and _number(p["metrics"][py]) is not None]
@@ -294,6 +325,7 @@ def build_report(space: Space, results: list[dict[str, Any]]) -> dict[str, Any]:
         "space": Path(space.source).name,
         "base": space.base_name,
         "seed": space.info.seed,
+        "overrides": list(space.overrides),
         "axes": [{"key": k, "values": list(v)} for k, v in space.axes],
         "fixed": dict(space.fixed),
         "objective": {"metric": space.objective_metric, "goal": space.objective_goal},
@@ -301,9 +333,43 @@ def build_report(space: Space, results: list[dict[str, Any]]) -> dict[str, Any]:
         "pareto_axes": {"x": {"metric": px, "goal": "min"}, "y": {"metric": py, "goal": "max"}},
         "points": points,
         "feasible": sum(p["feasible"] for p in points),
+        "pruned": sum(p["pruned"] for p in points),
         "best": best,
         "pareto_front": front_indices,
+        "nearest_misses": nearest_misses(space, points) if not best else [],
+        "nearest_miss_rule": NEAREST_MISS_RULE,
     }
+
+
+NEAREST_MISS_RULE = (
+    "when no point meets the constraints: the simulated points ranked by how many constraints they "
+    "violate, then by the sum of their shortfalls (per violated comparison L op R: |L - R| / max(|L|, "
+    "|R|); 1 for `not saturated` and other non-comparisons; inf when a metric is undefined), then by index"
+)
+
+
+def nearest_misses(space: Space, points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The `space.info.top` simulated points closest to feasible (NEAREST_MISS_RULE)."""
+    scored = []
+    for p in points:
+        if p["pruned"]:
+            continue
+        gaps = {c.text: shortfall(c, p["metrics"]) for c in space.constraints if c.text in p["violated"]}
+        scored.append((len(gaps), sum(gaps.values()), p["index"], gaps))
+    scored.sort(key=lambda s: s[:3])
+    return [{"rank": r, "index": i, "label": points[i]["label"], "knobs": points[i]["knobs"],
+             "violated": [{"constraint": text, "shortfall": _finite_or_none(gap)} for text, gap in gaps.items()]}
+            for r, (_, _, i, gaps) in enumerate(scored[: space.info.top], start=1)]
+
+
+def _finite_or_none(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def point_label(index: int, knobs: Sequence[tuple[str, Any]]) -> str:
+    """`#index key=value, ...` with each key's last dotted part (engine.max_batched_tokens ->
+    max_batched_tokens): what a figure and the text name a point by."""
+    return f"#{index} " + ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in knobs)
 
 
 # ---- outputs ------------------------------------------------------------------------------------
@@ -318,58 +384,68 @@ def _csv_value(value: Any) -> Any:
 
 
 def write_csv(report: dict[str, Any], path: Path) -> None:
-    """One row per point: index, the axis values, feasible, on_pareto_front, then METRICS."""
+    """One row per point: index, the axis values, feasible, pruned, on_pareto_front, then METRICS
+    (empty for a pruned point, except the STATIC_METRICS)."""
     keys = [a["key"] for a in report["axes"]]
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(["index", *keys, "feasible", "on_pareto_front", *METRICS])
+        writer.writerow(["index", *keys, "feasible", "pruned", "on_pareto_front", *METRICS])
         for p in report["points"]:
-            writer.writerow([p["index"], *(_csv_value(p["knobs"][k]) for k in keys), p["feasible"],
+            writer.writerow([p["index"], *(_csv_value(p["knobs"][k]) for k in keys), p["feasible"], p["pruned"],
                              p["on_pareto_front"], *(_csv_value(p["metrics"][m]) for m in METRICS)])
 
 
 def pareto_figure(report: dict[str, Any], path: Path) -> None:
-    """Every point (feasible: filled, infeasible: grey x), the Pareto front as a line, labels =
-    point index."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """Every simulated point (feasible: filled, infeasible: grey x), the Pareto front as a line;
+    front points are labelled "#index" (alternately above and below the line, so that neighbours
+    do not collide) and named in full in the legend; log axes where values span decades
+    (agent/figure_style.py)."""
     px, py = report["pareto_axes"]["x"]["metric"], report["pareto_axes"]["y"]["metric"]
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    for feasible, style in ((False, {"marker": "x", "color": "#999999", "label": "violates a constraint"}),
-                            (True, {"marker": "o", "color": "#4f81bd", "label": "feasible"})):
-        pts = [p for p in report["points"] if p["feasible"] == feasible
-               and _number(p["metrics"][px]) is not None and _number(p["metrics"][py]) is not None]
-        if pts:
-            ax.scatter([p["metrics"][px] for p in pts], [p["metrics"][py] for p in pts], **style)
-            for p in pts:
-                ax.annotate(str(p["index"]), (p["metrics"][px], p["metrics"][py]), fontsize=7,
-                            xytext=(3, 3), textcoords="offset points")
-    front = [report["points"][i] for i in report["pareto_front"]]
-    if front:
-        ax.plot([p["metrics"][px] for p in front], [p["metrics"][py] for p in front], color="#c0504d",
-                drawstyle="steps-post", label="Pareto front")
-    ax.set_xlabel(f"{px} (lower is better)")
-    ax.set_ylabel(f"{py} (higher is better)")
-    ax.set_title(f"search {report['name']}: {report['feasible']}/{len(report['points'])} feasible")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120, metadata={"Software": None})
-    plt.close(fig)
+    drawn = [p for p in report["points"] if not p["pruned"]
+             and _number(p["metrics"][px]) is not None and _number(p["metrics"][py]) is not None]
+    with figure_style.styled() as plt:
+        fig, ax = plt.subplots(figsize=(6.4, 4.4))
+        for feasible, style in ((False, {"marker": "x", "color": "#999999", "label": "violates a constraint"}),
+                                (True, {"marker": "o", "color": figure_style.colour(0), "label": "feasible"})):
+            pts = [p for p in drawn if p["feasible"] == feasible]
+            if pts:
+                ax.scatter([p["metrics"][px] for p in pts], [p["metrics"][py] for p in pts], **style)
+        front = [report["points"][i] for i in report["pareto_front"]]
+        if front:
+            ax.plot([p["metrics"][px] for p in front], [p["metrics"][py] for p in front], color=figure_style.colour(1),
+                    drawstyle="steps-post", label="Pareto front")
+            for k, p in enumerate(front):
+                above = k % 2 == 0
+                ax.annotate(f"#{p['index']}", (p["metrics"][px], p["metrics"][py]), fontsize=7,
+                            xytext=(-4, 6) if above else (4, -10), textcoords="offset points",
+                            ha="right" if above else "left")
+                ax.plot([], [], linestyle="none", label=p["label"])  # the legend names each front point
+        figure_style.scale_axes(ax, [p["metrics"][px] for p in drawn], [p["metrics"][py] for p in drawn])
+        ax.set_xlabel(f"{px} (lower is better)")
+        ax.set_ylabel(f"{py} (higher is better)")
+        pruned = f", {report['pruned']} pruned before simulating" if report["pruned"] else ""
+        ax.set_title(f"search {report['name']}: {report['feasible']}/{len(report['points'])} feasible{pruned}")
+        fig.legend(loc="outside lower center", ncol=2, frameon=False)
+        figure_style.save(fig, path.with_suffix(""), formats=("png",))
 
 
 def format_text(report: dict[str, Any]) -> str:
     obj = report["objective"]
+    pruned = f"; {report['pruned']} pruned before simulating" if report["pruned"] else ""
     lines = [f"search {report['name']}: {len(report['points'])} configurations of {report['base']}, "
-             f"{report['feasible']} meet the constraints ({'; '.join(report['constraints']) or 'none'})"]
+             f"{report['feasible']} meet the constraints ({'; '.join(report['constraints']) or 'none'}){pruned}"]
     lines.append(f"best by {obj['goal']} {obj['metric']}:")
     for b in report["best"]:
         knobs = ", ".join(f"{k}={v}" for k, v in b["knobs"].items())
         lines.append(f"  {b['rank']}. #{b['index']} {knobs}: {b['objective']:.6g}")
     if not report["best"]:
         lines.append("  (no configuration meets the constraints)")
+    if report["nearest_misses"]:
+        lines.append("nearest misses (fewest violated constraints, then smallest relative shortfall):")
+        for m in report["nearest_misses"]:
+            misses = "; ".join(f"{v['constraint']} (short by " + ("undefined" if v["shortfall"] is None
+                               else f"{100 * v['shortfall']:.0f}%") + ")" for v in m["violated"])
+            lines.append(f"  {m['rank']}. {m['label']}: {misses}")
     px, py = report["pareto_axes"]["x"]["metric"], report["pareto_axes"]["y"]["metric"]
     lines.append(f"Pareto front ({px} min, {py} max):")
     for i in report["pareto_front"]:
@@ -385,14 +461,16 @@ def run_search(
     jobs: int = 2,
     progress: bool = True,
     execution: Execution = Execution(),
+    overrides: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Everything `infralab search` does: validate, run every point on `execution`'s backend,
-    write DIR/search.json, DIR/search.csv and DIR/pareto.png atomically; returns the report."""
+    """Everything `infralab search` does: validate (with the `--set` overrides), run every point on
+    `execution`'s backend, write DIR/search.json, DIR/search.csv and DIR/pareto.png atomically;
+    returns the report."""
     if jobs < 1:
         raise InputError("--jobs", f"{jobs}", "a positive number of processes")
-    space = load_space(space_path)
+    space = load_space(space_path, overrides)
     with atomic_output_dir(out) as tmp:
-        results = run_points(space, jobs=jobs, progress=progress, execution=execution)
+        results = run_points(space, jobs=jobs, show_progress=progress, execution=execution)
         report = build_report(space, results)
         dump_json(report, tmp / "search.json")
         write_csv(report, tmp / "search.csv")

@@ -85,6 +85,14 @@ BACKEND_ARGS = (
              "default: start a local one for the run"),
 )
 
+# Flags `sim sweep` and `sim capacity` share (their runs go through the agent's simulation pool).
+SWEEP_ARGS = (
+    arg("--jobs", type=positive_int, default=2, metavar="N", help="simulations at once (default 2)"),
+    arg("--json", action="store_true", help="print the JSON document (docs/sweeps.md)"),
+    arg("--no-progress", action="store_true", help="no progress on stderr"),
+    *BACKEND_ARGS,
+)
+
 BENCH_ARGS = (
     arg("--out", metavar="FILE.csv", default=None,
         help="calibration table to write (default: results/calibration-<grid>-<device>.csv)"),
@@ -131,6 +139,30 @@ COMMANDS: tuple[Command, ...] = (
                     help="default: vLLM's for the accelerator (docs/sim.md)"),
                 arg("--block-size", type=positive_int, default=16, metavar="N", help="tokens per KV block (default 16)"),
             )),
+    Command(("sim", "sweep"), "run configs at several request rates and seeds; write paper figures and their CSVs",
+            "infralab.agent.cli:sim_sweep", (
+                arg("config", metavar="CONFIG.toml", help="simulation config with a synthetic workload (docs/sweeps.md)"),
+                arg("--configs", nargs="+", default=(), metavar="MORE.toml", help="more configs drawn beside it"),
+                arg("--rates", required=True, metavar="R1,R2,...", help="request rates, req/s (workload.arrival.rate)"),
+                arg("--seeds", default=None, metavar="S1,S2,...", help="seeds (default: each config's run.seed)"),
+                arg("--out", required=True, metavar="DIR", help="results folder to write"),
+                *SWEEP_ARGS,
+            )),
+    Command(("sim", "capacity"), "the highest request rate within the SLOs, by bisection; capacity per accelerator",
+            "infralab.agent.cli:sim_capacity", (
+                arg("config", metavar="CONFIG.toml", help="simulation config with a synthetic workload (docs/sweeps.md)"),
+                arg("--configs", nargs="+", default=(), metavar="MORE.toml", help="more configs searched beside it"),
+                arg("--seeds", default=None, metavar="S1,S2,...",
+                    help="seeds; a rate meets the SLOs only when every seed's run does (default: run.seed)"),
+                arg("--tolerance", type=float, default=0.05, metavar="F",
+                    help="stop when the bracket [meets, fails] is within F of its upper end (default 0.05)"),
+                arg("--quantile", choices=("p50", "p90", "p99"), default="p90",
+                    help="the TTFT and TPOT percentile held to the SLOs (default p90)"),
+                arg("--start", type=float, default=None, metavar="R",
+                    help="first rate tried, req/s (default: the config's workload.arrival.rate)"),
+                arg("--out", default=None, metavar="DIR", help="also write capacity.json and capacity_probes.csv here"),
+                *SWEEP_ARGS,
+            )),
     Command(("kernels", "check"), "every kernel vs its reference and under every TP split; exit 1 if any check fails",
             "infralab.kernels.cli:check", (
                 arg("--json", action="store_true", help="print the full report as JSON"),
@@ -155,6 +187,9 @@ COMMANDS: tuple[Command, ...] = (
                 arg("--confirm", action="store_true",
                     help="after the first decision, also run the next (more real) validator allowed"),
                 arg("--quick", action="store_true", help="use the file's [quick] table (smoke-test sizes)"),
+                arg("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="set a key of the hypothesis file before validation (repeatable; TOML value), e.g. "
+                         "hypothesis.seeds=[0,1,2], setup.window_s=[0,30], baseline.cluster.router=round_robin"),
                 arg("--json", action="store_true", help="print the result as JSON (schema infralab.test/1)"),
                 arg("--out", help="also write result.json, report.md and raw files here (atomically)"),
                 *BACKEND_ARGS,
@@ -173,8 +208,8 @@ COMMANDS: tuple[Command, ...] = (
                 arg("run", metavar="RUN", help="results folder or timeline .json"),
                 arg("--against", metavar="BASELINE", default=None, help="the run to compare with"),
                 arg("--json", action="store_true", help="print the JSON document (docs/explain.md)"),
-                arg("--metric", choices=("auto", "e2e", "ttft", "span"), default="auto",
-                    help="what to explain: mean E2E or TTFT (results folders), span (timelines)"),
+                arg("--metric", choices=("auto", "e2e", "ttft", "tpot", "itl", "queue", "span"), default="auto",
+                    help="what to explain: a mean request latency (results folders; auto: e2e) or span (timelines; auto: span); docs/explain.md"),
                 arg("--top", type=positive_int, default=10, metavar="N", help="requests/steps listed"),
                 arg("--overlap", nargs=2, action="append", metavar=("A", "B"), default=None,
                     help="an interval-set pair to compare, each TRACK[:NAMES[:OPS]] "
@@ -191,6 +226,9 @@ COMMANDS: tuple[Command, ...] = (
                     help="local processes, or the CPUs of the local Ray cluster started for the run (default 2; "
                          "a cluster joined with --ray-address runs as many points at once as it has CPUs)"),
                 arg("--json", action="store_true", help="print search.json on stdout"),
+                arg("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="set a key of the SPACE file before validation (repeatable; TOML value), e.g. "
+                         "search.seed=1, fixed.workload.end_s=30"),
                 arg("--no-progress", action="store_true", help="no progress bar"),
                 *BACKEND_ARGS,
             )),

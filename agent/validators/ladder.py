@@ -249,7 +249,7 @@ def test_json(result: TestResult) -> dict[str, Any]:
         "criteria": [j_to_dict(j) for j in source.judgements] if source else [],
         "rungs": rungs,
         "findings": [f.to_dict() for f in result.findings],
-        "command": test_command(hyp.source, result.confirm),
+        "command": test_command(hyp, result.confirm),
     }
     return _finite(out)
 
@@ -262,5 +262,15 @@ def j_to_dict(j: Judgement) -> dict[str, Any]:
     return entry
 
 
-def test_command(source: str, confirm: bool) -> str:
-    return f"infralab test {source}" + (" --confirm" if confirm else "") + " --json"
+def test_command(hyp: Hypothesis, confirm: bool, as_json: bool = True) -> str:
+    """The command line that reruns `hyp` exactly: the file, --confirm, and every flag that changes
+    numbers (--quick, each --set in order; seeds live in the file or a --set), shell-quoted."""
+    import shlex
+
+    words = ["infralab", "test", hyp.source]
+    words += ["--confirm"] if confirm else []
+    words += ["--quick"] if hyp.quick else []
+    for assignment in hyp.overrides:
+        words += ["--set", assignment]
+    words += ["--json"] if as_json else []
+    return " ".join(shlex.quote(w) for w in words)

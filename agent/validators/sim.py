@@ -10,6 +10,10 @@
   request/output throughput, ttft_p50_s/p90_s/p99_s, tpot_p90_s, e2e_p90_s (seconds), saturated,
   completed, max_instance_busy, max_link_busy, instances. Findings: the busiest instance and link,
   and the request with the worst TTFT split into its phases.
+  With a workdir (`infralab test --out DIR`), each arm and seed also leaves a run folder,
+  DIR/sim/runs/<arm>-seed<seed>/ (summary.json, requests.csv, config.toml: the setup's config as
+  written; the arm's knobs are in summary.json's "run"), that `infralab explain` reads; no
+  trace.json (the pool keeps no timeline), so explain's interval analysis has nothing to show there.
 The simulator is deterministic for a given seed: repetitions repeat the same numbers, seeds differ.
 """
 
@@ -122,7 +126,8 @@ def measure_cluster(hyp: Hypothesis, setup: ClusterSetup, workdir: Path | None, 
         for seed in seeds:
             keys.append((arm.name, seed))
             jobs.append(SimJob(config=dataclasses.asdict(cfg), base_dir=str(base_dir), source=source, seed=seed))
-    by_key = dict(zip(keys, run_pool(jobs, workers=setup.processes, inspect=cluster_details, execution=execution)))
+    inspect = cluster_details if workdir is None else cluster_details_and_requests
+    by_key = dict(zip(keys, run_pool(jobs, workers=setup.processes, inspect=inspect, execution=execution)))
     files: list[str] = []
     if workdir is not None:
         from infralab.results import dump_json
@@ -133,6 +138,10 @@ def measure_cluster(hyp: Hypothesis, setup: ClusterSetup, workdir: Path | None, 
             facts = {"arm": arm_name, "seed": seed, "knobs": hyp.arm(arm_name).config}
             dump_json(result.summary.with_run(facts).to_json(), workdir / name)
             files.append(name)
+        for (arm_name, seed), result in sorted(by_key.items()):
+            facts = {"arm": arm_name, "seed": seed, "knobs": hyp.arm(arm_name).config}
+            files.append(write_run_folder(workdir, arm_name, seed, result.summary.with_run(facts),
+                                          result.details["requests_csv"], Path(source)))
     samples, findings, rows = {}, [], []
     for arm in hyp.arms:
         samples[arm.name] = [cluster_metrics(by_key[(arm.name, seed)].metrics) for seed, _ in sample_keys(hyp)]
@@ -182,6 +191,38 @@ def cluster_details(run: RunRecord, summary: RunSummary) -> dict[str, Any]:
         }
     return {"busiest_instance": busiest(summary.instances), "busiest_link": busiest(summary.links),
             "worst_ttft_request": request}
+
+
+def cluster_details_and_requests(run: RunRecord, summary: RunSummary) -> dict[str, Any]:
+    """`cluster_details` plus the run's requests.csv as text (as `infralab sim run` writes it), so
+    that the parent writes the run folder whatever machine the job ran on."""
+    import tempfile
+
+    from infralab.sim.run import write_requests_csv
+
+    with tempfile.TemporaryDirectory(prefix="infralab-requests-") as folder:
+        path = Path(folder) / "requests.csv"
+        write_requests_csv(run, path)
+        text = path.read_text(encoding="utf-8")
+    return {**cluster_details(run, summary), "requests_csv": text}
+
+
+RUN_FOLDERS = "runs"
+
+
+def write_run_folder(workdir: Path, arm: str, seed: int, summary: RunSummary, requests_csv: str,
+                     config_path: Path) -> str:
+    """WORKDIR/runs/<arm>-seed<seed>/ with summary.json, requests.csv and config.toml (a byte copy
+    of the setup's config); returns its path relative to `workdir`."""
+    from infralab.results import dump_json
+
+    name = f"{RUN_FOLDERS}/{arm}-seed{seed}"
+    folder = workdir / name
+    folder.mkdir(parents=True)
+    dump_json(summary.to_json(), folder / "summary.json")
+    (folder / "requests.csv").write_text(requests_csv, encoding="utf-8")
+    (folder / "config.toml").write_bytes(config_path.read_bytes())
+    return name
 
 
 def _cluster_findings(arm: Arm, m: dict[str, Any], d: dict[str, Any]) -> list[Finding]:

@@ -79,7 +79,9 @@ def test_only_transfer_slower_ranks_transfer_first(slower_transfer):
     assert m["delta"] == pytest.approx((4 * 0.1 + 0.3) / 5)
     first = doc["causes"][0]
     assert (first["kind"], first["key"]) == ("phase", "kv_transfer")
-    assert first["delta_s"] == pytest.approx(0.7)
+    # Per request (the metric's unit): 0.7 s more transfer over 5 requests; the total is labelled.
+    assert first["delta_s"] == pytest.approx(0.7 / 5)
+    assert first["details"]["delta_total_s"] == pytest.approx(0.7) and first["details"]["requests"] == 5
     assert first["share_of_metric_delta"] == pytest.approx(1.0)
     assert first["details"]["top_requests"][0]["id"] == 2
     assert first["intervals"][0]["args"]["request"] == 2
@@ -109,7 +111,10 @@ def test_single_run_explains_where_time_goes(slower_transfer):
     doc = explain(run)
     assert doc["baseline"] is None and doc["metric"]["delta"] is None
     assert all(c["delta_s"] is None for c in doc["causes"])
-    runs = [c["run_s"] for c in doc["causes"]]
+    # Phases (seconds per request) first, largest first; then the overlaps (seconds over the run).
+    kinds = [c["kind"] for c in doc["causes"]]
+    assert kinds == sorted(kinds, key=lambda k: k != "phase")
+    runs = [c["run_s"] for c in doc["causes"] if c["kind"] == "phase"]
     assert runs == sorted(runs, reverse=True)
     # Decode (1 s per request) dominates a single request's life here.
     assert doc["causes"][0]["key"] == "decode"
@@ -358,8 +363,9 @@ def check_schema(doc):
     for x in doc["metrics"]:
         check_types(x, {"name": str, "run": (*OPT_NUM, bool), "baseline": (*OPT_NUM, bool), "delta": OPT_NUM})
     # The ranking rule: causes moving with the metric first, then by |delta_s| within each group.
-    keys = [(c["agrees_with_metric"] is False, -abs(c["delta_s"] if c["delta_s"] is not None else c["run_s"]))
-            for c in doc["causes"]]
+    requests = doc["run"]["requests"] is not None
+    keys = [(c["agrees_with_metric"] is False, requests and not c["on_critical_path"],
+             -abs(c["delta_s"] if c["delta_s"] is not None else c["run_s"])) for c in doc["causes"]]
     assert keys == sorted(keys)
     json.dumps(doc, allow_nan=False)
 
@@ -392,4 +398,5 @@ def test_cli_json_and_text(slower_transfer, capsys):
     args = parse(["explain", run.source, "--against", base.source])
     assert dispatch(args) == 0
     text = capsys.readouterr().out
-    assert "[phase] kv_transfer" in text.splitlines()[4]
+    first = next(line for line in text.splitlines() if line.lstrip().startswith("1. ["))
+    assert "[phase] kv_transfer" in first and "s per request" in first

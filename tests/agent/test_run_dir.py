@@ -78,6 +78,14 @@ def test_missing_file_is_named(tmp_path, missing):
     assert err.value.where == str(folder / missing)
 
 
+def test_a_folder_without_a_timeline_loads_and_says_so(tmp_path):
+    folder = write_run_folder(tmp_path / "run", small_run())
+    (folder / "trace.json").unlink()
+    loaded = load_run(folder)
+    assert loaded.kind == "sim-run" and loaded.intervals == () and len(loaded.requests) > 0
+    assert len(loaded.missing) == 1 and loaded.missing[0].startswith("trace.json")
+
+
 def test_gil_results_folder_points_at_its_timelines(tmp_path):
     (tmp_path / "gil" / "timelines").mkdir(parents=True)
     with pytest.raises(InputError, match="timelines"):

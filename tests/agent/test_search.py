@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infralab.agent.search import METRICS, build_report, load_space, pareto_front, run_points, run_search
+from infralab.agent.search import METRICS, build_report, format_text, load_space, pareto_front, run_points, run_search
 from infralab.errors import InputError
 
 BASE = """
@@ -131,7 +131,7 @@ def test_tiny_search_is_reproducible_across_process_counts(tmp_path):
     objective = [b["objective"] for b in doc["best"]]
     assert objective == sorted(objective, reverse=True)
     lines = (tmp_path / "one" / "search.csv").read_text().splitlines()
-    assert lines[0].startswith("index,cluster.instances,engine.max_num_seqs,feasible,on_pareto_front,")
+    assert lines[0].startswith("index,cluster.instances,engine.max_num_seqs,feasible,pruned,on_pareto_front,")
     assert len(lines) == 5
 
 
@@ -208,7 +208,7 @@ def test_search_and_cluster_validator_give_the_same_numbers(tmp_path):
     space = load_space(write_space(tmp_path))  # point 2: cluster.instances = 2, max_num_seqs = 2
     point = dict(space.knobs[2])
     assert point == {"cluster.instances": 2, "engine.max_num_seqs": 2}
-    searched = run_points(space, jobs=1, progress=False)[2]
+    searched = run_points(space, jobs=1, show_progress=False)[2]
 
     (tmp_path / "h.toml").write_text(CLUSTER_HYPOTHESIS)
     hyp = load_hypothesis(tmp_path / "h.toml")
@@ -225,3 +225,71 @@ def test_search_metric_names_are_flat_summary_names():
     from infralab.sim.summary import ALL_METRIC_NAMES
 
     assert set(METRICS) <= set(ALL_METRIC_NAMES)
+
+
+# ---- pruning, nearest misses, labels --------------------------------------------------------------
+
+PRUNED_SPACE = SPACE.replace('constraints = ["ttft_p90_s <= 1.0", "not saturated"]',
+                             'constraints = ["accelerators <= 1", "ttft_p90_s <= 1.0", "not saturated"]')
+
+
+def test_points_over_the_accelerator_budget_are_never_simulated(tmp_path, monkeypatch):
+    import infralab.agent.search as search
+
+    simulated = []
+    real_pool = search.run_pool
+
+    def recording_pool(jobs, **kwargs):
+        simulated.extend(job.config["cluster"]["instances"] for job in jobs)
+        return real_pool(jobs, **kwargs)
+
+    monkeypatch.setattr(search, "run_pool", recording_pool)
+    report = run_search(write_space(tmp_path, PRUNED_SPACE), tmp_path / "out", jobs=1, progress=False)
+    assert simulated == [1, 1]  # the two 2-instance points were pruned before the pool
+    assert [p["pruned"] for p in report["points"]] == [False, False, True, True]
+    assert report["pruned"] == 2
+    for p in report["points"][2:]:
+        assert not p["feasible"] and p["violated"] == ["accelerators <= 1"]
+        assert p["metrics"]["accelerators"] == 2 and p["metrics"]["ttft_p90_s"] is None
+    rows = (tmp_path / "out" / "search.csv").read_text().splitlines()
+    assert rows[3].startswith("2,2,2,False,True,False,2,,")
+
+
+def test_nearest_misses_rank_fewest_violations_then_smallest_shortfall(tmp_path):
+    space = load_space(write_space(tmp_path))  # constraints: ttft_p90_s <= 1.0, not saturated
+    results = [
+        fake_metrics(1.5, 100.0),  # one miss, 33 % over (|1.5 - 1| / 1.5)
+        fake_metrics(1.1, 100.0),  # one miss, 9 % over: the nearest
+        fake_metrics(0.5, 100.0, saturated=True),  # one miss, `not saturated` counts 1
+        fake_metrics(3.0, 100.0, saturated=True),  # two misses: last
+    ]
+    report = build_report(space, results)
+    assert report["best"] == [] and report["feasible"] == 0
+    misses = report["nearest_misses"]
+    assert [m["index"] for m in misses] == [1, 0, 2, 3]
+    assert misses[0]["violated"] == [{"constraint": "ttft_p90_s <= 1.0", "shortfall": pytest.approx(0.1 / 1.1)}]
+    assert misses[0]["label"] == "#1 instances=1, max_num_seqs=64"
+    assert "nearest misses" in format_text(report) and "#1 instances=1, max_num_seqs=64" in format_text(report)
+    results[0] = fake_metrics(0.5, 100.0)
+    assert build_report(space, results)["nearest_misses"] == []  # a feasible point: no near misses
+
+
+def test_shortfall_of_comparisons():
+    from infralab.agent.acceptance import parse_criterion, shortfall
+
+    le = parse_criterion("ttft_p90_s <= 2.0")
+    assert shortfall(le, {"ttft_p90_s": 1.0}) == 0.0
+    assert shortfall(le, {"ttft_p90_s": 4.0}) == 0.5
+    assert shortfall(parse_criterion("goodput >= 10"), {"goodput": 8.0}) == pytest.approx(0.2)
+    assert shortfall(parse_criterion("not saturated"), {"saturated": True}) == 1.0
+    assert shortfall(le, {"ttft_p90_s": None}) == float("inf")
+
+
+def test_set_overrides_the_space_file(tmp_path):
+    path = write_space(tmp_path)
+    report = run_search(path, tmp_path / "o", jobs=1, progress=False,
+                        overrides=["fixed.workload.num_requests=5", "search.seed=4"])
+    assert report["seed"] == 4 and report["overrides"] == ["fixed.workload.num_requests=5", "search.seed=4"]
+    assert {p["metrics"]["completed"] for p in report["points"]} == {5}
+    with pytest.raises(InputError, match="--set"):
+        load_space(path, ["search.seed"])

@@ -1,0 +1,143 @@
+"""Simulation configs run at chosen request rates and seeds: what `infralab sim sweep` and
+`infralab sim capacity` share (docs/sweeps.md).
+
+A rate is the mean arrival rate of a synthetic workload in requests per second
+(`workload.arrival.rate`, Poisson or gamma); a trace replays its own arrival times, so a trace
+config is refused with the form expected. Every (config, rate, seed) is one job of the agent's
+simulation pool (agent/sim_pool.py), so the numbers are those `infralab sim run --seed` gives for
+the same config with that rate; results come back in job order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from infralab.agent.sim_pool import Execution, SimJob, accelerator_count, checked_config, run_pool
+from infralab.errors import InputError
+from infralab.sim.summary import LATENCY_STATS, RunSummary, metric_names
+
+RATE_FIELD = "workload.arrival.rate"
+# The flat metrics (docs/sim.md) a sweep records per run, besides slo_attainment.
+RUN_METRICS = metric_names(
+    "completed",
+    "total_requests",
+    "saturated",
+    "request_throughput",
+    "output_throughput",
+    "goodput",
+    "accelerators",
+    "output_throughput_per_accelerator",
+    "goodput_per_accelerator",
+    *(f"{lat}_{stat}_s" for lat in ("ttft", "tpot", "itl", "e2e") for stat in LATENCY_STATS),
+)
+ATTAINMENT = "slo_attainment"  # good requests / all requests of the run (0..1)
+
+
+@dataclasses.dataclass(frozen=True)
+class RateConfig:
+    """A simulation config to be run at several rates: its label in tables and legends (run.name,
+    made unique), the config as plain data, the folder its paths resolve against, its file, its
+    accelerator count and SLOs (seconds)."""
+
+    label: str
+    data: dict[str, Any]
+    base_dir: Path
+    source: str
+    accelerators: int
+    slo_ttft_s: float
+    slo_tpot_s: float
+    seed: int  # the config's run.seed, the default seed
+
+
+@dataclasses.dataclass(frozen=True)
+class RatePoint:
+    """One run's outcome: the config's label, the rate (req/s), the seed and RUN_METRICS plus
+    ATTAINMENT."""
+
+    label: str
+    rate: float
+    seed: int
+    metrics: dict[str, Any]
+
+
+def load_rate_configs(paths: Sequence[str | Path]) -> list[RateConfig]:
+    """Each config, validated, with a synthetic workload whose rate can be set; labels are the
+    configs' run.name, with the file stem added where two would collide."""
+    from infralab.sim.config import load_config
+
+    loaded = []
+    for path in paths:
+        cfg, base_dir = load_config(path)
+        if cfg.workload.kind != "synthetic":
+            raise InputError(f"{path}: workload.kind", f"{cfg.workload.kind!r} replays its own arrival times",
+                             f'a synthetic workload ({RATE_FIELD} is the rate the sweep sets, req/s); for a trace, '
+                             f'use [workload] kind = "synthetic" with empirical lengths from it')
+        loaded.append((str(path), cfg, base_dir))
+    names = [cfg.run.name for _, cfg, _ in loaded]
+    out = []
+    for source, cfg, base_dir in loaded:
+        label = cfg.run.name if names.count(cfg.run.name) == 1 else f"{cfg.run.name} ({Path(source).stem})"
+        out.append(RateConfig(label=label, data=dataclasses.asdict(cfg), base_dir=base_dir, source=source,
+                              accelerators=accelerator_count(cfg), slo_ttft_s=float(cfg.slo.ttft_s),
+                              slo_tpot_s=float(cfg.slo.tpot_s), seed=int(cfg.run.seed)))
+    labels = [c.label for c in out]
+    if len(set(labels)) != len(labels):
+        raise InputError("--configs", "the same config given twice", "each config file once")
+    return out
+
+
+def at_rate(config: RateConfig, rate: float) -> dict[str, Any]:
+    """The config's data with the arrival rate set to `rate` (req/s), validated."""
+    data = {**config.data, "workload": {**config.data["workload"],
+                                        "arrival": {**config.data["workload"]["arrival"], "rate": rate}}}
+    checked_config(data, config.source, config.base_dir)
+    return data
+
+
+def parse_numbers(text: str, flag: str, kind: type = float, positive: bool = True) -> tuple[Any, ...]:
+    """A comma-separated list of numbers from the command line ("4,8,16"); InputError naming the
+    flag for an empty list, a bad item, a repeat, or (with `positive`) a value <= 0."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    expected = f"comma-separated {'positive numbers' if kind is float else 'integers >= 0'}, e.g. " + (
+        "4,8,16" if kind is float else "0,1,2")
+    if not items:
+        raise InputError(flag, "empty list", expected)
+    values = []
+    for item in items:
+        try:
+            value = kind(item)
+        except ValueError:
+            raise InputError(flag, f"bad value {item!r}", expected) from None
+        if (kind is float and not math.isfinite(value)) or (positive and value <= 0) or value < 0:
+            raise InputError(flag, f"bad value {item!r}", expected)
+        values.append(value)
+    if len(set(values)) != len(values):
+        raise InputError(flag, "a value is repeated", expected)
+    return tuple(values)
+
+
+def point_metrics(summary: RunSummary, accelerators: int) -> dict[str, Any]:
+    """RUN_METRICS and ATTAINMENT of one run's summary."""
+    flat = summary.flat_metrics(accelerators=accelerators)
+    out = {name: flat[name] for name in RUN_METRICS}
+    total = summary.requests.total
+    out[ATTAINMENT] = summary.goodput.good_requests / total if total else None
+    return out
+
+
+def run_rates(
+    work: Sequence[tuple[RateConfig, float, int]],
+    jobs: int,
+    on_done: Callable[[], None] | None = None,
+    execution: Execution = Execution(),
+) -> list[RatePoint]:
+    """Each (config, rate, seed) simulated, in the order given, over `jobs` workers."""
+    sims = [SimJob(config=at_rate(c, rate), base_dir=str(c.base_dir), source=c.source, seed=seed)
+            for c, rate, seed in work]
+    results = run_pool(sims, workers=jobs, on_done=on_done, execution=execution)
+    return [RatePoint(c.label, rate, seed, point_metrics(r.summary, c.accelerators))
+            for (c, rate, seed), r in zip(work, results)]
