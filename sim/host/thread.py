@@ -9,6 +9,11 @@ A program is a generator function that takes the thread and yields from its segm
         yield from t.wait(event, label="sync")          # blocked (GIL released) until `event`
         t.finish()
 
+With a `Cpu` (sim/host/cpu.py) the thread also needs a core for what it runs on the CPU: Python,
+and native calls that are `busy` (they compute, or poll until their event). Waiting for the GIL,
+for an event, or in a native call that blocks (`busy=False`) takes no core. Without one, every
+thread has a core of its own (the model before CPU cores existed).
+
 States recorded on track "thread/<name>" (interval name = state, args = (("op", label),)):
 "python", "native-hold-gil", "native-release-gil", "gil-wait". Times are simulated seconds.
 """
@@ -20,6 +25,7 @@ from typing import Any
 
 import simpy
 
+from infralab.sim.host.cpu import Cpu
 from infralab.sim.host.gil import Gil
 from infralab.sim.records import Interval
 
@@ -37,8 +43,10 @@ Segment = Generator[simpy.Event, Any, Any]
 class HostThread:
     """One Python thread of a process sharing `gil`; appends its intervals to `intervals`."""
 
-    def __init__(self, env: simpy.Environment, name: str, gil: Gil, intervals: list[Interval]) -> None:
+    def __init__(self, env: simpy.Environment, name: str, gil: Gil, intervals: list[Interval],
+                 cpu: Cpu | None = None) -> None:
         self.env = env
+        self.cpu = cpu
         self.name = name
         self.track = f"thread/{name}"
         self.gil = gil
@@ -58,14 +66,24 @@ class HostThread:
             if self.gil.drop_requested:  # eval breaker at a bytecode boundary
                 yield from self._forced_drop(label)
             start = self.env.now
-            yield self.env.timeout(remaining) | self.gil.drop_event
-            remaining -= self.env.now - start
+            if self.cpu is None:
+                yield self.env.timeout(remaining) | self.gil.drop_event
+                remaining -= self.env.now - start
+            else:
+                task = self.cpu.compute(self.name, remaining)
+                yield task.done | self.gil.drop_event
+                remaining = task.stop()
             self._record(PYTHON, start, label)
 
     def native(self, duration_s: float, holds_gil: bool, label: str = "", busy: bool = True) -> Segment:
-        """A native call of fixed duration that keeps the GIL (uninterruptible) or releases it.
-        `busy`: it computes, spins or copies on its core (False: it blocks, e.g. sleeps)."""
-        yield from self.native_until(lambda: self.env.timeout(duration_s), holds_gil, label, busy)
+        """A native call that keeps the GIL (uninterruptible) or releases it. `busy`: it computes
+        or copies on its core for `duration_s` of CPU time (stretched, with a `Cpu`, while runnable
+        threads outnumber cores); False: it blocks (sleeps) for `duration_s`, holding no core."""
+        if busy and self.cpu is not None:
+            cpu = self.cpu
+            yield from self._native(lambda: cpu.compute(self.name, duration_s).done, holds_gil, label, busy, spins=False)
+        else:
+            yield from self._native(lambda: self.env.timeout(duration_s), holds_gil, label, busy, spins=False)
 
     def native_until(
         self, call: Callable[[], simpy.Event], holds_gil: bool, label: str = "", busy: bool = True
@@ -74,19 +92,27 @@ class HostThread:
         its completion event, e.g. a device stream or a link finishing) and returns when that fires.
 
         Holding the GIL, it blocks every other thread meanwhile; releasing it, it gives the GIL
-        to a waiter and re-acquires it on return (waiting like any other thread)."""
+        to a waiter and re-acquires it on return (waiting like any other thread). `busy`: the
+        thread polls on its core until the event (it takes a core share, with a `Cpu`, but the
+        event alone sets when it returns); False: it blocks, holding no core."""
+        yield from self._native(call, holds_gil, label, busy, spins=busy)
+
+    def _native(self, call: Callable[[], simpy.Event], holds_gil: bool, label: str, busy: bool,
+                spins: bool) -> Segment:
         if holds_gil:
             yield from self._acquire(label)
-            start = self.env.now
-            yield call()
+        elif self.has_gil:
+            self._release(busy)
+        start = self.env.now
+        spin = self.cpu.spin(self.name) if spins and self.cpu is not None else None
+        yield call()
+        if spin is not None:
+            spin.stop()
+        if holds_gil:
             self._record(NATIVE_HOLD, start, label)
             if self.gil.drop_requested:  # the first bytecode boundary after the call
                 yield from self._forced_drop(label)
             return
-        if self.has_gil:
-            self._release(busy)
-        start = self.env.now
-        yield call()
         self._record(NATIVE_RELEASE, start, label)
         yield from self._acquire(label)
 
