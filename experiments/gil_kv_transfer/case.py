@@ -63,6 +63,9 @@ class ProbeConfig:
     granularities: tuple[Literal["per_layer", "after_prefill"], ...] = ("per_layer", "after_prefill")
     native_wait: Literal["spin", "sleep"] = "sleep"
     repeats: PositiveInt = 3
+    # Core counts the probe runs on (CPU affinity) and the simulator is given as host.cores; a
+    # count this machine lacks is skipped with the reason.
+    cores: tuple[Int(gt=0, le=4096), ...] = (1, 2)
 
 
 @dataclass(frozen=True, config=STRICT)

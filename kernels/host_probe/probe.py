@@ -13,6 +13,9 @@ through CDLL (releases the GIL), as a Mooncake-style transfer engine does. With
 `granularity="per_layer"` a chunk is posted after each layer's dispatch; with "after_prefill"
 all of a step's chunks are posted when the step ends.
 
+With `cores`, the probe pins its main thread to that many cores (affinity.py) before it starts the
+transfer thread, so both share them as the simulator's `host.cores` says.
+
 Every segment is recorded as a `ProbeInterval` with `time.perf_counter_ns` (Python segments,
 stamped every SLICE_UNITS units so that a slice during which the thread lost the GIL shows up as
 "stalled") or the native code's own CLOCK_MONOTONIC stamps (the same clock on Linux); the time
@@ -34,6 +37,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
+from infralab.kernels.host_probe.affinity import pinned
 from infralab.kernels.host_probe.build import NativeLibs, load
 
 PYTHON = "python"
@@ -59,6 +63,7 @@ class ProbeSchedule:
     # How dispatch/combine wait for "the device": busy-spin (as DeepEP polls) or sleep (leaves
     # the core to the other thread, which matters on a small shared machine).
     native_wait: Literal["spin", "sleep"] = "spin"
+    cores: int | None = None  # CPU cores both threads run on (None: the process's affinity as is)
 
 
 @dataclass(frozen=True)
@@ -159,8 +164,14 @@ def _transfer_loop(libs: NativeLibs, sched: ProbeSchedule, work: queue.Queue, re
 
 
 def run_probe(sched: ProbeSchedule, with_transfer: bool, libs: NativeLibs | None = None) -> ProbeRun:
-    """Run the schedule once on real threads; returns the recorded intervals."""
+    """Run the schedule once on real threads (on `sched.cores` cores); returns the recorded
+    intervals. ValueError when this machine has fewer usable cores than `sched.cores`."""
     libs = libs or load()
+    with pinned(sched.cores):  # before the transfer thread starts: it inherits the mask
+        return _run_probe(sched, with_transfer, libs)
+
+
+def _run_probe(sched: ProbeSchedule, with_transfer: bool, libs: NativeLibs) -> ProbeRun:
     lib = libs.lib(sched.holds_gil)
     spin = lib.infralab_spin_ns if sched.native_wait == "spin" else lib.infralab_sleep_ns
     run = ProbeRun(sched, with_transfer)
@@ -262,11 +273,16 @@ def _time_layer_overhead(libs: NativeLibs, layers: int) -> float:
     return min(run_probe(empty, False, libs).prefill_s for _ in range(3)) / layers
 
 
-def handoff_samples(libs: NativeLibs, repeats: int, native_wait: str) -> tuple[float, ...]:
+def handoff_samples(libs: NativeLibs, repeats: int, native_wait: str, cores: int | None = None) -> tuple[float, ...]:
     """A waiter blocked on the GIL while main holds it in a PyDLL spin; main then enters a CDLL
     spin or sleep (releases). Hand-off = the waiter's first bytecode stamp - that call's start.
-    Trials where the waiter was not yet waiting when main released are discarded. Returns the
-    valid samples (seconds), sorted."""
+    Trials where the waiter was not yet waiting when main released are discarded. Both threads
+    run on `cores` cores (None: as the process is). Returns the valid samples (seconds), sorted."""
+    with pinned(cores):
+        return _handoff_samples(libs, repeats, native_wait)
+
+
+def _handoff_samples(libs: NativeLibs, repeats: int, native_wait: str) -> tuple[float, ...]:
     release = libs.releasing.infralab_spin_ns if native_wait == "spin" else libs.releasing.infralab_sleep_ns
     samples: list[int] = []
     for _ in range(repeats * 4):

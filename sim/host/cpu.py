@@ -1,148 +1,213 @@
 """CPU cores as a host resource: the runnable threads of one process share `cores` cores.
 
-Scheduling: processor sharing, the fluid limit of Linux's CFS (every runnable thread gets an equal
-share of the cores, at most one core each; no quantum). With n runnable threads on c cores each
-runs at rate min(1, c / n): two CPU-bound threads on one core each take twice as long. A thread
-waiting for the GIL, for I/O, for an event or sleeping is not runnable and holds no core.
+Scheduling: round-robin with a quantum, as a time-sliced OS scheduler does (Linux at HZ=250 with
+no wake-up preemption of a busy thread: a tick every 4 ms decides). A thread is either BLOCKED
+(waiting for the GIL, for an event, in a sleeping native call: it holds no core) or RUNNABLE; a
+runnable thread holds a core or waits in one FIFO run queue. A thread that becomes runnable takes
+a free core at once; if every core is busy it waits until a core frees (its holder blocks) or a
+holder's quantum ends: a holder keeps its core for `quantum_s` counted from when it got it, and
+at each quantum's end yields it to the head of the queue if anyone waits (it goes to the back,
+keeping the work it has left), else runs on into a new quantum. Work (`compute`) progresses at one
+core-second per second while its thread holds a core, and not at all while it waits.
 
-Two kinds of demand:
-- `compute(work_s)`: CPU-bound work (Python bytecode, a memcpy, a binding's overhead): it needs
-  `work_s` seconds of one core, so it stretches while runnable threads outnumber cores;
-- `spin()`: a thread polling on its core until something outside the CPU happens (DeepEP's dispatch
-  waiting for the GPU's counts): it takes its share of the cores, but its end is set by the event,
-  not by how much of a core it got.
+Two consequences the processor-sharing picture misses and the real-threads probe shows: a thread
+woken from a sleep on a busy core waits for the holder's quantum to end (up to `quantum_s`), and
+two CPU-bound threads on one core alternate in quantum-long slices.
 
-Bookkeeping: on every change of the runnable set each task's remaining work is brought up to
-date at the old rate, and one timer is set for the next completion (a generation counter makes
-older timers no-ops), as `sim/link.py` does for flows. `cores=None` means as many cores as
-runnable threads (every task at rate 1). Times are simulated seconds.
+`cores=None` means as many cores as runnable threads (nobody ever waits). Simulated seconds.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
+from dataclasses import dataclass
 
 import simpy
 
 _DONE = 1e-12  # remaining core-seconds below this are float residue, not work
 
 
-class CpuTask:
-    """One thread's current demand on the cores; `done` fires when its work is complete (never
-    for a spin). `stop()` takes it off the cores and returns the work left (seconds)."""
+@dataclass
+class _Thread:
+    """The scheduler's view of one thread."""
 
-    __slots__ = ("cpu", "who", "work_s", "remaining_s", "done", "core_wait_s", "running")
-
-    def __init__(self, cpu: Cpu, who: str, work_s: float) -> None:
-        self.cpu = cpu
-        self.who = who
-        self.work_s = work_s  # math.inf for a spin
-        self.remaining_s = work_s
-        self.done = cpu.env.event()
-        self.core_wait_s = 0.0  # seconds runnable but not running (the share it did not get)
-        self.running = True
-
-    def stop(self) -> float:
-        """Leave the cores (the work is complete, or the thread stops early); the work left, s."""
-        if self.running:
-            self.cpu._remove(self)
-        return 0.0 if self.done.triggered else self.remaining_s
+    core_event: simpy.Event  # fires when it (next) gets a core
+    on_core_since: float | None = None  # None: waiting in the queue
+    remaining_s: float = 0.0  # work left of its current `compute`
+    done: simpy.Event | None = None  # fires when that work is complete
+    resumed_at: float = 0.0  # when its work last started progressing
+    generation: int = 0  # bumps when its completion timer goes stale
+    queued_at: float = 0.0  # when it last joined the run queue
 
 
 class Cpu:
-    """`cores` cores shared by processor sharing (None: unlimited)."""
+    """`cores` cores (None: unlimited) shared round-robin with a `quantum_s` quantum."""
 
-    def __init__(self, env: simpy.Environment, cores: int | None = None) -> None:
+    def __init__(self, env: simpy.Environment, cores: int | None = None, quantum_s: float = 4e-3) -> None:
         if cores is not None and cores < 1:
             raise ValueError(f"cores must be >= 1 or None, got {cores!r}")
+        if not quantum_s > 0:
+            raise ValueError(f"quantum_s must be > 0, got {quantum_s!r}")
         self.env = env
         self.cores = cores
-        self._tasks: list[CpuTask] = []
-        self._since = env.now  # when the tasks' remaining work was last brought up to date
-        self._generation = 0
-        self.busy_core_s = 0.0  # core-seconds used (the integral of min(cores, runnable))
-        self.core_wait_s: dict[str, float] = {}  # per thread: runnable but not running, seconds
+        self.quantum_s = quantum_s
+        self._threads: dict[str, _Thread] = {}
+        self._queue: deque[str] = deque()
+        self._quantum_generation = 0
+        self._busy_closed_s = 0.0  # core-seconds of finished stretches on a core
+        self.preemptions = 0  # quantum ends that moved a holder to the back of the queue
+        self.core_wait_s: dict[str, float] = {}  # per thread: seconds runnable without a core
 
-    # ---- public ------------------------------------------------------------------------------
-
-    def compute(self, who: str, work_s: float) -> CpuTask:
-        """`who` runs `work_s` seconds of CPU-bound work; the task's `done` fires when it is complete."""
-        if not 0 <= work_s < math.inf:
-            raise ValueError(f"work_s must be finite and >= 0, got {work_s!r}")
-        return self._add(CpuTask(self, who, work_s))
-
-    def spin(self, who: str) -> CpuTask:
-        """`who` polls on a core until it calls `stop()` on the returned task."""
-        return self._add(CpuTask(self, who, math.inf))
+    # ---- queries -----------------------------------------------------------------------------
 
     @property
     def runnable(self) -> int:
-        return len(self._tasks)
+        return len(self._threads)
 
-    def rate(self, runnable: int | None = None) -> float:
-        """Share of a core each of `runnable` threads gets (default: now)."""
-        n = self.runnable if runnable is None else runnable
-        if self.cores is None or n <= self.cores:
-            return 1.0
-        return self.cores / n
+    def on_core(self, who: str) -> bool:
+        t = self._threads.get(who)
+        return t is not None and t.on_core_since is not None
+
+    @property
+    def busy_core_s(self) -> float:
+        """Core-seconds held by runnable threads so far."""
+        now = self.env.now
+        return self._busy_closed_s + sum(now - t.on_core_since for t in self._threads.values()
+                                         if t.on_core_since is not None)
+
+    # ---- the thread life cycle ---------------------------------------------------------------
+
+    def run(self, who: str) -> simpy.Event:
+        """`who` becomes runnable; the event fires when it holds a core (at once if one is free)."""
+        if who in self._threads:
+            known = self._threads[who]
+            if known.on_core_since is None:
+                return known.core_event
+            ready = self.env.event()
+            ready.succeed()
+            return ready
+        thread = _Thread(self.env.event())
+        ready = thread.core_event
+        self._threads[who] = thread
+        if self._free_cores() > 0:
+            self._give_core(who)
+        else:
+            thread.queued_at = self.env.now
+            self._queue.append(who)
+            self._arm_quantum()
+        return ready
+
+    def block(self, who: str) -> None:
+        """`who` stops being runnable (waits for the GIL, an event, sleeps, ends): frees its core."""
+        thread = self._threads.pop(who, None)
+        if thread is None:
+            return
+        if thread.on_core_since is None:
+            self._queue.remove(who)
+            self._add_wait(who, self.env.now - thread.queued_at)
+            return
+        self._off_core(thread)
+        self._fill_cores()
+
+    def compute(self, who: str, work_s: float) -> simpy.Event:
+        """`who` (runnable) needs `work_s` core-seconds; the event fires when they are done."""
+        if not 0 <= work_s < math.inf:
+            raise ValueError(f"work_s must be finite and >= 0, got {work_s!r}")
+        thread = self._threads[who]
+        thread.remaining_s = work_s
+        thread.done = self.env.event()
+        if work_s <= _DONE:
+            thread.done.succeed()
+        elif thread.on_core_since is not None:
+            self._progress(thread)
+        return thread.done
+
+    def stop(self, who: str) -> float:
+        """`who` abandons its current work (e.g. the GIL asked for a drop); returns what is left."""
+        thread = self._threads.get(who)
+        if thread is None or thread.done is None:
+            return 0.0
+        if thread.on_core_since is not None and not thread.done.triggered:
+            thread.remaining_s -= self.env.now - thread.resumed_at
+        thread.generation += 1
+        left = 0.0 if thread.done.triggered else max(thread.remaining_s, 0.0)
+        thread.done = None
+        thread.remaining_s = 0.0
+        return left
 
     # ---- internals ---------------------------------------------------------------------------
 
-    def _add(self, task: CpuTask) -> CpuTask:
-        self._advance()
-        self._tasks.append(task)
-        if task.remaining_s <= _DONE:
-            self._finish(task)
-        self._reschedule()
-        return task
+    def _free_cores(self) -> int:
+        if self.cores is None:
+            return 1
+        return self.cores - sum(1 for t in self._threads.values() if t.on_core_since is not None)
 
-    def _remove(self, task: CpuTask) -> None:
-        self._advance()
-        self._tasks.remove(task)
-        task.running = False
-        self._reschedule()
+    def _give_core(self, who: str) -> None:
+        thread = self._threads[who]
+        thread.on_core_since = self.env.now
+        if thread.done is not None and not thread.done.triggered:
+            self._progress(thread)
+        event, thread.core_event = thread.core_event, self.env.event()
+        if not event.triggered:
+            event.succeed()
+        self._arm_quantum()
 
-    def _advance(self) -> None:
-        """Bring every task's remaining work and the busy time up to now, at the current rate."""
+    def _off_core(self, thread: _Thread) -> None:
         now = self.env.now
-        dt = now - self._since
-        self._since = now
-        if dt <= 0 or not self._tasks:
+        self._busy_closed_s += now - thread.on_core_since
+        if thread.done is not None and not thread.done.triggered:
+            thread.remaining_s -= now - thread.resumed_at
+            thread.generation += 1  # its completion timer is stale now
+        thread.on_core_since = None
+
+    def _fill_cores(self) -> None:
+        while self._queue and self._free_cores() > 0:
+            who = self._queue.popleft()
+            self._add_wait(who, self.env.now - self._threads[who].queued_at)
+            self._give_core(who)
+        self._arm_quantum()
+
+    def _progress(self, thread: _Thread) -> None:
+        thread.resumed_at = self.env.now
+        thread.generation += 1
+        generation = thread.generation
+        timer = self.env.timeout(max(thread.remaining_s, 0.0))
+        timer.callbacks.append(lambda _e: self._work_done(thread, generation))
+
+    def _work_done(self, thread: _Thread, generation: int) -> None:
+        if thread.generation != generation or thread.done is None or thread.on_core_since is None:
             return
-        rate = self.rate()
-        self.busy_core_s += dt * rate * len(self._tasks)
-        for task in self._tasks:
-            task.remaining_s -= dt * rate
-            lost = dt * (1.0 - rate)
-            if lost > 0:
-                task.core_wait_s += lost
-                self.core_wait_s[task.who] = self.core_wait_s.get(task.who, 0.0) + lost
+        thread.remaining_s = 0.0
+        thread.done.succeed()
 
-    def _finish(self, task: CpuTask) -> None:
-        self._tasks.remove(task)
-        task.running = False
-        task.remaining_s = 0.0
-        task.done.succeed()
-
-    def _reschedule(self) -> None:
-        self._generation += 1
-        finite = [t.remaining_s for t in self._tasks if t.work_s < math.inf]
-        if not finite:
+    def _arm_quantum(self) -> None:
+        """One timer for the earliest quantum end among core holders, while anyone waits."""
+        self._quantum_generation += 1
+        if not self._queue or self.cores is None:
             return
-        delay = max(min(finite), 0.0) / self.rate()
-        generation = self._generation
-        timer = self.env.timeout(delay)
-        timer.callbacks.append(lambda _event: self._on_timer(generation))
+        now, q = self.env.now, self.quantum_s
+        holders = [(w, t) for w, t in self._threads.items() if t.on_core_since is not None]
 
-    def _on_timer(self, generation: int) -> None:
-        if generation != self._generation:
-            return  # the runnable set changed after this timer was set
-        self._advance()
-        # The timer was set for the task with the least work left, at a rate that has not changed
-        # since: it (and any tie) is done now, whatever float residue its remaining work shows.
-        finite = [t for t in self._tasks if t.work_s < math.inf]
-        soonest = min(t.remaining_s for t in finite)
-        for task in finite:
-            if task.remaining_s - soonest <= _DONE:
-                self._finish(task)
-        self._reschedule()
+        def next_end(t: _Thread) -> float:
+            used = now - t.on_core_since
+            return t.on_core_since + (math.floor(used / q + _DONE) + 1) * q
+
+        who, thread = min(holders, key=lambda h: (next_end(h[1]), h[1].on_core_since))
+        generation = self._quantum_generation
+        timer = self.env.timeout(next_end(thread) - now)
+        timer.callbacks.append(lambda _e: self._quantum_end(who, generation))
+
+    def _quantum_end(self, who: str, generation: int) -> None:
+        thread = self._threads.get(who)
+        if generation != self._quantum_generation or not self._queue or thread is None or thread.on_core_since is None:
+            return
+        self.preemptions += 1
+        self._off_core(thread)
+        thread.queued_at = self.env.now
+        self._queue.append(who)
+        self._fill_cores()
+
+    def _add_wait(self, who: str, seconds: float) -> None:
+        if seconds > 0:
+            self.core_wait_s[who] = self.core_wait_s.get(who, 0.0) + seconds

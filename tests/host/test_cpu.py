@@ -1,4 +1,4 @@
-"""CPU cores in the host model, against hand-worked schedules (processor sharing, see cpu.py)."""
+"""CPU cores in the host model, against hand-worked schedules (round-robin, 4 ms quantum; cpu.py)."""
 
 from __future__ import annotations
 
@@ -43,11 +43,12 @@ def _compute(ms: float):
 
 
 def test_two_cpu_bound_threads_on_one_core_take_twice_as_long() -> None:
+    # Alternating 4 ms slices: a 0-4, b 4-8, a 8-12, b 12-16, a 16-18 (done), b 18-20 (done).
     env, cpu, _, (a, b) = _threads(1, ("a", "b"))
     ends = _run(env, [(a, _compute(10)), (b, _compute(10))])
-    assert ends == pytest.approx({"a": 20.0, "b": 20.0})
+    assert ends == pytest.approx({"a": 18.0, "b": 20.0})
     assert cpu.busy_core_s == pytest.approx(20 * MS)
-    assert cpu.core_wait_s == pytest.approx({"a": 10 * MS, "b": 10 * MS})
+    assert cpu.core_wait_s == pytest.approx({"a": 8 * MS, "b": 10 * MS})
 
 
 def test_on_two_cores_the_same_threads_run_side_by_side() -> None:
@@ -72,27 +73,35 @@ def test_a_thread_blocked_on_the_gil_frees_its_core() -> None:
     assert cpu.core_wait_s == {}
 
 
-def test_a_blocking_native_call_holds_no_core() -> None:
-    env, _, _, (a, b) = _threads(1, ("a", "b"))
-    ends = _run(env, [(a, lambda t: t.native(10 * MS, holds_gil=False, label="sleep", busy=False)), (b, _compute(10))])
-    assert ends == pytest.approx({"a": 10.0, "b": 10.0})
+def test_a_blocking_native_call_holds_no_core_but_waking_up_needs_one() -> None:
+    # a sleeps 10 ms (no core); b computes 20 ms on the one core meanwhile. a wakes at 10 ms but
+    # b's quantum runs to 12 ms: a returns from its call at 12, then b finishes its last 8 ms.
+    env, cpu, intervals, (a, b) = _threads(1, ("a", "b"))
+    ends = _run(env, [(a, lambda t: t.native(10 * MS, holds_gil=False, label="sleep", busy=False)), (b, _compute(20))])
+    sleep = next(iv for iv in intervals if iv.track == "thread/a")
+    assert (sleep.start_s / MS, sleep.end_s / MS) == pytest.approx((0.0, 12.0))
+    assert ends == pytest.approx({"a": 12.0, "b": 20.0})
+    assert cpu.core_wait_s == pytest.approx({"a": 2 * MS})
 
 
-def test_a_spin_takes_a_share_but_its_event_decides_when_it_returns() -> None:
-    # On one core: a polls for 10 ms (device time); b's 10 ms of work gets half the core meanwhile.
+def test_a_spin_holds_its_core_in_turns_and_its_event_decides_when_it_returns() -> None:
+    # On one core: a polls 10 ms of device time, b has 10 ms of work. a 0-4, b 4-8, a 8-10 (its
+    # event fires at 10: it returns), b 10-16.
     env, _, _, (a, b) = _threads(1, ("a", "b"))
     ends = _run(env, [
         (a, lambda t: t.native_until(lambda: t.env.timeout(10 * MS), holds_gil=False, label="dispatch", busy=True)),
         (b, _compute(10)),
     ])
-    assert ends == pytest.approx({"a": 10.0, "b": 15.0})
+    assert ends == pytest.approx({"a": 10.0, "b": 16.0})
 
 
-def test_python_under_a_forced_gil_switch_keeps_its_unfinished_work() -> None:
-    # Two Python threads on one core: the GIL lets one run at a time, so the core is never shared
-    # and the schedule is the GIL's alone (5 ms slices, 20 ms each, 40 ms in all).
-    env, cpu, _, (a, b) = _threads(1, ("a", "b"))
+def test_python_threads_on_one_core_take_turns_by_the_gil() -> None:
+    # a runs; b needs the core even to ask for the GIL: it gets it when a's quantum ends (4 ms),
+    # asks, blocks, and requests a drop 5 ms later (9 ms); then 5 ms GIL slices. 40 ms of work.
+    env, cpu, intervals, (a, b) = _threads(1, ("a", "b"))
     ends = _run(env, [(a, lambda t: t.python(20 * MS)), (b, lambda t: t.python(20 * MS))])
+    first_wait = next(iv for iv in intervals if iv.track == "thread/b")
+    assert (first_wait.name, first_wait.start_s / MS, first_wait.end_s / MS) == ("gil-wait", pytest.approx(4.0), pytest.approx(9.0))
     assert ends == pytest.approx({"a": 35.0, "b": 40.0})
     assert cpu.busy_core_s == pytest.approx(40 * MS)
 
@@ -119,23 +128,27 @@ def test_with_as_many_cores_as_threads_nothing_changes() -> None:
 @settings(max_examples=60, deadline=None)
 @given(
     cores=st.integers(1, 4),
+    quantum_ms=st.sampled_from([0.5, 4.0]),
     jobs=st.lists(st.tuples(st.floats(0, 5), st.floats(0.01, 5)), min_size=1, max_size=8),
 )
-def test_processor_sharing_conserves_work(cores: int, jobs: list[tuple[float, float]]) -> None:
+def test_round_robin_conserves_work(cores: int, quantum_ms: float, jobs: list[tuple[float, float]]) -> None:
     """Busy core-time equals the work done; nobody beats running alone; no core idles while
     work waits (the last finish is at most the last start plus all work spread over the cores,
-    plus the longest job, a work-conserving schedule's bound)."""
+    plus the longest job: a work-conserving schedule's bound); no thread loses its core before a
+    whole quantum on it (preemptions at most total work / quantum)."""
     env = simpy.Environment()
-    cpu = Cpu(env, cores)
+    cpu = Cpu(env, cores, quantum_s=quantum_ms * MS)
     finish: list[tuple[float, float]] = []
 
-    def job(start: float, work: float):
+    def job(name: str, start: float, work: float):
         yield env.timeout(start)
-        yield cpu.compute("t", work).done
+        yield cpu.run(name)
+        yield cpu.compute(name, work)
+        cpu.block(name)
         finish.append((work, env.now - start))
 
-    for start, work in jobs:
-        env.process(job(start, work))
+    for i, (start, work) in enumerate(jobs):
+        env.process(job(f"t{i}", start, work))
     env.run()
     works = [w for _, w in jobs]
     assert cpu.busy_core_s == pytest.approx(sum(works), rel=1e-9)
@@ -144,3 +157,4 @@ def test_processor_sharing_conserves_work(cores: int, jobs: list[tuple[float, fl
     assert env.now <= max(s for s, _ in jobs) + sum(works) / cores + max(works) + 1e-9
     assert env.now >= sum(works) / cores * (1 - 1e-9)
     assert cpu.runnable == 0
+    assert cpu.preemptions <= sum(works) / (quantum_ms * MS) + 1e-9

@@ -12,6 +12,7 @@ import pytest
 from infralab.agent.studies import load_hook
 from infralab.cli import main as cli_main
 from infralab.errors import InputError
+from infralab.kernels.host_probe.affinity import skip_reason
 from infralab.sim.host.host_schedule import run_host_schedule
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,34 +98,41 @@ def test_run_writes_table_figure_timelines_atomically_and_deterministically(tmp_
 
 def test_the_sim_mirror_of_the_probe_schedule_is_its_sum_without_transfer() -> None:
     class M:  # HostMeasurements stand-in
-        python_unit_s, switch_interval_s, handoff_s, handoff_busy_s = 1e-7, 0.005, 2e-5, 1e-3
-        handoff_samples_s, handoff_busy_samples_s = (1e-5, 3e-5), (1e-4, 4e-3)
+        python_unit_s, switch_interval_s, handoff_s = 1e-7, 0.005, 2e-5
+        handoff_samples_s = (1e-5, 3e-5)
+        copy_bytes_per_s = 4096 * 1024 / 3e-4  # a 4 MiB chunk copies in 0.3 ms
 
     cfg = ProbeConfig(steps=2, layers=3, blocks_per_chunk=100)
-    seg = ProbeSegments(launch_s=1e-4, dispatch_s=1e-3, combine_s=2e-4, copy_s=3e-4, gap_s=1e-5)
+    seg = ProbeSegments(launch_s=1e-4, dispatch_s=1e-3, combine_s=2e-4, gap_s=1e-5)
     for holds in (True, False):
-        sched = host_schedule(cfg, M, seg, "per_layer", holds)
-        alone = run_host_schedule(sched, with_transfer=False)
-        assert alone.prefill_s == pytest.approx(6 * (2 * 1.1e-4 + 1e-3 + 2e-4))
-        both = run_host_schedule(sched, with_transfer=True)
-        assert both.prefill_s >= alone.prefill_s - 1e-12
-        assert run_host_schedule(sched, with_transfer=True).record == both.record  # same seed, same run
-        copies = [iv for iv in both.record.intervals
-                  if iv.track == "thread/kv-transfer" and iv.name == "native-release-gil" and dict(iv.args)["op"] == "copy"]
-        assert len(copies) == 6
+        for cores in (1, 2):
+            sched = host_schedule(cfg, M, seg, "per_layer", holds, cores)
+            assert sched.copy_s == pytest.approx(3e-4) and sched.cores == cores
+            alone = run_host_schedule(sched, with_transfer=False)
+            assert alone.prefill_s == pytest.approx(6 * (2 * 1.1e-4 + 1e-3 + 2e-4))
+            both = run_host_schedule(sched, with_transfer=True)
+            assert both.prefill_s >= alone.prefill_s - 1e-12
+            assert run_host_schedule(sched, with_transfer=True).record == both.record  # same seed, same run
+            copies = [iv for iv in both.record.intervals
+                      if iv.track == "thread/kv-transfer" and iv.name == "native-release-gil" and dict(iv.args)["op"] == "copy"]
+            assert len(copies) == 6
 
 
 def test_probe_vs_sim_compares_every_variant() -> None:
     cfg = ProbeConfig(steps=1, layers=3, launch_units=50, dispatch_us=200, combine_us=50,
                       blocks_per_chunk=100, chunk_kib=64, repeats=1)
     result = probe_vs_sim(cfg)
-    variants = {(v["granularity"], v["mode"]) for v in result["variants"]}
-    assert variants == {(g, m) for g in ("per_layer", "after_prefill") for m in ("held", "released")}
+    here = [c for c in cfg.cores if skip_reason(c) is None]
+    variants = {(v["cores"], v["granularity"], v["mode"]) for v in result["variants"]}
+    assert variants == {(c, g, m) for c in here for g in ("per_layer", "after_prefill") for m in ("held", "released")}
+    assert [s["cores"] for s in result["skipped"]] == [c for c in cfg.cores if c not in here]
     for v in result["variants"]:
         for side in ("probe", "sim"):
             assert math.isfinite(v[side]["degradation"])
             assert 0.0 <= v[side]["kv_python_over_comm"] <= 1.0
         assert v["abs_err"]["degradation"] == pytest.approx(v["sim"]["degradation"] - v["probe"]["degradation"])
+        spread = v["probe"]["spread"]
+        assert len(spread["per_repeat"]) == cfg.repeats and spread["min"] <= spread["max"]
     json.dumps(result, allow_nan=False)  # writable as results
 
 
