@@ -66,6 +66,8 @@ class ProbeConfig:
     # Core counts the probe runs on (CPU affinity) and the simulator is given as host.cores; a
     # count this machine lacks is skipped with the reason.
     cores: tuple[Int(gt=0, le=4096), ...] = (1, 2)
+    # The OS's round-robin quantum the simulator uses when threads outnumber cores (sim/host/cpu.py).
+    quantum_us: PositiveInt = 4000
 
 
 @dataclass(frozen=True, config=STRICT)

@@ -5,10 +5,12 @@ to 1 and then 2 cores (CPU affinity, set before its threads start); the simulato
 schedule with `cores` set to the same count (sim/host/cpu.py). What is calibrated and what is
 predicted:
 - calibrated, from single-thread measurements only: the cost of a unit of Python work, the memcpy
-  rate (microbenchmarks), and the main thread's segment durations from the runs WITHOUT the
+  rate with cold caches (microbenchmarks), and the main thread's segment durations from the runs WITHOUT the
   transfer thread (one thread, nothing to contend with); the GIL's switch interval and its
   hand-off latency after a blocking release (sampled beside every repeat at the same core count:
-  it swings with the machine's load);
+  it swings with the machine's load); the OS's wake-up delay of a thread woken on a busy core
+  (a microbenchmark on one core, also sampled beside every repeat) and its quantum (`quantum_us`,
+  stated: the 4 ms tick of a HZ=250 kernel);
 - predicted: everything about the runs WITH the transfer thread, in particular the degradation
   and how it changes from 2 cores to 1 (the core effect). Nothing is fitted to it.
 The probe repeats each variant (`repeats`) to show its run-to-run spread (per-repeat degradation
@@ -103,12 +105,14 @@ def host_schedule(cfg: ProbeConfig, m, seg: ProbeSegments, granularity: str, hol
         dispatch_s=seg.dispatch_s,
         combine_s=seg.combine_s,
         chunk_python_s=cfg.blocks_per_chunk * m.python_unit_s + seg.gap_s,
-        copy_s=cfg.chunk_kib * 1024 / m.copy_bytes_per_s,
+        copy_s=cfg.chunk_kib * 1024 / m.copy_cold_bytes_per_s,
         granularity=granularity,
         holds_gil=holds,
         gil=GilParams(m.switch_interval_s, measured(m.handoff_s), handoff_samples_s=tuple(m.handoff_samples_s)),
         native_busy=cfg.native_wait == "spin",
         cores=cores,
+        quantum_s=cfg.quantum_us * 1e-6,
+        wake_delay_samples_s=tuple(m.wake_delay_samples_s),
     )
 
 
@@ -182,7 +186,8 @@ def probe_vs_sim(cfg: ProbeConfig, timeline_dir: Path | None = None) -> dict[str
 
 def _variant(cfg: ProbeConfig, libs, m, cores: int, granularity: str, mode: str, holds: bool,
              timeline_dir: Path | None) -> dict[str, Any]:
-    from infralab.kernels.host_probe.probe import ProbeSchedule, handoff_samples, run_probe
+    from infralab.kernels.host_probe.affinity import skip_reason
+    from infralab.kernels.host_probe.probe import ProbeSchedule, handoff_samples, run_probe, wake_delay_samples
 
     sched = ProbeSchedule(
         steps=cfg.steps, layers=cfg.layers, launch_units=cfg.launch_units,
@@ -192,6 +197,7 @@ def _variant(cfg: ProbeConfig, libs, m, cores: int, granularity: str, mode: str,
     )
     without, with_ = [], []
     blocking: list[float] = []
+    wake: list[float] = []
     for _ in range(cfg.repeats):  # alternate, so drifting machine load hits both alike
         r0 = run_probe(sched, False, libs)
         without.append((_probe_intervals(r0), r0.prefill_s))
@@ -199,6 +205,8 @@ def _variant(cfg: ProbeConfig, libs, m, cores: int, granularity: str, mode: str,
         with_.append((_probe_intervals(r1), r1.prefill_s))
         # Hand-off latencies swing with the machine's load: sample them beside the runs.
         blocking += handoff_samples(libs, HANDOFF_TRIALS, "sleep", cores=cores)
+        if skip_reason(1) is None:
+            wake += wake_delay_samples(libs, 2 * HANDOFF_TRIALS)
     probe = _summary(without, with_)
     probe["spread"] = _spread([w[1] for w in without], [w[1] for w in with_])
     seg = probe_segments([w[0] for w in without], [w[1] for w in without])
@@ -206,6 +214,8 @@ def _variant(cfg: ProbeConfig, libs, m, cores: int, granularity: str, mode: str,
         m,
         handoff_s=statistics.median(blocking) if blocking else m.handoff_s,
         handoff_samples_s=tuple(sorted(blocking)) or m.handoff_samples_s,
+        wake_delay_s=statistics.median(wake) if wake else m.wake_delay_s,
+        wake_delay_samples_s=tuple(sorted(wake)) or m.wake_delay_samples_s,
     )
     hs = host_schedule(cfg, here, seg, granularity, holds, cores)
     # As many simulated repeats as real ones: hand-off latencies are drawn from the samples.
@@ -234,6 +244,9 @@ def _variant(cfg: ProbeConfig, libs, m, cores: int, granularity: str, mode: str,
             "copy_s": hs.copy_s,
             "handoff_median_s": _finite_or_none(here.handoff_s),
             "handoff_samples": len(here.handoff_samples_s),
+            "wake_delay_median_s": _finite_or_none(here.wake_delay_s),
+            "wake_delay_samples": len(here.wake_delay_samples_s),
+            "quantum_s": hs.quantum_s,
         },
         "rel_err": {k: _rel_err(sim[k], probe[k]) for k in ("prefill_without_s", "prefill_with_s", "degradation")},
         "abs_err": {
@@ -262,12 +275,12 @@ def probe_table(result: dict[str, Any]) -> str:
     lines = [
         "Calibration (single-thread measurements on this machine): "
         f"Python unit {m['python_unit_s'] * 1e9:.0f} ns, ctypes call {m['native_call_hold_s'] * 1e6:.2f} µs (PyDLL) / "
-        f"{m['native_call_release_s'] * 1e6:.2f} µs (CDLL), memcpy {m['copy_bytes_per_s'] / 1e9:.1f} GB/s, "
+        f"{m['native_call_release_s'] * 1e6:.2f} µs (CDLL), memcpy {m['copy_bytes_per_s'] / 1e9:.1f} GB/s hot / {m['copy_cold_bytes_per_s'] / 1e9:.1f} GB/s cold (used), "
         f"switch interval {m['switch_interval_s'] * 1e3:.1f} ms, loop overhead {m['layer_overhead_s'] * 1e6:.1f} µs/layer; "
         "the main thread's segments from the probe's runs without transfer. Predicted, not fitted: the runs with "
         "transfer at each core count.",
         "",
-        "| cores | schedule | dispatch/combine | hand-off (median) | prefill w/o: probe / sim (s) "
+        "| cores | schedule | dispatch/combine | GIL hand-off / core wake-up (medians) | prefill w/o: probe / sim (s) "
         "| degradation: probe median [min..max over repeats] | sim | rel. err | within 20 % "
         "| dispatch/combine covered by KV Python: probe / sim |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -277,7 +290,8 @@ def probe_table(result: dict[str, Any]) -> str:
         rel = "n/a" if e is None else f"{e:+.0%}"
         ok = "n/a" if e is None else ("yes" if abs(e) <= TARGET_REL_ERR else "no")
         lines.append(
-            f"| {v['cores']} | {v['granularity']} | {v['mode']} | {_us(v['sim_inputs']['handoff_median_s'])} "
+            f"| {v['cores']} | {v['granularity']} | {v['mode']} | {_us(v['sim_inputs']['handoff_median_s'])} / "
+            f"{_us(v['sim_inputs']['wake_delay_median_s'])} "
             f"| {p['prefill_without_s']:.4f} / {s['prefill_without_s']:.4f} "
             f"| {p['degradation']:.1%} [{p['spread']['min']:.1%}..{p['spread']['max']:.1%}] "
             f"| {s['degradation']:.1%} | {rel} | {ok} "

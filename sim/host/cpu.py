@@ -14,6 +14,12 @@ Two consequences the processor-sharing picture misses and the real-threads probe
 woken from a sleep on a busy core waits for the holder's quantum to end (up to `quantum_s`), and
 two CPU-bound threads on one core alternate in quantum-long slices.
 
+Wake-up preemption (optional): Linux sometimes lets a woken thread take the core at once and
+sometimes makes it wait for a tick. Given measured `wake_delay_samples_s` and an `rng`, a thread
+that becomes runnable while every core is busy takes the core of the longest-running holder after
+a delay drawn from the samples (0: at once), unless a quantum ends first. Without samples only
+quantum ends move threads.
+
 `cores=None` means as many cores as runnable threads (nobody ever waits). Simulated seconds.
 """
 
@@ -23,6 +29,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+import numpy as np
 import simpy
 
 _DONE = 1e-12  # remaining core-seconds below this are float residue, not work
@@ -44,7 +51,8 @@ class _Thread:
 class Cpu:
     """`cores` cores (None: unlimited) shared round-robin with a `quantum_s` quantum."""
 
-    def __init__(self, env: simpy.Environment, cores: int | None = None, quantum_s: float = 4e-3) -> None:
+    def __init__(self, env: simpy.Environment, cores: int | None = None, quantum_s: float = 4e-3,
+                 wake_delay_samples_s: tuple[float, ...] = (), rng: np.random.Generator | None = None) -> None:
         if cores is not None and cores < 1:
             raise ValueError(f"cores must be >= 1 or None, got {cores!r}")
         if not quantum_s > 0:
@@ -52,6 +60,8 @@ class Cpu:
         self.env = env
         self.cores = cores
         self.quantum_s = quantum_s
+        self._wake_delays = wake_delay_samples_s
+        self._rng = rng
         self._threads: dict[str, _Thread] = {}
         self._queue: deque[str] = deque()
         self._quantum_generation = 0
@@ -64,6 +74,9 @@ class Cpu:
     @property
     def runnable(self) -> int:
         return len(self._threads)
+
+    def has_free_core(self) -> bool:
+        return self._free_cores() > 0
 
     def on_core(self, who: str) -> bool:
         t = self._threads.get(who)
@@ -96,6 +109,7 @@ class Cpu:
             thread.queued_at = self.env.now
             self._queue.append(who)
             self._arm_quantum()
+            self._arm_wake_preemption(thread)
         return ready
 
     def block(self, who: str) -> None:
@@ -207,6 +221,29 @@ class Cpu:
         thread.queued_at = self.env.now
         self._queue.append(who)
         self._fill_cores()
+
+    def _arm_wake_preemption(self, waiter: _Thread) -> None:
+        if not self._wake_delays or self._rng is None or self.cores is None:
+            return
+        delay = float(self._wake_delays[int(self._rng.integers(len(self._wake_delays)))])
+        timer = self.env.timeout(delay)
+        timer.callbacks.append(lambda _e: self._wake_preempt(waiter))
+
+    def _wake_preempt(self, waiter: _Thread) -> None:
+        """`waiter` (if still waiting) takes the core of the holder that has had its core longest."""
+        who = next((w for w, t in self._threads.items() if t is waiter), None)
+        if who is None or waiter.on_core_since is not None:
+            return
+        holders = [(t.on_core_since, w) for w, t in self._threads.items() if t.on_core_since is not None]
+        _, victim = min(holders)
+        self.preemptions += 1
+        held = self._threads[victim]
+        self._off_core(held)
+        held.queued_at = self.env.now
+        self._queue.remove(who)
+        self._queue.append(victim)
+        self._add_wait(who, self.env.now - waiter.queued_at)
+        self._give_core(who)
 
     def _add_wait(self, who: str, seconds: float) -> None:
         if seconds > 0:

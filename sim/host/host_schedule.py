@@ -39,6 +39,7 @@ class HostSchedule:
     native_busy: bool = True  # dispatch/combine spin (True) or sleep (False) on their core
     cores: int | None = None  # CPU cores the process may run on (None: one per thread)
     quantum_s: float = 4e-3  # the OS scheduler's round-robin quantum (sim/host/cpu.py)
+    wake_delay_samples_s: tuple[float, ...] = ()  # measured waits of a thread woken on a busy core
 
 
 @dataclass
@@ -55,11 +56,13 @@ def _device_wait(thread: HostThread, duration_s: float, holds_gil: bool, label: 
 
 def run_host_schedule(sched: HostSchedule, with_transfer: bool, seed: int = 0) -> HostScheduleRun:
     """Simulate the schedule once; deterministic for a `seed` (which only matters when the GIL's
-    hand-off latencies are drawn from samples)."""
+    hand-off latencies or the cores' wake-up delays are drawn from samples)."""
     env = simpy.Environment()
     record = RunRecord()
-    gil = Gil(env, sched.gil, stream(seed, "host.gil.handoff"))
-    cpu = Cpu(env, sched.cores, sched.quantum_s) if sched.cores is not None else None
+    cpu = None
+    if sched.cores is not None:
+        cpu = Cpu(env, sched.cores, sched.quantum_s, sched.wake_delay_samples_s, stream(seed, "host.cpu.wake"))
+    gil = Gil(env, sched.gil, stream(seed, "host.gil.handoff"), cpu)
     main = HostThread(env, "main", gil, record.intervals, cpu)
     mover = HostThread(env, "kv-transfer", gil, record.intervals, cpu)
     inbox = simpy.Store(env)

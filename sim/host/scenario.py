@@ -209,8 +209,8 @@ def run(built: BuiltScenario, scenario: Scenario, holds_gil: bool, with_transfer
     """Simulate `scenario.steps` prefill steps; the transfer thread runs only if `with_transfer`."""
     env = simpy.Environment()
     record = RunRecord()
-    gil = Gil(env, built.gil)
     cpu = Cpu(env, built.cores, built.quantum_s) if built.cores is not None else None
+    gil = Gil(env, built.gil, cpu=cpu)
     main = HostThread(env, MAIN, gil, record.intervals, cpu)
     nvlink = Link(env, built.ep_link, "nvlink0", record)
     nic = Link(env, built.nic, "nic0", record)

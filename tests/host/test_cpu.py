@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import simpy
 from hypothesis import given, settings
@@ -17,8 +18,8 @@ MS = 1e-3
 
 def _threads(cores: int | None, names: tuple[str, ...], with_cpu: bool = True):
     env = simpy.Environment()
-    gil = Gil(env, GilParams(switch_interval_s=5 * MS))
     cpu = Cpu(env, cores) if with_cpu else None
+    gil = Gil(env, GilParams(switch_interval_s=5 * MS), cpu=cpu)
     intervals: list[Interval] = []
     return env, cpu, intervals, [HostThread(env, n, gil, intervals, cpu) for n in names]
 
@@ -158,3 +159,18 @@ def test_round_robin_conserves_work(cores: int, quantum_ms: float, jobs: list[tu
     assert env.now >= sum(works) / cores * (1 - 1e-9)
     assert cpu.runnable == 0
     assert cpu.preemptions <= sum(works) / (quantum_ms * MS) + 1e-9
+
+
+@pytest.mark.parametrize(("delay_ms", "woken_ms"), [(0.0, 10.0), (1.0, 11.0), (5.0, 12.0)])
+def test_a_woken_thread_preempts_after_a_drawn_wake_up_delay_or_at_the_quantum_end(delay_ms, woken_ms) -> None:
+    # As test_a_blocking_native_call...: a wakes at 10 ms on b's busy core. A wake-up delay of 0
+    # gives it the core at once, 1 ms at 11 ms; 5 ms would be after b's quantum ends (12 ms).
+    env = simpy.Environment()
+    cpu = Cpu(env, 1, 4 * MS, wake_delay_samples_s=(delay_ms * MS,), rng=np.random.default_rng(0))
+    gil = Gil(env, GilParams(switch_interval_s=5 * MS), cpu=cpu)
+    intervals: list[Interval] = []
+    a, b = HostThread(env, "a", gil, intervals, cpu), HostThread(env, "b", gil, intervals, cpu)
+    ends = _run(env, [(a, lambda t: t.native(10 * MS, holds_gil=False, label="sleep", busy=False)), (b, _compute(20))])
+    assert ends["a"] == pytest.approx(woken_ms)
+    assert ends["b"] == pytest.approx(20.0)
+    assert cpu.busy_core_s == pytest.approx(20 * MS)

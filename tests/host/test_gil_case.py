@@ -99,8 +99,8 @@ def test_run_writes_table_figure_timelines_atomically_and_deterministically(tmp_
 def test_the_sim_mirror_of_the_probe_schedule_is_its_sum_without_transfer() -> None:
     class M:  # HostMeasurements stand-in
         python_unit_s, switch_interval_s, handoff_s = 1e-7, 0.005, 2e-5
-        handoff_samples_s = (1e-5, 3e-5)
-        copy_bytes_per_s = 4096 * 1024 / 3e-4  # a 4 MiB chunk copies in 0.3 ms
+        handoff_samples_s, wake_delay_samples_s = (1e-5, 3e-5), (0.0, 2e-3)
+        copy_cold_bytes_per_s = 4096 * 1024 / 3e-4  # a 4 MiB chunk copies in 0.3 ms (cold caches)
 
     cfg = ProbeConfig(steps=2, layers=3, blocks_per_chunk=100)
     seg = ProbeSegments(launch_s=1e-4, dispatch_s=1e-3, combine_s=2e-4, gap_s=1e-5)
