@@ -46,6 +46,10 @@ class ExperimentInfo:
     # Checked per scenario and mode against {"degradation": ..., "throughput_ratio": ...}.
     acceptance: str = "degradation <= 0.05"
     timelines: tuple[str, ...] = ()  # scenario names whose held and released runs get a timeline
+    # How far the first scenario is from a result: its degradation with one [host] cost varied
+    # (a sensitivity beside the decision, never a fit). Empty: none.
+    sensitivity_field: str = ""
+    sensitivity_values: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -90,6 +94,10 @@ def load_experiment(path: str | Path) -> GilExperiment:
         if name not in names:
             raise InputError(f"{path}: experiment.timelines", f"unknown scenario {name!r}", f"one of {names}")
     parse_criterion(exp.experiment.acceptance, f"{path}: experiment.acceptance")
+    field = exp.experiment.sensitivity_field
+    numeric = [f.name for f in dataclasses.fields(HostProfile) if f.name.endswith("_s")]
+    if field and field not in numeric:
+        raise InputError(f"{path}: experiment.sensitivity_field", f"unknown host cost {field!r}", f"one of {numeric}")
     return exp
 
 

@@ -101,6 +101,7 @@ class Scenario:
     layers: PositiveInt | None = None  # None: the model's
     granularity: Literal["per_layer", "after_prefill"] = "per_layer"
     nic_bandwidth: PositiveFloat | None = None  # bytes/s; None: the NIC spec's
+    ep_link_bandwidth: PositiveFloat | None = None  # bytes/s of the intra-node all-to-all; None: the link spec's
     page_tokens: PositiveInt = 16
     steps: PositiveInt = 4
     kv_slots: PositiveInt = 2  # prompts whose KV may wait for transfer before prefill stalls
@@ -179,11 +180,14 @@ def build(setup: CaseSetup, host: HostProfile, scenario: Scenario) -> BuiltScena
     nic = load_link(setup.nic)
     if scenario.nic_bandwidth is not None:
         nic = dataclasses.replace(nic, bandwidth=scenario.nic_bandwidth)
+    ep_link = load_link(setup.ep_link)
+    if scenario.ep_link_bandwidth is not None:
+        ep_link = dataclasses.replace(ep_link, bandwidth=scenario.ep_link_bandwidth)
     return BuiltScenario(
         plan=plan,
         chunk_bytes=chunk_bytes,
         chunk_descriptors=chunk_desc,
-        ep_link=load_link(setup.ep_link),
+        ep_link=ep_link,
         nic=nic,
         transfer=TransferCosts(host.chunk_python_s, host.descriptor_s,
                                descriptors_native=host.kv_descriptors == "native"),
