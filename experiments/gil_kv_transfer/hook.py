@@ -110,15 +110,16 @@ def measure_sim(hyp: Hypothesis, setup: Any, workdir: Path | None, validator: st
         descriptors = str(arm.config.get(DESCRIPTORS, exp.host.kv_descriptors))
         metrics = host_metrics(rows_by[descriptors], mode)
         samples[arm.name] = [dict(metrics) for _ in sample_keys(hyp)]
-        findings += [_sim_finding(validator, arm, mode, row, files) for row in rows_by[descriptors]]
+        why = None
         if metrics["max_degradation"] > limit:  # name why, in explain's words, for the worst scenario
             worst = max(metrics["degradation"], key=metrics["degradation"].get)
             scenario = next(s for s in exp.scenario if s.name == worst)
             why = explain_worst(_with_descriptors(exp, descriptors), scenario, MODES[mode],
                                 f"{mode}-{descriptors}", timeline_dir)
             whys.append({"arm": arm.name, "mode": mode, "kv_descriptors": descriptors, **why})
-            findings.append(_why_finding(validator, arm.name, why))
             files += [f"timelines/{name}" for name in why["timelines"]]
+        findings += [_sim_finding(validator, arm, mode, row, files, why if why and why["scenario"] == row["scenario"]["name"] else None)
+                     for row in rows_by[descriptors]]
     sens = _sensitivity(exp) if exp.experiment.sensitivity_field else None
     return Measurement(validator, samples, tuple(findings), varies=False,
                        extras={"rows": rows, "table_md": table, "acceptance": exp.experiment.acceptance,
@@ -133,23 +134,9 @@ def _sensitivity(exp) -> dict[str, Any]:
             "rows": sensitivity(exp, exp.scenario[0], info.sensitivity_field, info.sensitivity_values)}
 
 
-def _why_finding(validator: str, arm: str, why: dict[str, Any]) -> Finding:
-    blocker = why["blocked_by"] or {}
-    return Finding(
-        validator=validator, arm=arm,
-        where=Where.of("thread", thread="thread/main", scenario=why["scenario"],
-                       blocked_by=f"{blocker.get('thread', '?')} {blocker.get('state', '')} {blocker.get('op', '')}".strip()),
-        what=explanation_text(why),
-        evidence=Evidence(
-            numbers={"extra_s": why["extra_s"], "cause_delta_s": (why["cause"] or {}).get("delta_s") or 0.0,
-                     "blocker_s": blocker.get("delta_s", 0.0)},
-            reference="the same scenario and arm without the KV-transfer thread",
-            files=tuple(f"timelines/{name}" for name in why["timelines"]),
-        ),
-    )
-
-
-def _sim_finding(validator: str, arm: Arm, mode: str, row: dict[str, Any], files: list[str]) -> Finding:
+def _sim_finding(validator: str, arm: Arm, mode: str, row: dict[str, Any], files: list[str],
+                 why: dict[str, Any] | None = None) -> Finding:
+    """One scenario's finding for one arm; `why`: explain's cause, when this is the arm's worst."""
     name = row["scenario"]["name"]
     result = row["modes"][mode]
     blame = result["attribution"]
@@ -159,7 +146,14 @@ def _sim_finding(validator: str, arm: Arm, mode: str, row: dict[str, Any], files
             f"the transfer thread's Python overlaps {ov['kv_python_over_comm']:.0%} of dispatch/combine; "
             f"extra prefill time {blame['extra_s'] * 1e3:.2f} ms, main-thread GIL wait "
             f"{blame['main_gil_wait_s'] * 1e3:.2f} ms (GIL waits: {waits or 'none'})")
-    timeline = [f for f in files if f.startswith(f"timelines/{name}-{mode}")]
+    descriptors = arm.config.get(DESCRIPTORS)
+    if descriptors is not None:
+        what = what.replace("the GIL:", f"the GIL, per-page descriptors in {descriptors} code:", 1)
+    own = (f"timelines/{name}-{mode}.json", f"timelines/{name}-{mode}-no-transfer.json")
+    timeline = [f for f in files if f in own]
+    if why is not None:
+        what += f"; why: {explanation_text(why)}"
+        timeline += [f"timelines/{t}" for t in why["timelines"]]
     return Finding(
         validator=validator, arm=arm.name,
         where=Where.of("thread", thread="thread/kv-transfer", intervals="dispatch/combine on thread/main",

@@ -141,3 +141,73 @@ def test_the_cli_reports_a_missing_experiment_as_one_error(tmp_path: Path, capsy
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "nope.toml" in err and err.count("\n") == 1
     assert not (tmp_path / "o").exists()
+
+
+PUBLISHED = ROOT / "experiments" / "gil_kv_transfer_published.toml"
+
+
+def test_the_published_scenario_is_built_from_its_cited_numbers() -> None:
+    from infralab.sim.host.scenario import build
+
+    exp = load_experiment(PUBLISHED)
+    first = exp.scenario[0]
+    assert (first.prompt_tokens, first.ep, first.page_tokens) == (4096, 16, 1)  # DeepEP's batch; SGLang's page
+    built = build(exp.setup, exp.host, first)
+    assert built.nic.bandwidth == 43e9 and built.ep_link.bandwidth == 153e9  # DeepEP's measured bandwidths
+    full = [b for b, d in zip(built.chunk_bytes, built.chunk_descriptors) if d > 2]
+    assert full and all(b == 4096 * (512 + 64) * 2 for b in full)  # MLA latent + rope, BF16, per token
+    assert all(d == 4096 for d in built.chunk_descriptors if d > 2)  # one tuple per 1-token page
+    assert exp.experiment.sensitivity_field == "descriptor_s" and exp.host.descriptor_s in exp.experiment.sensitivity_values
+
+
+def test_native_descriptors_take_the_per_page_work_out_of_the_gil() -> None:
+    import dataclasses
+
+    from infralab.sim.host.scenario import build, run
+
+    exp = load_experiment(SHIPPED)
+    scenario = next(s for s in exp.scenario if s.name == "T8k-ep8-layer-page1")
+    scenario = dataclasses.replace(scenario, steps=2, layers=8)
+    runs = {}
+    for where in ("python", "native"):
+        built = build(exp.setup, dataclasses.replace(exp.host, kv_descriptors=where), scenario)
+        runs[where] = run(built, scenario, holds_gil=False, with_transfer=True)
+    mover = [iv for iv in runs["native"].record.intervals if iv.track == "thread/kv-transfer" and dict(iv.args)["op"] == "descriptors"]
+    assert {iv.name for iv in mover} == {"python", "native-release-gil"}
+    python_s = sum(iv.end_s - iv.start_s for iv in mover if iv.name == "python")
+    assert python_s == pytest.approx(16 * exp.host.chunk_python_s)  # only the fixed part is left in Python
+    assert runs["native"].gil_wait_s["main"] < runs["python"].gil_wait_s["main"]
+
+
+def test_explain_names_the_gil_held_by_the_descriptor_loop() -> None:
+    import dataclasses
+
+    why = load_hook(STUDY / "why.py")
+    exp = load_experiment(SHIPPED)
+    scenario = dataclasses.replace(next(s for s in exp.scenario if s.name == "T8k-ep8-layer-page1"), steps=2, layers=8)
+    found = why.explain_worst(exp, scenario, holds=False, label="released-python", timeline_dir=None)
+    assert found["cause"]["kind"] == "gil_wait" and found["cause"]["key"] == "thread/main"
+    assert (found["blocked_by"]["thread"], found["blocked_by"]["op"]) == ("thread/kv-transfer", "descriptors")
+    assert "thread/kv-transfer in python 'descriptors'" in why.explanation_text(found)
+
+
+def test_a_sensitivity_field_must_be_a_host_cost(tmp_path: Path) -> None:
+    bad = PUBLISHED.read_text().replace('sensitivity_field = "descriptor_s"', 'sensitivity_field = "cores"')
+    path = tmp_path / "p.toml"
+    path.write_text(bad)
+    with pytest.raises(InputError, match="sensitivity_field"):
+        load_experiment(path)
+
+
+def test_hypothesis_b_finds_the_counter_example_and_the_next_fix(tmp_path: Path) -> None:
+    from infralab.agent.hypothesis import load_hypothesis
+    from infralab.agent.validators.ladder import run_test
+
+    hyp = load_hypothesis(ROOT / "experiments" / "gil_kv_transfer_enough_hypothesis.toml", quick=True)
+    result = run_test(hyp, workdir=tmp_path / "work")
+    m = result.rung("sim").measurement
+    assert result.verdict == "rejected" and result.decided_by == "sim"
+    assert m.samples["baseline"][0]["max_degradation"] > 0.05 >= m.samples["native_descriptors"][0]["max_degradation"]
+    (why,) = m.extras["why"]
+    assert why["arm"] == "baseline" and why["blocked_by"]["op"] == "descriptors"
+    assert all((tmp_path / "work" / "sim" / "timelines" / name).exists() for name in why["timelines"])
