@@ -280,7 +280,7 @@ def report(results: list[TestResult], out: Path) -> tuple[list[str], str]:
         if real is not None and real.measurement is not None:
             text += ["", "Confirmation on this machine: the real-threads probe at 1 and 2 cores beside the simulator "
                      "on the same schedule and core count:", "", real.measurement.extras.get("table_md", "")]
-            _probe_figure(real.measurement.extras["probe"]["variants"], out / "figures" / "gil_probe_vs_sim.png")
+            probe_figure(real.measurement.extras["probe"]["variants"], out / "figures" / "gil_probe_vs_sim.png")
             figures.append("figures/gil_probe_vs_sim.png")
         elif "real" in result.hypothesis.validators:
             text.append("The real-threads probe did not run (see the ladder above).")
@@ -369,7 +369,7 @@ def probe_agreement(result: dict[str, Any]) -> str:
             f"({detail})" + (f"; {skipped}" if skipped else "") + ".")
 
 
-def _probe_figure(variants: list[dict[str, Any]], path: Path) -> None:
+def probe_figure(variants: list[dict[str, Any]], path: Path) -> None:
     """Probe (median, with its min..max over repeats) and simulator degradation per schedule."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(7.0, 0.9 * len(variants) + 2), 3.8))

@@ -21,6 +21,7 @@ moment (a benchmark); the simulator's are deterministic given them.
 from __future__ import annotations
 
 import dataclasses
+import os
 import statistics
 from pathlib import Path
 from typing import Any
@@ -170,6 +171,7 @@ def probe_vs_sim(cfg: ProbeConfig, timeline_dir: Path | None = None) -> dict[str
     from infralab.kernels.host_probe.probe import microbenchmarks
 
     libs = load()
+    load_before = os.getloadavg()
     m = microbenchmarks(chunk_bytes=cfg.chunk_kib * 1024, native_wait=cfg.native_wait, libs=libs)
     variants, skipped = [], []
     for cores in cfg.cores:
@@ -181,7 +183,10 @@ def probe_vs_sim(cfg: ProbeConfig, timeline_dir: Path | None = None) -> dict[str
             for mode, holds in MODES.items():
                 variants.append(_variant(cfg, libs, m, cores, granularity, mode, holds, timeline_dir))
     measured = {k: _finite_or_none(v) for k, v in dataclasses.asdict(m).items()}
-    return {"measurements": measured, "config": dataclasses.asdict(cfg), "variants": variants, "skipped": skipped}
+    # Other processes take cores the model does not know about: say how loaded the machine was.
+    load = {"before": list(load_before), "after": list(os.getloadavg()), "cpus": os.cpu_count()}
+    return {"measurements": measured, "config": dataclasses.asdict(cfg), "variants": variants, "skipped": skipped,
+            "load_average": load}
 
 
 def _variant(cfg: ProbeConfig, libs, m, cores: int, granularity: str, mode: str, holds: bool,
@@ -272,7 +277,11 @@ TARGET_REL_ERR = 0.20  # the issue's target: |sim - probe| / probe of the degrad
 
 def probe_table(result: dict[str, Any]) -> str:
     m = result["measurements"]
-    lines = [
+    load = result.get("load_average")
+    lines = [] if load is None else [
+        f"Machine load during the probe: 1-minute load average {load['before'][0]:.1f} before, {load['after'][0]:.1f} "
+        f"after, on {load['cpus']} CPUs (other processes take cores the model does not know about).", ""]
+    lines += [
         "Calibration (single-thread measurements on this machine): "
         f"Python unit {m['python_unit_s'] * 1e9:.0f} ns, ctypes call {m['native_call_hold_s'] * 1e6:.2f} µs (PyDLL) / "
         f"{m['native_call_release_s'] * 1e6:.2f} µs (CDLL), memcpy {m['copy_bytes_per_s'] / 1e9:.1f} GB/s hot / {m['copy_cold_bytes_per_s'] / 1e9:.1f} GB/s cold (used), "
