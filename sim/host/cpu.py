@@ -66,7 +66,7 @@ class Cpu:
         self._queue: deque[str] = deque()
         self._quantum_generation = 0
         self._busy_closed_s = 0.0  # core-seconds of finished stretches on a core
-        self.preemptions = 0  # quantum ends that moved a holder to the back of the queue
+        self.preemptions = 0  # holders moved to the back of the queue (quantum ends, wake-ups)
         self.core_wait_s: dict[str, float] = {}  # per thread: seconds runnable without a core
 
     # ---- queries -----------------------------------------------------------------------------
