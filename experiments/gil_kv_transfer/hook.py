@@ -312,6 +312,9 @@ def story(results: list[TestResult]) -> str:
         sim = result.rung("sim")
         for w in (sim.measurement.extras.get("why", []) if sim is not None and sim.measurement is not None else []):
             lines.append(f"  - cause ({w['arm']}): {explanation_text(w)}.")
+            if len(w["timelines"]) == 2:
+                run, base = (f"studies/{hyp.name}/sim/timelines/{t}" for t in w["timelines"])
+                lines.append(f"    (reproduce: `infralab explain {run} --against {base}`, in this folder)")
         sens = sim.measurement.extras.get("sensitivity") if sim is not None and sim.measurement is not None else None
         if sens:
             lines.append(f"  - how far: {sensitivity_sentence(sens)}")
