@@ -72,6 +72,9 @@ class ProbeConfig:
     cores: tuple[Int(gt=0, le=4096), ...] = (1, 2)
     # The OS's round-robin quantum the simulator uses when threads outnumber cores (sim/host/cpu.py).
     quantum_us: PositiveInt = 4000
+    # Which arms to run (the hypothesis's arms choose): GIL modes, and where descriptors are built.
+    modes: tuple[Literal["held", "released"], ...] = ("held", "released")
+    kv_descriptors: tuple[Literal["python", "native"], ...] = ("python",)
 
 
 @dataclass(frozen=True, config=STRICT)

@@ -53,6 +53,12 @@ def host_experiment(hyp: Hypothesis, setup: Any):
         probe = dataclasses.replace(probe, repeats=setup.probe_repeats)
     if setup.probe_granularities:
         probe = dataclasses.replace(probe, granularities=setup.probe_granularities)
+    # The probe runs the arms the hypothesis has: its GIL modes and where descriptors are built.
+    probe = dataclasses.replace(
+        probe,
+        modes=tuple(dict.fromkeys(str(arm.config[KNOB]) for arm in hyp.arms)),
+        kv_descriptors=tuple(dict.fromkeys(str(arm.config.get(DESCRIPTORS, exp.host.kv_descriptors)) for arm in hyp.arms)),
+    )
     return dataclasses.replace(exp, probe=probe)
 
 
@@ -192,11 +198,13 @@ def measure_real(hyp: Hypothesis, setup: Any, workdir: Path | None, validator: s
     findings = []
     for arm in hyp.arms:
         mode = str(arm.config[KNOB])
-        variants = [v for v in result["variants"] if v["mode"] == mode]
+        descriptors = str(arm.config.get(DESCRIPTORS, exp.host.kv_descriptors))
+        variants = [v for v in result["variants"] if v["mode"] == mode and v["kv_descriptors"] == descriptors]
         samples[arm.name] = probe_samples(variants)
-        findings += [_real_finding(validator, arm.name, v, tuple(f for f in files if not f.startswith("timelines/")
-                                                                 or f"-{schedule_key(v)}-{mode}" in f))
-                     for v in variants]
+        findings += [_real_finding(validator, arm.name, v, tuple(
+            f for f in files if f in ("probe.json", "probe_table.md")
+            or f in (f"timelines/probe-{v['name']}.json", f"timelines/probe-sim-{v['name']}.json")))
+            for v in variants]
     return Measurement(validator, samples, tuple(findings), varies=True,
                        extras={"probe": result, "table_md": table}, files=files,
                        notes=(f"real threads on this machine, {exp.probe.repeats} repeats per schedule",))
@@ -234,7 +242,8 @@ def _real_finding(validator: str, arm: str, v: dict[str, Any], files: tuple[str,
         validator=validator, arm=arm,
         where=Where.of("thread", thread="thread/kv-transfer", intervals="dispatch/combine on thread/main",
                        schedule=v["granularity"], cores=v["cores"], machine="this host (real threads)"),
-        what=(f"probe: prefill {-p['degradation']:+.1%} with KV transfer, its Python overlapping "
+        what=(f"probe ({v['cores']} core{'s' if v['cores'] > 1 else ''}, {_probe.arm_text(v)}): prefill "
+              f"{-p['degradation']:+.1%} with KV transfer, its Python overlapping "
               f"{p['kv_python_over_comm']:.0%} of dispatch/combine; simulator on the same schedule: "
               f"{-s['degradation']:+.1%}, overlap {s['kv_python_over_comm']:.0%}"
               + ("" if rel is None else f" (relative error {rel:+.0%})")),
@@ -376,7 +385,8 @@ def probe_figure(variants: list[dict[str, Any]], path: Path) -> None:
     """Probe (median, with its min..max over repeats) and simulator degradation per schedule."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(7.0, 0.9 * len(variants) + 2), 3.8))
-    labels = [f"{v['cores']} core{'s' if v['cores'] > 1 else ''}\n{v['granularity']}\n{v['mode']}" for v in variants]
+    labels = [f"{v['cores']} core{'s' if v['cores'] > 1 else ''}\n{v['granularity']}\n{v['mode']}"
+              + ("\nnative desc." if v.get("kv_descriptors") == "native" else "") for v in variants]
     x = range(len(variants))
     probe = [100 * v["probe"]["degradation"] for v in variants]
     low = [p - 100 * v["probe"]["spread"]["min"] for p, v in zip(probe, variants)]

@@ -90,13 +90,14 @@ def probe_segments(without: list[list[Interval]], prefill_s: list[float]) -> Pro
 
 
 def host_schedule(cfg: ProbeConfig, m, seg: ProbeSegments, granularity: str, holds: bool,
-                  cores: int) -> HostSchedule:
+                  cores: int, descriptors: str = "python") -> HostSchedule:
     """The probe's schedule for the simulator on `cores` cores: the main thread's segments as the
     probe recorded them alone, the transfer thread's Python and copy from the single-thread
     microbenchmarks (`m`: HostMeasurements), the GIL's switch interval and the hand-off latency
     after a blocking release as measured (drawn from the samples). A release by a thread that
     goes on computing uses the same latency: whether the woken thread then finds a free core is
-    the core model's business, not the GIL's."""
+    the core model's business, not the GIL's. `descriptors` "native": the descriptor work is the
+    same length but in a GIL-releasing native call, as the probe then runs it."""
     def measured(value: float) -> float:
         return 0.0 if value != value else value  # NaN: not measurable here
     return HostSchedule(
@@ -105,7 +106,8 @@ def host_schedule(cfg: ProbeConfig, m, seg: ProbeSegments, granularity: str, hol
         launch_s=seg.launch_s + seg.gap_s,
         dispatch_s=seg.dispatch_s,
         combine_s=seg.combine_s,
-        chunk_python_s=cfg.blocks_per_chunk * m.python_unit_s + seg.gap_s,
+        chunk_python_s=seg.gap_s + (0.0 if descriptors == "native" else cfg.blocks_per_chunk * m.python_unit_s),
+        native_descriptors_s=cfg.blocks_per_chunk * m.python_unit_s if descriptors == "native" else 0.0,
         copy_s=cfg.chunk_kib * 1024 / m.copy_cold_bytes_per_s,
         granularity=granularity,
         holds_gil=holds,
@@ -180,8 +182,9 @@ def probe_vs_sim(cfg: ProbeConfig, timeline_dir: Path | None = None) -> dict[str
             skipped.append({"cores": cores, "reason": reason})
             continue
         for granularity in cfg.granularities:
-            for mode, holds in MODES.items():
-                variants.append(_variant(cfg, libs, m, cores, granularity, mode, holds, timeline_dir))
+            for mode in cfg.modes:
+                for descriptors in cfg.kv_descriptors:
+                    variants.append(_variant(cfg, libs, m, cores, granularity, mode, descriptors, timeline_dir))
     measured = {k: _finite_or_none(v) for k, v in dataclasses.asdict(m).items()}
     # Other processes take cores the model does not know about: say how loaded the machine was.
     load = {"before": list(load_before), "after": list(os.getloadavg()), "cpus": os.cpu_count()}
@@ -189,7 +192,12 @@ def probe_vs_sim(cfg: ProbeConfig, timeline_dir: Path | None = None) -> dict[str
             "load_average": load}
 
 
-def _variant(cfg: ProbeConfig, libs, m, cores: int, granularity: str, mode: str, holds: bool,
+def variant_name(cores: int, granularity: str, mode: str, descriptors: str) -> str:
+    """A probe variant's name in file names: "<cores>c-<granularity>-<mode>[-native]"."""
+    return f"{cores}c-{granularity}-{mode}" + ("-native" if descriptors == "native" else "")
+
+
+def _variant(cfg: ProbeConfig, libs, m, cores: int, granularity: str, mode: str, descriptors: str,
              timeline_dir: Path | None) -> dict[str, Any]:
     from infralab.kernels.host_probe.affinity import skip_reason
     from infralab.kernels.host_probe.probe import ProbeSchedule, handoff_samples, run_probe, wake_delay_samples
@@ -198,7 +206,8 @@ def _variant(cfg: ProbeConfig, libs, m, cores: int, granularity: str, mode: str,
         steps=cfg.steps, layers=cfg.layers, launch_units=cfg.launch_units,
         dispatch_ns=cfg.dispatch_us * 1000, combine_ns=cfg.combine_us * 1000,
         blocks_per_chunk=cfg.blocks_per_chunk, chunk_bytes=cfg.chunk_kib * 1024,
-        granularity=granularity, holds_gil=holds, native_wait=cfg.native_wait, cores=cores,
+        granularity=granularity, holds_gil=MODES[mode], native_wait=cfg.native_wait, cores=cores,
+        native_descriptors_ns=round(cfg.blocks_per_chunk * m.python_unit_s * 1e9) if descriptors == "native" else 0,
     )
     without, with_ = [], []
     blocking: list[float] = []
@@ -222,24 +231,27 @@ def _variant(cfg: ProbeConfig, libs, m, cores: int, granularity: str, mode: str,
         wake_delay_s=statistics.median(wake) if wake else m.wake_delay_s,
         wake_delay_samples_s=tuple(sorted(wake)) or m.wake_delay_samples_s,
     )
-    hs = host_schedule(cfg, here, seg, granularity, holds, cores)
+    hs = host_schedule(cfg, here, seg, granularity, MODES[mode], cores, descriptors)
     # As many simulated repeats as real ones: hand-off latencies are drawn from the samples.
     sim_without = [run_host_schedule(hs, False, seed) for seed in range(cfg.repeats)]
     sim_with = [run_host_schedule(hs, True, seed) for seed in range(cfg.repeats)]
     sim = _summary([(r.record.intervals, r.prefill_s) for r in sim_without],
                    [(r.record.intervals, r.prefill_s) for r in sim_with])
     if timeline_dir is not None:
-        meta = {"granularity": granularity, "dispatch_combine": mode, "kv_transfer": True, "cores": cores}
+        meta = {"granularity": granularity, "dispatch_combine": mode, "kv_transfer": True, "cores": cores,
+                "kv_descriptors": descriptors}
         typical = _nearest(with_, probe["prefill_with_s"])[0]
-        name = f"{cores}c-{granularity}-{mode}"
+        name = variant_name(cores, granularity, mode, descriptors)
         save_trace(RunRecord(intervals=typical), timeline_dir / f"probe-{name}.json",
                    metadata={**meta, "source": "real threads (probe), seconds from the run's start"})
         save_trace(_nearest_run(sim_with, sim["prefill_with_s"]).record, timeline_dir / f"probe-sim-{name}.json",
                    metadata={**meta, "source": "simulator on the probe's schedule"})
     return {
+        "name": variant_name(cores, granularity, mode, descriptors),
         "cores": cores,
         "granularity": granularity,
         "mode": mode,
+        "kv_descriptors": descriptors,
         "probe": probe,
         "sim": sim,
         "probe_runs_s": {"without": [w[1] for w in without], "with": [w[1] for w in with_]},
@@ -272,6 +284,11 @@ def _us(seconds: float | None) -> str:
     return f"{seconds * 1e6:.0f} µs"
 
 
+def arm_text(v: dict[str, Any]) -> str:
+    """The variant's arm: its GIL mode, and where descriptors are built when not in Python."""
+    return v["mode"] + (", descriptors native" if v.get("kv_descriptors") == "native" else "")
+
+
 TARGET_REL_ERR = 0.20  # the issue's target: |sim - probe| / probe of the degradation
 
 
@@ -299,7 +316,7 @@ def probe_table(result: dict[str, Any]) -> str:
         rel = "n/a" if e is None else f"{e:+.0%}"
         ok = "n/a" if e is None else ("yes" if abs(e) <= TARGET_REL_ERR else "no")
         lines.append(
-            f"| {v['cores']} | {v['granularity']} | {v['mode']} | {_us(v['sim_inputs']['handoff_median_s'])} / "
+            f"| {v['cores']} | {v['granularity']} | {arm_text(v)} | {_us(v['sim_inputs']['handoff_median_s'])} / "
             f"{_us(v['sim_inputs']['wake_delay_median_s'])} "
             f"| {p['prefill_without_s']:.4f} / {s['prefill_without_s']:.4f} "
             f"| {p['degradation']:.1%} [{p['spread']['min']:.1%}..{p['spread']['max']:.1%}] "
@@ -325,7 +342,7 @@ def probe_table(result: dict[str, Any]) -> str:
             return side["with"][key] - side["without"][key]
 
         lines.append(
-            f"| {v['cores']} | {v['granularity']} | {v['mode']} | {delta(p, 'main_python_s'):+.4f} "
+            f"| {v['cores']} | {v['granularity']} | {arm_text(v)} | {delta(p, 'main_python_s'):+.4f} "
             f"| {delta(p, 'main_native_s'):+.4f} | {delta(p, 'main_other_s'):+.4f} | {delta(s, 'main_python_s'):+.4f} "
             f"| {delta(s, 'main_native_s'):+.4f} | {delta(s, 'main_other_s'):+.4f} |"
         )

@@ -8,7 +8,8 @@ The native calls go through ctypes.PyDLL (they keep the GIL, `holds_gil=True`) o
 dispatch polls, or a sleep (`native_wait`), which leaves the core to other threads.
 
 Transfer thread ("kv-transfer"), per chunk: block on a queue (GIL released), Python work building
-one descriptor per KV block (`blocks_per_chunk` units), then a native memcpy of `chunk_bytes`
+one descriptor per KV block (`blocks_per_chunk` units; or, with `native_descriptors_ns`, a native
+call of that length that releases the GIL), then a native memcpy of `chunk_bytes`
 through CDLL (releases the GIL), as a Mooncake-style transfer engine does. With
 `granularity="per_layer"` a chunk is posted after each layer's dispatch; with "after_prefill"
 all of a step's chunks are posted when the step ends.
@@ -64,6 +65,9 @@ class ProbeSchedule:
     # the core to the other thread, which matters on a small shared machine).
     native_wait: Literal["spin", "sleep"] = "spin"
     cores: int | None = None  # CPU cores both threads run on (None: the process's affinity as is)
+    # > 0: the descriptor work runs as one GIL-releasing native call of this many ns (busy on its
+    # core) instead of the Python loop (the "next fix": per-page work out of the Python loop).
+    native_descriptors_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -159,7 +163,11 @@ def _transfer_loop(libs: NativeLibs, sched: ProbeSchedule, work: queue.Queue, re
         chunk = work.get()
         if chunk is None:
             return
-        rec.python(track, "descriptors", sched.blocks_per_chunk)
+        if sched.native_descriptors_ns > 0:
+            spin = libs.releasing.infralab_spin_ns
+            rec.native(track, "descriptors", spin, False, sched.native_descriptors_ns)
+        else:
+            rec.python(track, "descriptors", sched.blocks_per_chunk)
         rec.native(track, "copy", copy, False, ctypes.addressof(dst), ctypes.addressof(src), sched.chunk_bytes)
 
 

@@ -4,7 +4,9 @@ simulated: the same threads and segments, with durations the agent measures on t
 Main thread, per step and layer: Python (`launch_s`) -> dispatch native call (`dispatch_s`, holds
 or releases the GIL) -> post the layer's chunk (per-layer granularity) -> Python (`launch_s`) ->
 combine native call (`combine_s`). Transfer thread, per chunk: blocking queue get (GIL released),
-Python (`chunk_python_s`), native copy (`copy_s` of CPU time, releases the GIL).
+Python (`chunk_python_s`; with `native_descriptors_s`, only the loop's own overhead, the
+descriptors being built in a GIL-releasing native call that long), native copy (`copy_s` of CPU
+time, releases the GIL).
 `cores`: the CPU cores the threads share (sim/host/cpu.py; None: a core per thread). Dispatch and
 combine poll on their core (`native_busy`) or sleep; either way their length is the device's.
 Seconds throughout.
@@ -40,6 +42,7 @@ class HostSchedule:
     cores: int | None = None  # CPU cores the process may run on (None: one per thread)
     quantum_s: float = 4e-3  # the OS scheduler's round-robin quantum (sim/host/cpu.py)
     wake_delay_samples_s: tuple[float, ...] = ()  # measured waits of a thread woken on a busy core
+    native_descriptors_s: float = 0.0  # > 0: descriptors built in a GIL-releasing native call this long
 
 
 @dataclass
@@ -75,7 +78,11 @@ def run_host_schedule(sched: HostSchedule, with_transfer: bool, seed: int = 0) -
             if get.value is None:
                 mover.finish()
                 return
-            yield from mover.python(sched.chunk_python_s, "descriptors")
+            if sched.native_descriptors_s > 0:
+                yield from mover.python(sched.chunk_python_s, "descriptors")
+                yield from mover.native(sched.native_descriptors_s, holds_gil=False, label="descriptors", busy=True)
+            else:
+                yield from mover.python(sched.chunk_python_s, "descriptors")
             yield from mover.native(sched.copy_s, holds_gil=False, label="copy", busy=True)
 
     def prefill():
