@@ -211,3 +211,18 @@ def test_hypothesis_b_finds_the_counter_example_and_the_next_fix(tmp_path: Path)
     (why,) = m.extras["why"]
     assert why["arm"] == "baseline" and why["blocked_by"]["op"] == "descriptors"
     assert all((tmp_path / "work" / "sim" / "timelines" / name).exists() for name in why["timelines"])
+
+
+def test_the_sim_mirror_of_native_descriptors_moves_the_loop_out_of_python() -> None:
+    class M:  # HostMeasurements stand-in
+        python_unit_s, switch_interval_s, handoff_s = 1e-7, 0.005, 2e-5
+        handoff_samples_s, wake_delay_samples_s = (1e-5,), ()
+        copy_cold_bytes_per_s = 4096 * 1024 / 3e-4
+
+    cfg = ProbeConfig(steps=1, layers=3, blocks_per_chunk=100)
+    seg = ProbeSegments(launch_s=1e-4, dispatch_s=1e-3, combine_s=2e-4, gap_s=1e-5)
+    sched = host_schedule(cfg, M, seg, "per_layer", False, 2, "native")
+    assert sched.chunk_python_s == pytest.approx(1e-5) and sched.native_descriptors_s == pytest.approx(1e-5)
+    run = run_host_schedule(sched, with_transfer=True)
+    names = {iv.name for iv in run.record.intervals if iv.track == "thread/kv-transfer" and dict(iv.args)["op"] == "descriptors"}
+    assert names == {"python", "native-release-gil"}

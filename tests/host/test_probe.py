@@ -12,6 +12,7 @@ import pytest
 
 from infralab.kernels.host_probe.build import load
 from infralab.kernels.host_probe.probe import (
+    GIL_WAIT,
     NATIVE_HOLD,
     NATIVE_RELEASE,
     PYTHON,
@@ -130,3 +131,14 @@ def test_a_probe_run_on_one_core_keeps_both_threads_there(libs) -> None:
     run = run_probe(sched, with_transfer=True, libs=libs)
     assert any(iv.track == "thread/kv-transfer" for iv in run.intervals)
     assert os.sched_getaffinity(0) == before
+
+
+def test_native_descriptors_run_as_one_releasing_call_per_chunk(libs) -> None:
+    sched = ProbeSchedule(steps=1, layers=3, launch_units=20, dispatch_ns=50_000, combine_ns=10_000,
+                          blocks_per_chunk=500, chunk_bytes=4 << 10, native_wait="sleep", holds_gil=False,
+                          native_descriptors_ns=30_000)
+    run = run_probe(sched, with_transfer=True, libs=libs)
+    mover = [iv for iv in run.intervals if iv.track == "thread/kv-transfer" and iv.op == "descriptors"]
+    calls = [iv for iv in mover if iv.name != GIL_WAIT]  # a releasing call may wait to get the GIL back
+    assert [iv.name for iv in calls] == [NATIVE_RELEASE] * 3
+    assert all(iv.end_ns - iv.start_ns >= 30_000 for iv in calls)
