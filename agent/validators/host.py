@@ -5,9 +5,10 @@ Knobs: dispatch_combine_gil (held | released, required): whether the expert-para
 dispatch/combine native calls hold the GIL; kv_descriptors (python | native, default: the
 experiment's host profile): whether the transfer thread builds its per-page descriptors in its
 Python loop (holding the GIL) or inside one native call that releases it. Metrics: degradation
-(mapping scenario or schedule -> 1 - prefill throughput with KV transfer / without), max_degradation, mean_degradation, kv_python_over_comm (mapping:
-fraction of dispatch/combine covered by the transfer thread's Python), min_kv_python_over_comm,
-and, simulated only, main_gil_wait_s (mapping, seconds).
+(mapping scenario or schedule -> 1 - prefill throughput with KV transfer / without),
+max_degradation, mean_degradation, kv_python_over_comm (mapping: fraction of dispatch/combine
+covered by the transfer thread's Python), min_kv_python_over_comm, and, simulated only,
+main_gil_wait_s (mapping, seconds).
 
 The experiment (scenarios, schedules) and how it is run belong to the study: `setup.hook` names a
 Python file, relative to the hypothesis file, that provides

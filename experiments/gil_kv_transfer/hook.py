@@ -57,7 +57,8 @@ def host_experiment(hyp: Hypothesis, setup: Any):
     probe = dataclasses.replace(
         probe,
         modes=tuple(dict.fromkeys(str(arm.config[KNOB]) for arm in hyp.arms)),
-        kv_descriptors=tuple(dict.fromkeys(str(arm.config.get(DESCRIPTORS, exp.host.kv_descriptors)) for arm in hyp.arms)),
+        kv_descriptors=tuple(dict.fromkeys(str(arm.config.get(DESCRIPTORS, exp.host.kv_descriptors))
+                                           for arm in hyp.arms)),
     )
     return dataclasses.replace(exp, probe=probe)
 
@@ -124,8 +125,9 @@ def measure_sim(hyp: Hypothesis, setup: Any, workdir: Path | None, validator: st
                                 f"{mode}-{descriptors}", timeline_dir)
             whys.append({"arm": arm.name, "mode": mode, "kv_descriptors": descriptors, **why})
             files += [f"timelines/{name}" for name in why["timelines"]]
-        findings += [_sim_finding(validator, arm, mode, row, files, why if why and why["scenario"] == row["scenario"]["name"] else None)
-                     for row in rows_by[descriptors]]
+        for row in rows_by[descriptors]:
+            own_why = why if why is not None and why["scenario"] == row["scenario"]["name"] else None
+            findings.append(_sim_finding(validator, arm, mode, row, files, own_why))
     sens = _sensitivity(exp) if exp.experiment.sensitivity_field else None
     return Measurement(validator, samples, tuple(findings), varies=False,
                        extras={"rows": rows, "table_md": table, "acceptance": exp.experiment.acceptance,
@@ -338,8 +340,8 @@ def sensitivity_table(sens: dict[str, Any]) -> str:
     head = (f"How far the cited numbers are from the published result ({sens['scenario']}; {field} varied around "
             f"the cited {sens['cited'] * 1e6:.2f} µs; a sensitivity, not a fit):\n\n"
             f"| {field} (µs) | held | released |\n|---|---|---|\n")
-    rows = [f"| {r[field] * 1e6:.2f}{' (cited)' if r[field] == sens['cited'] else ''} | {r['held']:.1%} | {r['released']:.1%} |"
-            for r in sens["rows"]]
+    rows = [f"| {r[field] * 1e6:.2f}{' (cited)' if r[field] == sens['cited'] else ''} "
+            f"| {r['held']:.1%} | {r['released']:.1%} |" for r in sens["rows"]]
     return head + "\n".join(rows) + "\n"
 
 
@@ -349,7 +351,8 @@ def sensitivity_sentence(sens: dict[str, Any]) -> str:
     text = ""
     if cited is not None:
         text = (f"with the cited {field} = {sens['cited'] * 1e6:.2f} µs, holding the GIL costs {cited['held']:.1%} "
-                f"(the published > 20 % is {0.20 / cited['held']:.1f}x that) and releasing it {cited['released']:.1%}; ")
+                f"(the published > 20 % is {0.20 / cited['held']:.1f}x that) and releasing it "
+                f"{cited['released']:.1%}; ")
     both = [r for r in rows if r["held"] > 0.20 and r["released"] <= 0.05]
     above = [r for r in rows if r["held"] > 0.20]
     if both:

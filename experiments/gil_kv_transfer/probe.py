@@ -301,8 +301,9 @@ def probe_table(result: dict[str, Any]) -> str:
     lines += [
         "Calibration (single-thread measurements on this machine): "
         f"Python unit {m['python_unit_s'] * 1e9:.0f} ns, ctypes call {m['native_call_hold_s'] * 1e6:.2f} µs (PyDLL) / "
-        f"{m['native_call_release_s'] * 1e6:.2f} µs (CDLL), memcpy {m['copy_bytes_per_s'] / 1e9:.1f} GB/s hot / {m['copy_cold_bytes_per_s'] / 1e9:.1f} GB/s cold (used), "
-        f"switch interval {m['switch_interval_s'] * 1e3:.1f} ms, loop overhead {m['layer_overhead_s'] * 1e6:.1f} µs/layer; "
+        f"{m['native_call_release_s'] * 1e6:.2f} µs (CDLL), memcpy {m['copy_bytes_per_s'] / 1e9:.1f} GB/s hot / "
+        f"{m['copy_cold_bytes_per_s'] / 1e9:.1f} GB/s cold (used), switch interval {m['switch_interval_s'] * 1e3:.1f} ms, "
+        f"loop overhead {m['layer_overhead_s'] * 1e6:.1f} µs/layer; "
         "the main thread's segments from the probe's runs without transfer. Predicted, not fitted: the runs with "
         "transfer at each core count.",
         "",

@@ -157,7 +157,8 @@ def test_the_published_scenario_is_built_from_its_cited_numbers() -> None:
     full = [b for b, d in zip(built.chunk_bytes, built.chunk_descriptors) if d > 2]
     assert full and all(b == 4096 * (512 + 64) * 2 for b in full)  # MLA latent + rope, BF16, per token
     assert all(d == 4096 for d in built.chunk_descriptors if d > 2)  # one tuple per 1-token page
-    assert exp.experiment.sensitivity_field == "descriptor_s" and exp.host.descriptor_s in exp.experiment.sensitivity_values
+    assert exp.experiment.sensitivity_field == "descriptor_s"
+    assert exp.host.descriptor_s in exp.experiment.sensitivity_values
 
 
 def test_native_descriptors_take_the_per_page_work_out_of_the_gil() -> None:
@@ -172,7 +173,8 @@ def test_native_descriptors_take_the_per_page_work_out_of_the_gil() -> None:
     for where in ("python", "native"):
         built = build(exp.setup, dataclasses.replace(exp.host, kv_descriptors=where), scenario)
         runs[where] = run(built, scenario, holds_gil=False, with_transfer=True)
-    mover = [iv for iv in runs["native"].record.intervals if iv.track == "thread/kv-transfer" and dict(iv.args)["op"] == "descriptors"]
+    mover = [iv for iv in runs["native"].record.intervals
+             if iv.track == "thread/kv-transfer" and dict(iv.args)["op"] == "descriptors"]
     assert {iv.name for iv in mover} == {"python", "native-release-gil"}
     python_s = sum(iv.end_s - iv.start_s for iv in mover if iv.name == "python")
     assert python_s == pytest.approx(16 * exp.host.chunk_python_s)  # only the fixed part is left in Python
@@ -224,5 +226,6 @@ def test_the_sim_mirror_of_native_descriptors_moves_the_loop_out_of_python() -> 
     sched = host_schedule(cfg, M, seg, "per_layer", False, 2, "native")
     assert sched.chunk_python_s == pytest.approx(1e-5) and sched.native_descriptors_s == pytest.approx(1e-5)
     run = run_host_schedule(sched, with_transfer=True)
-    names = {iv.name for iv in run.record.intervals if iv.track == "thread/kv-transfer" and dict(iv.args)["op"] == "descriptors"}
+    names = {iv.name for iv in run.record.intervals
+             if iv.track == "thread/kv-transfer" and dict(iv.args)["op"] == "descriptors"}
     assert names == {"python", "native-release-gil"}
