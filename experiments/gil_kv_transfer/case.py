@@ -72,6 +72,9 @@ class ProbeConfig:
     cores: tuple[Int(gt=0, le=4096), ...] = (1, 2)
     # The OS's round-robin quantum the simulator uses when threads outnumber cores (sim/host/cpu.py).
     quantum_us: PositiveInt = 4000
+    # The slice a task keeps after it gets a core before a wake-up may preempt it (sim/host/cpu.py):
+    # Linux EEVDF's base slice, 0.75 ms x (1 + log2 of the online CPUs, at most 8): 1.5 ms on 2 CPUs.
+    slice_us: NonNegInt = 1500
     # Which arms to run (the hypothesis's arms choose): GIL modes, and where descriptors are built.
     modes: tuple[Literal["held", "released"], ...] = ("held", "released")
     kv_descriptors: tuple[Literal["python", "native"], ...] = ("python",)

@@ -116,6 +116,7 @@ def host_schedule(cfg: ProbeConfig, m, seg: ProbeSegments, granularity: str, hol
         cores=cores,
         quantum_s=cfg.quantum_us * 1e-6,
         wake_delay_samples_s=tuple(m.wake_delay_samples_s),
+        slice_s=cfg.slice_us * 1e-6,
     )
 
 

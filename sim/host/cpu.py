@@ -17,7 +17,9 @@ two CPU-bound threads on one core alternate in quantum-long slices.
 Wake-up preemption (optional): Linux sometimes lets a woken thread take the core at once and
 sometimes makes it wait for a tick. Given measured `wake_delay_samples_s` and an `rng`, a thread
 that becomes runnable while every core is busy takes the core of the longest-running holder after
-a delay drawn from the samples (0: at once), unless a quantum ends first. Without samples only
+a delay drawn from the samples (0: at once), unless a quantum ends first; but not before that
+holder has had its core for `slice_s` (Linux's EEVDF protects the slice of a task that just got
+the CPU: a thread freshly woken itself is not preempted by the next wake-up). Without samples only
 quantum ends move threads.
 
 `cores=None` means as many cores as runnable threads (nobody ever waits). Simulated seconds.
@@ -52,7 +54,8 @@ class Cpu:
     """`cores` cores (None: unlimited) shared round-robin with a `quantum_s` quantum."""
 
     def __init__(self, env: simpy.Environment, cores: int | None = None, quantum_s: float = 4e-3,
-                 wake_delay_samples_s: tuple[float, ...] = (), rng: np.random.Generator | None = None) -> None:
+                 wake_delay_samples_s: tuple[float, ...] = (), rng: np.random.Generator | None = None,
+                 slice_s: float = 0.0) -> None:
         if cores is not None and cores < 1:
             raise ValueError(f"cores must be >= 1 or None, got {cores!r}")
         if not quantum_s > 0:
@@ -61,6 +64,7 @@ class Cpu:
         self.cores = cores
         self.quantum_s = quantum_s
         self._wake_delays = wake_delay_samples_s
+        self._slice_s = slice_s
         self._rng = rng
         self._threads: dict[str, _Thread] = {}
         self._queue: deque[str] = deque()
@@ -235,7 +239,11 @@ class Cpu:
         if who is None or waiter.on_core_since is not None:
             return
         holders = [(t.on_core_since, w) for w, t in self._threads.items() if t.on_core_since is not None]
-        _, victim = min(holders)
+        since, victim = min(holders)
+        if self.env.now < since + self._slice_s:  # its slice is protected: try again when it ends
+            timer = self.env.timeout(since + self._slice_s - self.env.now)
+            timer.callbacks.append(lambda _e: self._wake_preempt(waiter))
+            return
         self.preemptions += 1
         held = self._threads[victim]
         self._off_core(held)

@@ -42,6 +42,7 @@ class HostSchedule:
     cores: int | None = None  # CPU cores the process may run on (None: one per thread)
     quantum_s: float = 4e-3  # the OS scheduler's round-robin quantum (sim/host/cpu.py)
     wake_delay_samples_s: tuple[float, ...] = ()  # measured waits of a thread woken on a busy core
+    slice_s: float = 0.0  # a holder that got its core less than this ago is not preempted by a wake-up
     native_descriptors_s: float = 0.0  # > 0: descriptors built in a GIL-releasing native call this long
 
 
@@ -64,7 +65,8 @@ def run_host_schedule(sched: HostSchedule, with_transfer: bool, seed: int = 0) -
     record = RunRecord()
     cpu = None
     if sched.cores is not None:
-        cpu = Cpu(env, sched.cores, sched.quantum_s, sched.wake_delay_samples_s, stream(seed, "host.cpu.wake"))
+        cpu = Cpu(env, sched.cores, sched.quantum_s, sched.wake_delay_samples_s, stream(seed, "host.cpu.wake"),
+                  sched.slice_s)
     gil = Gil(env, sched.gil, stream(seed, "host.gil.handoff"), cpu)
     main = HostThread(env, "main", gil, record.intervals, cpu)
     mover = HostThread(env, "kv-transfer", gil, record.intervals, cpu)

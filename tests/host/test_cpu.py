@@ -175,3 +175,24 @@ def test_a_woken_thread_preempts_after_a_drawn_wake_up_delay_or_at_the_quantum_e
     assert ends["a"] == pytest.approx(woken_ms)
     assert ends["b"] == pytest.approx(20.0)
     assert cpu.busy_core_s == pytest.approx(20 * MS)
+
+
+def test_a_wake_up_does_not_preempt_a_holder_inside_its_slice() -> None:
+    # One core. b gets it at 0 for 5 ms of work; a, woken at 0.5 ms, may preempt at once (delay 0)
+    # but b's 1.5 ms slice is protected: a runs at 1.5 ms, for its 1 ms; b finishes at 6 ms.
+    env = simpy.Environment()
+    cpu = Cpu(env, 1, 4 * MS, wake_delay_samples_s=(0.0,), rng=np.random.default_rng(0), slice_s=1.5 * MS)
+    ends: dict[str, float] = {}
+
+    def job(name: str, start: float, work: float):
+        yield env.timeout(start)
+        yield cpu.run(name)
+        yield cpu.compute(name, work)
+        cpu.block(name)
+        ends[name] = env.now / MS
+
+    env.process(job("b", 0.0, 5 * MS))
+    env.process(job("a", 0.5 * MS, 1 * MS))
+    env.run()
+    assert ends == pytest.approx({"a": 2.5, "b": 6.0})
+    assert cpu.core_wait_s == pytest.approx({"a": 1 * MS, "b": 1 * MS})
