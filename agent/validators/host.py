@@ -1,11 +1,14 @@
 """The host model's part of the `sim` and `real` validators: hypotheses of kind `host-concurrency`
 (Python threads, the GIL, device streams, a KV-transfer thread beside prefill).
 
-Knob: dispatch_combine_gil (held | released): whether the expert-parallel dispatch/combine native
-calls hold the GIL. Metrics: degradation (mapping scenario or schedule -> 1 - prefill throughput
-with KV transfer / without), max_degradation, mean_degradation, kv_python_over_comm (mapping:
-fraction of dispatch/combine covered by the transfer thread's Python), min_kv_python_over_comm,
-and, simulated only, main_gil_wait_s (mapping, seconds).
+Knobs: dispatch_combine_gil (held | released, required): whether the expert-parallel
+dispatch/combine native calls hold the GIL; kv_descriptors (python | native, default: the
+experiment's host profile): whether the transfer thread builds its per-page descriptors in its
+Python loop (holding the GIL) or inside one native call that releases it. Metrics: degradation
+(mapping scenario or schedule -> 1 - prefill throughput with KV transfer / without),
+max_degradation, mean_degradation, kv_python_over_comm (mapping: fraction of dispatch/combine
+covered by the transfer thread's Python), min_kv_python_over_comm, and, simulated only,
+main_gil_wait_s (mapping, seconds).
 
 The experiment (scenarios, schedules) and how it is run belong to the study: `setup.hook` names a
 Python file, relative to the hypothesis file, that provides
@@ -30,7 +33,9 @@ from infralab.errors import InputError
 from infralab.field_types import Int
 
 KIND = "host-concurrency"
-KNOBS = {"dispatch_combine_gil": KnobSpec(str, ("held", "released"))}
+KNOBS = {"dispatch_combine_gil": KnobSpec(str, ("held", "released")),
+         "kv_descriptors": KnobSpec(str, ("python", "native"))}
+REQUIRED = ("dispatch_combine_gil",)
 REAL_METRICS = ("degradation", "max_degradation", "mean_degradation", "kv_python_over_comm",
                 "min_kv_python_over_comm")
 SIM_METRICS = (*REAL_METRICS, "main_gil_wait_s")
@@ -72,7 +77,7 @@ MAPPING_METRICS = ("degradation", "kv_python_over_comm", "main_gil_wait_s")
 
 
 def declaration(metrics: tuple[str, ...]) -> Declaration:
-    return Declaration(KIND, metrics, KNOBS, HostConcurrencySetup, required=tuple(KNOBS), check=check_host_setup,
+    return Declaration(KIND, metrics, KNOBS, HostConcurrencySetup, required=REQUIRED, check=check_host_setup,
                        mappings=tuple(m for m in metrics if m in MAPPING_METRICS))
 
 

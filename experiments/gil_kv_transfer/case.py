@@ -46,6 +46,10 @@ class ExperimentInfo:
     # Checked per scenario and mode against {"degradation": ..., "throughput_ratio": ...}.
     acceptance: str = "degradation <= 0.05"
     timelines: tuple[str, ...] = ()  # scenario names whose held and released runs get a timeline
+    # How far the first scenario is from a result: its degradation with one [host] cost varied
+    # (a sensitivity beside the decision, never a fit). Empty: none.
+    sensitivity_field: str = ""
+    sensitivity_values: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -63,6 +67,17 @@ class ProbeConfig:
     granularities: tuple[Literal["per_layer", "after_prefill"], ...] = ("per_layer", "after_prefill")
     native_wait: Literal["spin", "sleep"] = "sleep"
     repeats: PositiveInt = 3
+    # Core counts the probe runs on (CPU affinity) and the simulator is given as host.cores; a
+    # count this machine lacks is skipped with the reason.
+    cores: tuple[Int(gt=0, le=4096), ...] = (1, 2)
+    # The OS's round-robin quantum the simulator uses when threads outnumber cores (sim/host/cpu.py).
+    quantum_us: PositiveInt = 4000
+    # The slice a task keeps after it gets a core before a wake-up may preempt it (sim/host/cpu.py):
+    # Linux EEVDF's base slice, 0.75 ms x (1 + log2 of the online CPUs, at most 8): 1.5 ms on 2 CPUs.
+    slice_us: NonNegInt = 1500
+    # Which arms to run (the hypothesis's arms choose): GIL modes, and where descriptors are built.
+    modes: tuple[Literal["held", "released"], ...] = ("held", "released")
+    kv_descriptors: tuple[Literal["python", "native"], ...] = ("python",)
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -85,6 +100,10 @@ def load_experiment(path: str | Path) -> GilExperiment:
         if name not in names:
             raise InputError(f"{path}: experiment.timelines", f"unknown scenario {name!r}", f"one of {names}")
     parse_criterion(exp.experiment.acceptance, f"{path}: experiment.acceptance")
+    field = exp.experiment.sensitivity_field
+    numeric = [f.name for f in dataclasses.fields(HostProfile) if f.name.endswith("_s")]
+    if field and field not in numeric:
+        raise InputError(f"{path}: experiment.sensitivity_field", f"unknown host cost {field!r}", f"one of {numeric}")
     return exp
 
 

@@ -31,7 +31,12 @@ from infralab.agent.validators.base import Measurement, sample_keys
 from infralab.agent.validators.ladder import TestResult
 
 case = load_hook(Path(__file__).with_name("case.py"))
-KNOB = "dispatch_combine_gil"
+_why = load_hook(Path(__file__).with_name("why.py"))
+explain_worst, explanation_text, sensitivity = _why.explain_worst, _why.explanation_text, _why.sensitivity
+KNOB, DESCRIPTORS = "dispatch_combine_gil", "kv_descriptors"
+_probe = load_hook(Path(__file__).with_name("probe.py"))
+TARGET_REL_ERR = _probe.TARGET_REL_ERR
+MODES = case.MODES
 
 
 def scenario_names(experiment: Path) -> list[str]:
@@ -48,6 +53,13 @@ def host_experiment(hyp: Hypothesis, setup: Any):
         probe = dataclasses.replace(probe, repeats=setup.probe_repeats)
     if setup.probe_granularities:
         probe = dataclasses.replace(probe, granularities=setup.probe_granularities)
+    # The probe runs the arms the hypothesis has: its GIL modes and where descriptors are built.
+    probe = dataclasses.replace(
+        probe,
+        modes=tuple(dict.fromkeys(str(arm.config[KNOB]) for arm in hyp.arms)),
+        kv_descriptors=tuple(dict.fromkeys(str(arm.config.get(DESCRIPTORS, exp.host.kv_descriptors))
+                                           for arm in hyp.arms)),
+    )
     return dataclasses.replace(exp, probe=probe)
 
 
@@ -67,33 +79,72 @@ def host_metrics(rows: list[dict[str, Any]], mode: str) -> dict[str, Any]:
     }
 
 
+def _descriptor_modes(hyp: Hypothesis, exp) -> list[str]:
+    """The kv_descriptors values the arms use, in arm order (default: the experiment's host profile)."""
+    return list(dict.fromkeys(str(arm.config.get(DESCRIPTORS, exp.host.kv_descriptors)) for arm in hyp.arms))
+
+
+def _with_descriptors(exp, value: str):
+    return dataclasses.replace(exp, host=dataclasses.replace(exp.host, kv_descriptors=value))
+
+
 def measure_sim(hyp: Hypothesis, setup: Any, workdir: Path | None, validator: str = "sim") -> Measurement:
     exp = host_experiment(hyp, setup)
+    modes = _descriptor_modes(hyp, exp)
     timeline_dir = None
     if workdir is not None:
         timeline_dir = workdir / "timelines"
         timeline_dir.mkdir(parents=True, exist_ok=True)
-    rows = case.sweep(exp, timeline_dir)
+    # One sweep per kv_descriptors value; the experiment's named timelines come from the first.
+    rows_by = {d: case.sweep(_with_descriptors(exp, d), timeline_dir if i == 0 else None) for i, d in enumerate(modes)}
+    rows = rows_by[modes[0]]
+    limit = case.limit_of(exp.experiment.acceptance)
+    if len(modes) == 1:
+        table = case.sweep_table(rows, exp.experiment.acceptance)
+    else:
+        table = "\n".join(f"kv_descriptors = {d} (per-page descriptors built in "
+                          f"{'the Python loop' if d == 'python' else 'one GIL-releasing native call'}):\n\n"
+                          + case.sweep_table(rows_by[d], exp.experiment.acceptance) for d in modes)
     files: list[str] = []
-    table = case.sweep_table(rows, exp.experiment.acceptance)
     if workdir is not None:
         (workdir / "sim_table.md").write_text(table)
-        case.degradation_figure(rows, case.limit_of(exp.experiment.acceptance), workdir / "figures" / "degradation.png")
+        case.degradation_figure(rows, limit, workdir / "figures" / "degradation.png")
         files += ["sim_table.md", "figures/degradation.png"]
         files += sorted(str(p.relative_to(workdir)) for p in timeline_dir.glob("*.json"))
-    samples, findings = {}, []
+    samples, findings, whys = {}, [], []
     for arm in hyp.arms:
         mode = str(arm.config[KNOB])
-        metrics = host_metrics(rows, mode)
+        descriptors = str(arm.config.get(DESCRIPTORS, exp.host.kv_descriptors))
+        metrics = host_metrics(rows_by[descriptors], mode)
         samples[arm.name] = [dict(metrics) for _ in sample_keys(hyp)]
-        for row in rows:
-            findings.append(_sim_finding(validator, arm, mode, row, files))
+        why = None
+        if metrics["max_degradation"] > limit:  # name why, in explain's words, for the worst scenario
+            worst = max(metrics["degradation"], key=metrics["degradation"].get)
+            scenario = next(s for s in exp.scenario if s.name == worst)
+            why = explain_worst(_with_descriptors(exp, descriptors), scenario, MODES[mode],
+                                f"{mode}-{descriptors}", timeline_dir)
+            whys.append({"arm": arm.name, "mode": mode, "kv_descriptors": descriptors, **why})
+            files += [f"timelines/{name}" for name in why["timelines"]]
+        for row in rows_by[descriptors]:
+            own_why = why if why is not None and why["scenario"] == row["scenario"]["name"] else None
+            findings.append(_sim_finding(validator, arm, mode, row, files, own_why))
+    sens = _sensitivity(exp) if exp.experiment.sensitivity_field else None
     return Measurement(validator, samples, tuple(findings), varies=False,
-                       extras={"rows": rows, "table_md": table, "acceptance": exp.experiment.acceptance},
+                       extras={"rows": rows, "table_md": table, "acceptance": exp.experiment.acceptance,
+                               "why": whys, "sensitivity": sens, "experiment": exp.experiment.name},
                        files=tuple(files), notes=(f"fine-grained host model, {len(rows)} scenarios",))
 
 
-def _sim_finding(validator: str, arm: Arm, mode: str, row: dict[str, Any], files: list[str]) -> Finding:
+def _sensitivity(exp) -> dict[str, Any]:
+    info = exp.experiment
+    return {"field": info.sensitivity_field, "cited": getattr(exp.host, info.sensitivity_field),
+            "scenario": exp.scenario[0].name,
+            "rows": sensitivity(exp, exp.scenario[0], info.sensitivity_field, info.sensitivity_values)}
+
+
+def _sim_finding(validator: str, arm: Arm, mode: str, row: dict[str, Any], files: list[str],
+                 why: dict[str, Any] | None = None) -> Finding:
+    """One scenario's finding for one arm; `why`: explain's cause, when this is the arm's worst."""
     name = row["scenario"]["name"]
     result = row["modes"][mode]
     blame = result["attribution"]
@@ -103,7 +154,14 @@ def _sim_finding(validator: str, arm: Arm, mode: str, row: dict[str, Any], files
             f"the transfer thread's Python overlaps {ov['kv_python_over_comm']:.0%} of dispatch/combine; "
             f"extra prefill time {blame['extra_s'] * 1e3:.2f} ms, main-thread GIL wait "
             f"{blame['main_gil_wait_s'] * 1e3:.2f} ms (GIL waits: {waits or 'none'})")
-    timeline = [f for f in files if f.startswith(f"timelines/{name}-{mode}")]
+    descriptors = arm.config.get(DESCRIPTORS)
+    if descriptors is not None:
+        what = what.replace("the GIL:", f"the GIL, per-page descriptors in {descriptors} code:", 1)
+    own = (f"timelines/{name}-{mode}.json", f"timelines/{name}-{mode}-no-transfer.json")
+    timeline = [f for f in files if f in own]
+    if why is not None:
+        what += f"; why: {explanation_text(why)}"
+        timeline += [f"timelines/{t}" for t in why["timelines"]]
     return Finding(
         validator=validator, arm=arm.name,
         where=Where.of("thread", thread="thread/kv-transfer", intervals="dispatch/combine on thread/main",
@@ -126,7 +184,7 @@ def _sim_finding(validator: str, arm: Arm, mode: str, row: dict[str, Any], files
 def measure_real(hyp: Hypothesis, setup: Any, workdir: Path | None, validator: str = "real") -> Measurement:
     from infralab.results import dump_json
 
-    probe = load_hook(Path(__file__).with_name("probe.py"))
+    probe = _probe
     exp = host_experiment(hyp, setup)
     timeline_dir = None if workdir is None else workdir / "timelines"
     if timeline_dir is not None:
@@ -142,26 +200,33 @@ def measure_real(hyp: Hypothesis, setup: Any, workdir: Path | None, validator: s
     findings = []
     for arm in hyp.arms:
         mode = str(arm.config[KNOB])
-        variants = [v for v in result["variants"] if v["mode"] == mode]
+        descriptors = str(arm.config.get(DESCRIPTORS, exp.host.kv_descriptors))
+        variants = [v for v in result["variants"] if v["mode"] == mode and v["kv_descriptors"] == descriptors]
         samples[arm.name] = probe_samples(variants)
-        findings += [_real_finding(validator, arm.name, v, tuple(f for f in files if not f.startswith("timelines/")
-                                                                 or f"-{v['granularity']}-{mode}" in f))
-                     for v in variants]
+        findings += [_real_finding(validator, arm.name, v, tuple(
+            f for f in files if f in ("probe.json", "probe_table.md")
+            or f in (f"timelines/probe-{v['name']}.json", f"timelines/probe-sim-{v['name']}.json")))
+            for v in variants]
     return Measurement(validator, samples, tuple(findings), varies=True,
                        extras={"probe": result, "table_md": table}, files=files,
                        notes=(f"real threads on this machine, {exp.probe.repeats} repeats per schedule",))
 
 
+def schedule_key(v: dict[str, Any]) -> str:
+    """A probe variant's schedule, as the key of the degradation mapping: "<cores>c-<granularity>"."""
+    return f"{v['cores']}c-{v['granularity']}"
+
+
 def probe_samples(variants: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One metrics mapping per probe repeat (repeats are paired across granularities by index)."""
+    """One metrics mapping per probe repeat (repeats are paired across schedules by index)."""
     repeats = min(len(v["probe_runs_s"]["with"]) for v in variants)
     out = []
     for i in range(repeats):
         degradation = {}
         for v in variants:
             without, with_ = v["probe_runs_s"]["without"][i], v["probe_runs_s"]["with"][i]
-            degradation[v["granularity"]] = 1.0 - without / with_
-        overlap = {v["granularity"]: v["probe"]["kv_python_over_comm"] for v in variants}
+            degradation[schedule_key(v)] = 1.0 - without / with_
+        overlap = {schedule_key(v): v["probe"]["kv_python_over_comm"] for v in variants}
         out.append({
             "degradation": degradation,
             "max_degradation": max(degradation.values()),
@@ -178,8 +243,9 @@ def _real_finding(validator: str, arm: str, v: dict[str, Any], files: tuple[str,
     return Finding(
         validator=validator, arm=arm,
         where=Where.of("thread", thread="thread/kv-transfer", intervals="dispatch/combine on thread/main",
-                       schedule=v["granularity"], machine="this host (real threads)"),
-        what=(f"probe: prefill {-p['degradation']:+.1%} with KV transfer, its Python overlapping "
+                       schedule=v["granularity"], cores=v["cores"], machine="this host (real threads)"),
+        what=(f"probe ({v['cores']} core{'s' if v['cores'] > 1 else ''}, {_probe.arm_text(v)}): prefill "
+              f"{-p['degradation']:+.1%} with KV transfer, its Python overlapping "
               f"{p['kv_python_over_comm']:.0%} of dispatch/combine; simulator on the same schedule: "
               f"{-s['degradation']:+.1%}, overlap {s['kv_python_over_comm']:.0%}"
               + ("" if rel is None else f" (relative error {rel:+.0%})")),
@@ -200,42 +266,143 @@ def _real_finding(validator: str, arm: str, v: dict[str, Any], files: tuple[str,
 
 
 def report(results: list[TestResult], out: Path) -> tuple[list[str], str]:
-    result = results[0]
-    figures, text = [], []
-    sim = result.rung("sim")
-    if sim is not None and sim.measurement is not None:
-        src = out / "studies" / result.hypothesis.name / "sim" / "figures" / "degradation.png"
-        if src.exists():
-            shutil.copyfile(src, out / "figures" / "gil_degradation.png")
-            figures.append("figures/gil_degradation.png")
-        text += ["Simulated degradation table (fine-grained host model; per scenario, dispatch/combine "
-                 "holding vs releasing the GIL; overlap = share of dispatch/combine covered by the "
-                 "transfer thread's Python):", "", sim.measurement.extras.get("table_md", "")]
-    real = result.rung("real")
-    if real is not None and real.measurement is not None:
-        text += ["Confirmation on this machine (real threads; probe vs the simulator on the same schedule):", "",
-                 real.measurement.extras.get("table_md", "")]
-        _probe_figure(real.measurement.extras["probe"]["variants"], out / "figures" / "gil_probe_vs_sim.png")
-        figures.append("figures/gil_probe_vs_sim.png")
-    elif result.rung("sim") is not None:
-        text.append("The real-threads probe did not run (see the ladder above).")
+    """The study's story (cause, fix, where the fix stops being enough), then per hypothesis its
+    simulated table, explanations and sensitivity, and the probe-vs-simulator table and figure."""
+    figures: list[str] = []
+    text = [story(results), ""]
+    for i, result in enumerate(results):
+        name = result.hypothesis.name
+        text += [f"### Hypothesis `{name}`", "", f"Claim: {result.hypothesis.claim} → **{result.verdict}**", ""]
+        sim = result.rung("sim")
+        if sim is not None and sim.measurement is not None:
+            extras = sim.measurement.extras
+            src = out / "studies" / name / "sim" / "figures" / "degradation.png"
+            target = "figures/gil_degradation.png" if i == 0 else f"figures/{name}_degradation.png"
+            if src.exists():
+                shutil.copyfile(src, out / target)
+                figures.append(target)
+            text += [f"Simulated degradation ({extras['experiment']}; per scenario, dispatch/combine holding vs "
+                     "releasing the GIL; overlap = share of dispatch/combine covered by the transfer thread's Python):",
+                     "", extras.get("table_md", "")]
+            text += [f"- Why ({w['arm']}): {explanation_text(w)}." for w in extras.get("why", [])]
+            if extras.get("sensitivity"):
+                text += ["", sensitivity_table(extras["sensitivity"])]
+        real = result.rung("real")
+        if real is not None and real.measurement is not None:
+            text += ["", "Confirmation on this machine: the real-threads probe at 1 and 2 cores beside the simulator "
+                     "on the same schedule and core count:", "", real.measurement.extras.get("table_md", "")]
+            probe_figure(real.measurement.extras["probe"]["variants"], out / "figures" / "gil_probe_vs_sim.png")
+            figures.append("figures/gil_probe_vs_sim.png")
+        elif "real" in result.hypothesis.validators:
+            text.append("The real-threads probe did not run (see the ladder above).")
+        text.append("")
     return figures, "\n".join(text) + "\n"
 
 
-def _probe_figure(variants: list[dict[str, Any]], path: Path) -> None:
+def _max_of(result: TestResult, arm: str) -> tuple[float, str] | None:
+    sim = result.rung("sim")
+    if sim is None or sim.measurement is None or arm not in sim.measurement.samples:
+        return None
+    degradation = sim.measurement.samples[arm][0]["degradation"]
+    worst = max(degradation, key=degradation.get)
+    return degradation[worst], worst
+
+
+def story(results: list[TestResult]) -> str:
+    """The seed's story as the results tell it: per hypothesis, each arm's worst degradation and the
+    explanation of the arms above the acceptance limit, then the probe's agreement."""
+    lines = ["**The story, as the model and the probe tell it.**", ""]
+    for result in results:
+        hyp = result.hypothesis
+        arms = []
+        for arm in hyp.arms:
+            found = _max_of(result, arm.name)
+            if found is not None:
+                arms.append(f"{arm.name} ({arm.describe()}): worst {found[0]:.1%} ({found[1]})")
+        lines.append(f"- `{hyp.name}` **{result.verdict}**: " + "; ".join(arms) + ".")
+        sim = result.rung("sim")
+        for w in (sim.measurement.extras.get("why", []) if sim is not None and sim.measurement is not None else []):
+            lines.append(f"  - cause ({w['arm']}): {explanation_text(w)}.")
+            if len(w["timelines"]) == 2:
+                run, base = (f"studies/{hyp.name}/sim/timelines/{t}" for t in w["timelines"])
+                lines.append(f"    (reproduce: `infralab explain {run} --against {base}`, in this folder)")
+        sens = sim.measurement.extras.get("sensitivity") if sim is not None and sim.measurement is not None else None
+        if sens:
+            lines.append(f"  - how far: {sensitivity_sentence(sens)}")
+        real = result.rung("real")
+        if real is not None and real.measurement is not None:
+            lines.append(f"  - probe vs simulator: {probe_agreement(real.measurement.extras['probe'])}")
+    return "\n".join(lines)
+
+
+def sensitivity_table(sens: dict[str, Any]) -> str:
+    field = sens["field"]
+    head = (f"How far the cited numbers are from the published result ({sens['scenario']}; {field} varied around "
+            f"the cited {sens['cited'] * 1e6:.2f} µs; a sensitivity, not a fit):\n\n"
+            f"| {field} (µs) | held | released |\n|---|---|---|\n")
+    rows = [f"| {r[field] * 1e6:.2f}{' (cited)' if r[field] == sens['cited'] else ''} "
+            f"| {r['held']:.1%} | {r['released']:.1%} |" for r in sens["rows"]]
+    return head + "\n".join(rows) + "\n"
+
+
+def sensitivity_sentence(sens: dict[str, Any]) -> str:
+    field, rows = sens["field"], sens["rows"]
+    cited = next((r for r in rows if r[field] == sens["cited"]), None)
+    text = ""
+    if cited is not None:
+        text = (f"with the cited {field} = {sens['cited'] * 1e6:.2f} µs, holding the GIL costs {cited['held']:.1%} "
+                f"(the published > 20 % is {0.20 / cited['held']:.1f}x that) and releasing it "
+                f"{cited['released']:.1%}; ")
+    both = [r for r in rows if r["held"] > 0.20 and r["released"] <= 0.05]
+    above = [r for r in rows if r["held"] > 0.20]
+    if both:
+        text += f"both published numbers hold at {field} = {both[0][field] * 1e6:.2f} µs."
+    elif above:
+        r = above[0]
+        text += (f"held passes 20 % from {field} = {r[field] * 1e6:.2f} µs ({r['held']:.1%}), but released is then "
+                 f"{r['released']:.1%}: no value in the sweep gives both published numbers.")
+    else:
+        text += "no value in the sweep makes holding the GIL cost > 20 %."
+    return text
+
+
+def probe_agreement(result: dict[str, Any]) -> str:
+    variants = result["variants"]
+    errors = [v["rel_err"]["degradation"] for v in variants if v["rel_err"]["degradation"] is not None]
+    if not errors:
+        return "no comparable variant ran."
+    within = sum(1 for e in errors if abs(e) <= TARGET_REL_ERR)
+    per_core = {}
+    for v in variants:
+        e = v["rel_err"]["degradation"]
+        if e is not None:
+            per_core.setdefault(v["cores"], []).append(abs(e))
+    detail = ", ".join(f"{c} core{'s' if c > 1 else ''}: median |error| {sorted(es)[len(es) // 2]:.0%}"
+                       for c, es in sorted(per_core.items()))
+    skipped = "; ".join(f"{s['cores']} cores skipped ({s['reason']})" for s in result.get("skipped", []))
+    return (f"relative error of the degradation within {TARGET_REL_ERR:.0%} on {within} of {len(errors)} schedules "
+            f"({detail})" + (f"; {skipped}" if skipped else "") + ".")
+
+
+def probe_figure(variants: list[dict[str, Any]], path: Path) -> None:
+    """Probe (median, with its min..max over repeats) and simulator degradation per schedule."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 3.8))
-    labels = [f"{v['granularity']}\n{v['mode']}" for v in variants]
+    fig, ax = plt.subplots(figsize=(max(7.0, 0.9 * len(variants) + 2), 3.8))
+    labels = [f"{v['cores']} core{'s' if v['cores'] > 1 else ''}\n{v['granularity']}\n{v['mode']}"
+              + ("\nnative desc." if v.get("kv_descriptors") == "native" else "") for v in variants]
     x = range(len(variants))
-    ax.bar([i - 0.2 for i in x], [100 * v["probe"]["degradation"] for v in variants], width=0.4,
-           label="probe (real threads)", color="#c0504d")
+    probe = [100 * v["probe"]["degradation"] for v in variants]
+    low = [p - 100 * v["probe"]["spread"]["min"] for p, v in zip(probe, variants)]
+    high = [100 * v["probe"]["spread"]["max"] - p for p, v in zip(probe, variants)]
+    ax.bar([i - 0.2 for i in x], probe, width=0.4, yerr=[low, high], capsize=3,
+           label="probe (real threads), median and min..max over repeats", color="#c0504d")
     ax.bar([i + 0.2 for i in x], [100 * v["sim"]["degradation"] for v in variants], width=0.4,
-           label="simulator, same schedule", color="#4f81bd")
+           label="simulator, same schedule and cores", color="#4f81bd")
     ax.axhline(5, color="black", linestyle="--", linewidth=1, label="acceptance 5 %")
-    ax.set_xticks(list(x), labels, fontsize=8)
+    ax.set_xticks(list(x), labels, fontsize=7)
     ax.set_ylabel("prefill lost to KV transfer (%)")
-    ax.set_title("KV transfer vs prefill on this machine")
-    ax.legend(fontsize=8)
+    ax.set_title("KV transfer vs prefill on this machine, by core count")
+    ax.legend(fontsize=7)
     save_figure(fig, path)
 
 

@@ -8,10 +8,14 @@ The native calls go through ctypes.PyDLL (they keep the GIL, `holds_gil=True`) o
 dispatch polls, or a sleep (`native_wait`), which leaves the core to other threads.
 
 Transfer thread ("kv-transfer"), per chunk: block on a queue (GIL released), Python work building
-one descriptor per KV block (`blocks_per_chunk` units), then a native memcpy of `chunk_bytes`
+one descriptor per KV block (`blocks_per_chunk` units; or, with `native_descriptors_ns`, a native
+call of that length that releases the GIL), then a native memcpy of `chunk_bytes`
 through CDLL (releases the GIL), as a Mooncake-style transfer engine does. With
 `granularity="per_layer"` a chunk is posted after each layer's dispatch; with "after_prefill"
 all of a step's chunks are posted when the step ends.
+
+With `cores`, the probe pins its main thread to that many cores (affinity.py) before it starts the
+transfer thread, so both share them as the simulator's `host.cores` says.
 
 Every segment is recorded as a `ProbeInterval` with `time.perf_counter_ns` (Python segments,
 stamped every SLICE_UNITS units so that a slice during which the thread lost the GIL shows up as
@@ -34,6 +38,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
+from infralab.kernels.host_probe.affinity import pinned, skip_reason
 from infralab.kernels.host_probe.build import NativeLibs, load
 
 PYTHON = "python"
@@ -59,6 +64,10 @@ class ProbeSchedule:
     # How dispatch/combine wait for "the device": busy-spin (as DeepEP polls) or sleep (leaves
     # the core to the other thread, which matters on a small shared machine).
     native_wait: Literal["spin", "sleep"] = "spin"
+    cores: int | None = None  # CPU cores both threads run on (None: the process's affinity as is)
+    # > 0: the descriptor work runs as one GIL-releasing native call of this many ns (busy on its
+    # core) instead of the Python loop (the "next fix": per-page work out of the Python loop).
+    native_descriptors_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -154,13 +163,23 @@ def _transfer_loop(libs: NativeLibs, sched: ProbeSchedule, work: queue.Queue, re
         chunk = work.get()
         if chunk is None:
             return
-        rec.python(track, "descriptors", sched.blocks_per_chunk)
+        if sched.native_descriptors_ns > 0:
+            spin = libs.releasing.infralab_spin_ns
+            rec.native(track, "descriptors", spin, False, sched.native_descriptors_ns)
+        else:
+            rec.python(track, "descriptors", sched.blocks_per_chunk)
         rec.native(track, "copy", copy, False, ctypes.addressof(dst), ctypes.addressof(src), sched.chunk_bytes)
 
 
 def run_probe(sched: ProbeSchedule, with_transfer: bool, libs: NativeLibs | None = None) -> ProbeRun:
-    """Run the schedule once on real threads; returns the recorded intervals."""
+    """Run the schedule once on real threads (on `sched.cores` cores); returns the recorded
+    intervals. ValueError when this machine has fewer usable cores than `sched.cores`."""
     libs = libs or load()
+    with pinned(sched.cores):  # before the transfer thread starts: it inherits the mask
+        return _run_probe(sched, with_transfer, libs)
+
+
+def _run_probe(sched: ProbeSchedule, with_transfer: bool, libs: NativeLibs) -> ProbeRun:
     lib = libs.lib(sched.holds_gil)
     spin = lib.infralab_spin_ns if sched.native_wait == "spin" else lib.infralab_sleep_ns
     run = ProbeRun(sched, with_transfer)
@@ -204,7 +223,8 @@ class HostMeasurements:
     python_unit_s: float  # one iteration of `python_work`
     native_call_hold_s: float  # ctypes call overhead of a zero-length spin, PyDLL
     native_call_release_s: float  # same through CDLL (GIL release and re-acquire included)
-    copy_bytes_per_s: float  # memcpy bandwidth for `chunk_bytes`
+    copy_bytes_per_s: float  # memcpy bandwidth for `chunk_bytes`, hot caches
+    copy_cold_bytes_per_s: float  # the same with the caches flushed before each copy
     handoff_s: float  # from a release by a thread that then sleeps, to the waiter's first bytecode
     handoff_busy_s: float  # the same when the releasing thread spins on (keeps its core busy)
     handoff_samples_s: tuple[float, ...]  # every valid trial behind handoff_s (its median)
@@ -213,6 +233,8 @@ class HostMeasurements:
     spin_overshoot_s: float  # how much longer than asked a spin runs (call overhead excluded)
     sleep_overshoot_s: float  # same for a sleep (timer slack plus wake-up)
     layer_overhead_s: float  # the main loop's own cost per layer (recording, calls) with no work
+    wake_delay_s: float  # median wait of a thread woken on a busy core (wake_delay_samples)
+    wake_delay_samples_s: tuple[float, ...]
 
 
 def _median_s(samples_ns: list[int]) -> float:
@@ -238,12 +260,22 @@ def _time_call(fn, repeats: int) -> float:
     return _median_s(samples)
 
 
-def _time_copy(libs: NativeLibs, nbytes: int, repeats: int) -> float:
+EVICT_BYTES = 64 << 20  # copied between timed copies to push the chunk out of the caches
+
+
+def _time_copy(libs: NativeLibs, nbytes: int, repeats: int, cold: bool = False) -> float:
+    """memcpy rate (bytes/s) of `nbytes`, back to back (hot caches) or `cold`: after copying
+    EVICT_BYTES elsewhere, as a KV chunk written long ago is not in cache."""
     src, dst = (ctypes.c_char * nbytes)(), (ctypes.c_char * nbytes)()
     stamps = (ctypes.c_uint64 * 2)()
+    copy = libs.releasing.infralab_copy
+    copy(ctypes.addressof(dst), ctypes.addressof(src), nbytes, stamps)  # touch the pages
+    evict = ((ctypes.c_char * EVICT_BYTES)(), (ctypes.c_char * EVICT_BYTES)()) if cold else None
     samples = []
     for _ in range(repeats):
-        libs.releasing.infralab_copy(ctypes.addressof(dst), ctypes.addressof(src), nbytes, stamps)
+        if evict is not None:
+            copy(ctypes.addressof(evict[1]), ctypes.addressof(evict[0]), EVICT_BYTES, stamps)
+        copy(ctypes.addressof(dst), ctypes.addressof(src), nbytes, stamps)
         samples.append(stamps[1] - stamps[0])
     return nbytes / _median_s(samples)
 
@@ -262,11 +294,16 @@ def _time_layer_overhead(libs: NativeLibs, layers: int) -> float:
     return min(run_probe(empty, False, libs).prefill_s for _ in range(3)) / layers
 
 
-def handoff_samples(libs: NativeLibs, repeats: int, native_wait: str) -> tuple[float, ...]:
+def handoff_samples(libs: NativeLibs, repeats: int, native_wait: str, cores: int | None = None) -> tuple[float, ...]:
     """A waiter blocked on the GIL while main holds it in a PyDLL spin; main then enters a CDLL
     spin or sleep (releases). Hand-off = the waiter's first bytecode stamp - that call's start.
-    Trials where the waiter was not yet waiting when main released are discarded. Returns the
-    valid samples (seconds), sorted."""
+    Trials where the waiter was not yet waiting when main released are discarded. Both threads
+    run on `cores` cores (None: as the process is). Returns the valid samples (seconds), sorted."""
+    with pinned(cores):
+        return _handoff_samples(libs, repeats, native_wait)
+
+
+def _handoff_samples(libs: NativeLibs, repeats: int, native_wait: str) -> tuple[float, ...]:
     release = libs.releasing.infralab_spin_ns if native_wait == "spin" else libs.releasing.infralab_sleep_ns
     samples: list[int] = []
     for _ in range(repeats * 4):
@@ -293,6 +330,45 @@ def handoff_samples(libs: NativeLibs, repeats: int, native_wait: str) -> tuple[f
     return tuple(sorted(ns * 1e-9 for ns in samples))
 
 
+WAKE_PROBE_SLEEP_NS = 1_000_000  # the sleep whose wake-up on a busy core is timed
+
+
+def wake_delay_samples(libs: NativeLibs, repeats: int) -> tuple[float, ...]:
+    """How long a thread woken on a busy core waits before it runs (seconds, sorted).
+
+    On ONE core, a second thread spins in native code (GIL released) the whole time; main sleeps
+    WAKE_PROBE_SLEEP_NS in native code, over and over. Main wakes on time but runs again only when
+    the OS gives it the core back: at once (wake-up preemption) or at a later scheduler tick. Each
+    sample is one sleep's length less the median length of the same sleep with the core free."""
+    stamps = (ctypes.c_uint64 * 2)()
+    sleep = libs.releasing.infralab_sleep_ns
+    alone = []
+    with pinned(1):
+        for _ in range(repeats):
+            sleep(WAKE_PROBE_SLEEP_NS, stamps)
+            alone.append(stamps[1] - stamps[0])
+        stop = threading.Event()
+
+        def spinner() -> None:
+            own = (ctypes.c_uint64 * 2)()
+            while not stop.is_set():
+                libs.releasing.infralab_spin_ns(20_000_000, own)
+
+        t = threading.Thread(target=spinner)
+        t.start()
+        try:
+            sleep(WAKE_PROBE_SLEEP_NS, stamps)  # let the spinner start
+            shared = []
+            for _ in range(repeats):
+                sleep(WAKE_PROBE_SLEEP_NS, stamps)
+                shared.append(stamps[1] - stamps[0])
+        finally:
+            stop.set()
+            t.join()
+    usual = statistics.median(alone)
+    return tuple(sorted(max(ns - usual, 0) * 1e-9 for ns in shared))
+
+
 def microbenchmarks(
     chunk_bytes: int = 4 << 20,
     native_wait: Literal["spin", "sleep"] = "spin",
@@ -305,11 +381,13 @@ def microbenchmarks(
     python_work(1000)  # warm up
     handoff = handoff_samples(libs, repeats, "sleep")
     handoff_busy = handoff_samples(libs, repeats, "spin")
+    wake = wake_delay_samples(libs, 2 * repeats) if skip_reason(1) is None else ()
     return HostMeasurements(
         python_unit_s=_time_python_unit(2000, repeats),
         native_call_hold_s=_time_call(libs.holding.infralab_spin_ns, repeats * 20),
         native_call_release_s=_time_call(libs.releasing.infralab_spin_ns, repeats * 20),
         copy_bytes_per_s=_time_copy(libs, chunk_bytes, repeats),
+        copy_cold_bytes_per_s=_time_copy(libs, chunk_bytes, max(repeats // 2, 1), cold=True),
         handoff_s=statistics.median(handoff) if handoff else float("nan"),
         handoff_busy_s=statistics.median(handoff_busy) if handoff_busy else float("nan"),
         handoff_samples_s=handoff,
@@ -318,4 +396,6 @@ def microbenchmarks(
         spin_overshoot_s=_time_overshoot(libs.releasing.infralab_spin_ns, 200_000, repeats),
         sleep_overshoot_s=_time_overshoot(libs.releasing.infralab_sleep_ns, 200_000, repeats),
         layer_overhead_s=_time_layer_overhead(libs, 200),
+        wake_delay_s=statistics.median(wake) if wake else float("nan"),
+        wake_delay_samples_s=wake,
     )

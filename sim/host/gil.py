@@ -22,7 +22,10 @@ Modelling choices (documented, parameterised):
   but with the two or three threads of a serving process FIFO is what one observes.
 - With a zero hand-off latency a release gives the GIL to the first waiter at once (no barging
   window). The latency may depend on whether the releasing thread blocks or keeps its core busy
-  (`GilParams.handoff_busy_s`), the one place where CPU cores (not modelled) show through.
+  (`GilParams.handoff_busy_s`), a stand-in for CPU cores when none are modelled.
+- With CPU cores modelled (`cpu`, sim/host/cpu.py), a woken waiter must also get a core before
+  it can take the GIL: while it waits for one, the GIL stays free and a running thread may barge
+  in (the convoy effect gets worse when threads outnumber cores, as on a loaded machine).
 - The drop request is cleared when a new holder takes the GIL, as take_gil() does.
 
 Times are simulated seconds.
@@ -35,6 +38,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import simpy
+
+from infralab.sim.host.cpu import Cpu
 
 
 @dataclass(frozen=True)
@@ -87,8 +92,9 @@ class Gil:
     """One interpreter's GIL. Threads are named by strings; use through `HostThread`."""
 
     def __init__(self, env: simpy.Environment, params: GilParams = GilParams(),
-                 rng: np.random.Generator | None = None) -> None:
+                 rng: np.random.Generator | None = None, cpu: Cpu | None = None) -> None:
         self.env = env
+        self._cpu = cpu
         self.params = params
         self._rng = rng  # for hand-off latencies drawn from samples (GilParams.handoff_samples_s)
         self.holder: str | None = None
@@ -173,7 +179,9 @@ class Gil:
             return
         waiter = self._waiters.popleft()
         latency = self.params.handoff(busy, self._rng)
-        if latency == 0:
+        if latency == 0 and (self._cpu is None or self._cpu.has_free_core()):
+            if self._cpu is not None:
+                self._cpu.run(waiter.who)  # it runs at once, on the free core
             self._take(waiter.who)
             waiter.granted.succeed()
             return
@@ -181,13 +189,20 @@ class Gil:
         self.env.process(self._wake(waiter, latency))
 
     def _wake(self, waiter: _Waiter, latency: float):
-        yield self.env.timeout(latency)
+        if latency > 0:
+            yield self.env.timeout(latency)
+        if self._cpu is not None:  # the woken thread must run to take the GIL
+            ready = self._cpu.run(waiter.who)
+            if not ready.triggered:
+                yield ready
         self._waking = None
         if self.holder is None:
             self._take(waiter.who)
             waiter.granted.succeed()
             return
         # Someone barged in: wait again, at the front, with a fresh switch-interval clock.
+        if self._cpu is not None:
+            self._cpu.block(waiter.who)
         self._waiters.appendleft(waiter)
         signalled, waiter.signalled = waiter.signalled, self.env.event()
         signalled.succeed()

@@ -4,7 +4,11 @@ simulated: the same threads and segments, with durations the agent measures on t
 Main thread, per step and layer: Python (`launch_s`) -> dispatch native call (`dispatch_s`, holds
 or releases the GIL) -> post the layer's chunk (per-layer granularity) -> Python (`launch_s`) ->
 combine native call (`combine_s`). Transfer thread, per chunk: blocking queue get (GIL released),
-Python (`chunk_python_s`), native copy (`copy_s`, releases the GIL).
+Python (`chunk_python_s`; with `native_descriptors_s`, only the loop's own overhead, the
+descriptors being built in a GIL-releasing native call that long), native copy (`copy_s` of CPU
+time, releases the GIL).
+`cores`: the CPU cores the threads share (sim/host/cpu.py; None: a core per thread). Dispatch and
+combine poll on their core (`native_busy`) or sleep; either way their length is the device's.
 Seconds throughout.
 """
 
@@ -15,6 +19,7 @@ from typing import Literal
 
 import simpy
 
+from infralab.sim.host.cpu import Cpu
 from infralab.sim.host.gil import Gil, GilParams
 from infralab.sim.host.thread import HostThread
 from infralab.sim.random_streams import stream
@@ -34,6 +39,11 @@ class HostSchedule:
     holds_gil: bool
     gil: GilParams
     native_busy: bool = True  # dispatch/combine spin (True) or sleep (False) on their core
+    cores: int | None = None  # CPU cores the process may run on (None: one per thread)
+    quantum_s: float = 4e-3  # the OS scheduler's round-robin quantum (sim/host/cpu.py)
+    wake_delay_samples_s: tuple[float, ...] = ()  # measured waits of a thread woken on a busy core
+    slice_s: float = 0.0  # a holder that got its core less than this ago is not preempted by a wake-up
+    native_descriptors_s: float = 0.0  # > 0: descriptors built in a GIL-releasing native call this long
 
 
 @dataclass
@@ -42,14 +52,24 @@ class HostScheduleRun:
     prefill_s: float
 
 
+def _device_wait(thread: HostThread, duration_s: float, holds_gil: bool, label: str, busy: bool):
+    """A native call that waits `duration_s` of wall time for the device, polling or sleeping."""
+    env = thread.env
+    yield from thread.native_until(lambda: env.timeout(duration_s), holds_gil, label, busy)
+
+
 def run_host_schedule(sched: HostSchedule, with_transfer: bool, seed: int = 0) -> HostScheduleRun:
     """Simulate the schedule once; deterministic for a `seed` (which only matters when the GIL's
-    hand-off latencies are drawn from samples)."""
+    hand-off latencies or the cores' wake-up delays are drawn from samples)."""
     env = simpy.Environment()
     record = RunRecord()
-    gil = Gil(env, sched.gil, stream(seed, "host.gil.handoff"))
-    main = HostThread(env, "main", gil, record.intervals)
-    mover = HostThread(env, "kv-transfer", gil, record.intervals)
+    cpu = None
+    if sched.cores is not None:
+        cpu = Cpu(env, sched.cores, sched.quantum_s, sched.wake_delay_samples_s, stream(seed, "host.cpu.wake"),
+                  sched.slice_s)
+    gil = Gil(env, sched.gil, stream(seed, "host.gil.handoff"), cpu)
+    main = HostThread(env, "main", gil, record.intervals, cpu)
+    mover = HostThread(env, "kv-transfer", gil, record.intervals, cpu)
     inbox = simpy.Store(env)
     done: dict[str, float] = {}
 
@@ -60,18 +80,22 @@ def run_host_schedule(sched: HostSchedule, with_transfer: bool, seed: int = 0) -
             if get.value is None:
                 mover.finish()
                 return
-            yield from mover.python(sched.chunk_python_s, "descriptors")
+            if sched.native_descriptors_s > 0:
+                yield from mover.python(sched.chunk_python_s, "descriptors")
+                yield from mover.native(sched.native_descriptors_s, holds_gil=False, label="descriptors", busy=True)
+            else:
+                yield from mover.python(sched.chunk_python_s, "descriptors")
             yield from mover.native(sched.copy_s, holds_gil=False, label="copy", busy=True)
 
     def prefill():
         for _ in range(sched.steps):
             for _ in range(sched.layers):
                 yield from main.python(sched.launch_s, "launch")
-                yield from main.native(sched.dispatch_s, sched.holds_gil, "dispatch", sched.native_busy)
+                yield from _device_wait(main, sched.dispatch_s, sched.holds_gil, "dispatch", sched.native_busy)
                 if with_transfer and sched.granularity == "per_layer":
                     inbox.put("chunk")
                 yield from main.python(sched.launch_s, "launch")
-                yield from main.native(sched.combine_s, sched.holds_gil, "combine", sched.native_busy)
+                yield from _device_wait(main, sched.combine_s, sched.holds_gil, "combine", sched.native_busy)
             if with_transfer and sched.granularity == "after_prefill":
                 for _ in range(sched.layers):
                     inbox.put("chunk")

@@ -3,7 +3,10 @@
 Per chunk (one layer's KV, or one layer of a finished prompt): wait for the KV to be written
 (a device event; the wait releases the GIL), build the transfer descriptors in Python (one per KV
 page), then a native transfer over the link that releases the GIL until the bytes have arrived.
-The Python part needs the GIL, so it can only run when the prefill thread lets it.
+The Python part needs the GIL, so it can only run when the prefill thread lets it. With
+`descriptors_native` the per-page part moves into one native call that takes the page list and
+releases the GIL (a batch-transfer API), at the same cost per page: only the fixed per-chunk
+Python is left in the loop.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ class TransferCosts:
     chunk_python_s: float
     descriptor_s: float
     holds_gil: bool = False  # Mooncake's transfer call releases the GIL
+    descriptors_native: bool = False  # per-page work in a GIL-releasing native call, not Python
 
 
 @dataclass
@@ -49,7 +53,11 @@ def kv_transfer_loop(
             thread.finish()
             return
         yield from thread.wait(chunk.ready, "kv-ready")
-        yield from thread.python(costs.chunk_python_s + chunk.descriptors * costs.descriptor_s, "descriptors")
+        if costs.descriptors_native:
+            yield from thread.python(costs.chunk_python_s, "descriptors")
+            yield from thread.native(chunk.descriptors * costs.descriptor_s, holds_gil=False, label="descriptors")
+        else:
+            yield from thread.python(costs.chunk_python_s + chunk.descriptors * costs.descriptor_s, "descriptors")
         label = f"kv step{chunk.step} layer{chunk.layer}"
         yield from thread.native_until(lambda: send(chunk.nbytes, label), costs.holds_gil, "transfer")
         if chunk.step_done is not None:

@@ -12,7 +12,10 @@ Where each number comes from:
 - KV bytes per layer: the model spec (MLA latent per token for full-attention layers, KDA state
   per sequence for linear layers); descriptors per layer: one per KV page for full-attention
   layers, two (state, conv window) for linear layers;
-- host costs (`HostProfile`): given by the experiment, each with its source there.
+- host costs (`HostProfile`): given by the experiment, each with its source there; `cores` the
+  CPU cores the process's threads share (sim/host/cpu.py; None: a core per thread), and
+  `kv_descriptors` where the per-page descriptor work runs: in the transfer thread's Python loop
+  (holding the GIL), or inside one native call that releases it (the "next fix" arm).
 
 Prefill throughput = prompt tokens of all steps / time the main thread needs for them.
 Times are seconds, sizes bytes.
@@ -31,6 +34,7 @@ from infralab.config_io import STRICT
 from infralab.errors import InputError
 from infralab.sim.config import CostConfig
 from infralab.sim.cost_model import CostModel, StepWork
+from infralab.sim.host.cpu import Cpu
 from infralab.sim.host.gil import Gil, GilParams
 from infralab.sim.host.kv_transfer_thread import KvChunk, TransferCosts, kv_transfer_loop
 from infralab.sim.host.moe_prefill import (
@@ -69,6 +73,11 @@ class HostProfile:
     chunk_python_s: NonNegFloat = 50e-6
     descriptor_s: NonNegFloat = 0.2e-6
     notify_s: NonNegFloat = 20e-6  # DeepEP's counts exchange the dispatch waits for
+    cores: PositiveInt | None = None  # CPU cores the process may use (None: one per thread)
+    quantum_s: PositiveFloat = 4e-3  # the OS's round-robin quantum when threads outnumber cores
+    # Where the per-page descriptor work runs: "python" (the transfer thread's loop, holding the
+    # GIL) or "native" (one call that takes the page list and releases the GIL; same cost per page).
+    kv_descriptors: Literal["python", "native"] = "python"
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -92,6 +101,7 @@ class Scenario:
     layers: PositiveInt | None = None  # None: the model's
     granularity: Literal["per_layer", "after_prefill"] = "per_layer"
     nic_bandwidth: PositiveFloat | None = None  # bytes/s; None: the NIC spec's
+    ep_link_bandwidth: PositiveFloat | None = None  # bytes/s of the intra-node all-to-all; None: the link spec's
     page_tokens: PositiveInt = 16
     steps: PositiveInt = 4
     kv_slots: PositiveInt = 2  # prompts whose KV may wait for transfer before prefill stalls
@@ -108,6 +118,8 @@ class BuiltScenario:
     nic: LinkSpec
     transfer: TransferCosts
     gil: GilParams
+    cores: int | None = None
+    quantum_s: float = 4e-3
 
 
 @dataclasses.dataclass
@@ -168,14 +180,20 @@ def build(setup: CaseSetup, host: HostProfile, scenario: Scenario) -> BuiltScena
     nic = load_link(setup.nic)
     if scenario.nic_bandwidth is not None:
         nic = dataclasses.replace(nic, bandwidth=scenario.nic_bandwidth)
+    ep_link = load_link(setup.ep_link)
+    if scenario.ep_link_bandwidth is not None:
+        ep_link = dataclasses.replace(ep_link, bandwidth=scenario.ep_link_bandwidth)
     return BuiltScenario(
         plan=plan,
         chunk_bytes=chunk_bytes,
         chunk_descriptors=chunk_desc,
-        ep_link=load_link(setup.ep_link),
+        ep_link=ep_link,
         nic=nic,
-        transfer=TransferCosts(host.chunk_python_s, host.descriptor_s),
+        transfer=TransferCosts(host.chunk_python_s, host.descriptor_s,
+                               descriptors_native=host.kv_descriptors == "native"),
         gil=GilParams(host.switch_interval_s, host.handoff_s, host.handoff_busy_s),
+        cores=host.cores,
+        quantum_s=host.quantum_s,
     )
 
 
@@ -195,8 +213,9 @@ def run(built: BuiltScenario, scenario: Scenario, holds_gil: bool, with_transfer
     """Simulate `scenario.steps` prefill steps; the transfer thread runs only if `with_transfer`."""
     env = simpy.Environment()
     record = RunRecord()
-    gil = Gil(env, built.gil)
-    main = HostThread(env, MAIN, gil, record.intervals)
+    cpu = Cpu(env, built.cores, built.quantum_s) if built.cores is not None else None
+    gil = Gil(env, built.gil, cpu=cpu)
+    main = HostThread(env, MAIN, gil, record.intervals, cpu)
     nvlink = Link(env, built.ep_link, "nvlink0", record)
     nic = Link(env, built.nic, "nic0", record)
     device = EpDevice(
@@ -206,7 +225,7 @@ def run(built: BuiltScenario, scenario: Scenario, holds_gil: bool, with_transfer
         inter=lambda n: nic.transfer(n, "all-to-all"),
     )
     inbox = simpy.Store(env)
-    mover = HostThread(env, TRANSFER, gil, record.intervals)
+    mover = HostThread(env, TRANSFER, gil, record.intervals, cpu)
     step_sent: list[simpy.Event] = []
     if with_transfer:
         env.process(kv_transfer_loop(mover, inbox, lambda n, label: nic.transfer(n, label), built.transfer))

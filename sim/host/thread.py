@@ -9,6 +9,11 @@ A program is a generator function that takes the thread and yields from its segm
         yield from t.wait(event, label="sync")          # blocked (GIL released) until `event`
         t.finish()
 
+With a `Cpu` (sim/host/cpu.py) the thread also needs a core for what it runs on the CPU: Python,
+and native calls that are `busy` (they compute, or poll until their event). Waiting for the GIL,
+for an event, or in a native call that blocks (`busy=False`) takes no core. Without one, every
+thread has a core of its own (the model before CPU cores existed).
+
 States recorded on track "thread/<name>" (interval name = state, args = (("op", label),)):
 "python", "native-hold-gil", "native-release-gil", "gil-wait". Times are simulated seconds.
 """
@@ -20,6 +25,7 @@ from typing import Any
 
 import simpy
 
+from infralab.sim.host.cpu import Cpu
 from infralab.sim.host.gil import Gil
 from infralab.sim.records import Interval
 
@@ -30,6 +36,7 @@ GIL_WAIT = "gil-wait"
 STATES = (PYTHON, NATIVE_HOLD, NATIVE_RELEASE, GIL_WAIT)
 
 _EPS = 1e-12  # remaining work below this (seconds) is float residue, not work
+_COMPUTE, _SPIN, _BLOCK = "compute", "spin", "block"  # what a native call does with its core
 
 Segment = Generator[simpy.Event, Any, Any]
 
@@ -37,8 +44,10 @@ Segment = Generator[simpy.Event, Any, Any]
 class HostThread:
     """One Python thread of a process sharing `gil`; appends its intervals to `intervals`."""
 
-    def __init__(self, env: simpy.Environment, name: str, gil: Gil, intervals: list[Interval]) -> None:
+    def __init__(self, env: simpy.Environment, name: str, gil: Gil, intervals: list[Interval],
+                 cpu: Cpu | None = None) -> None:
         self.env = env
+        self.cpu = cpu
         self.name = name
         self.track = f"thread/{name}"
         self.gil = gil
@@ -52,20 +61,31 @@ class HostThread:
     def python(self, duration_s: float, label: str = "") -> Segment:
         """Run `duration_s` of bytecode. Holds the GIL; gives it up at a bytecode boundary when a
         waiter has requested a drop, then continues after getting it back."""
+        yield from self._on_core()
         yield from self._acquire(label)
         remaining = duration_s
         while remaining > _EPS:
             if self.gil.drop_requested:  # eval breaker at a bytecode boundary
                 yield from self._forced_drop(label)
             start = self.env.now
-            yield self.env.timeout(remaining) | self.gil.drop_event
-            remaining -= self.env.now - start
+            if self.cpu is None:
+                yield self.env.timeout(remaining) | self.gil.drop_event
+                remaining -= self.env.now - start
+            else:
+                yield self.cpu.compute(self.name, remaining) | self.gil.drop_event
+                remaining = self.cpu.stop(self.name)
             self._record(PYTHON, start, label)
 
     def native(self, duration_s: float, holds_gil: bool, label: str = "", busy: bool = True) -> Segment:
-        """A native call of fixed duration that keeps the GIL (uninterruptible) or releases it.
-        `busy`: it computes, spins or copies on its core (False: it blocks, e.g. sleeps)."""
-        yield from self.native_until(lambda: self.env.timeout(duration_s), holds_gil, label, busy)
+        """A native call that keeps the GIL (uninterruptible) or releases it. `busy`: it computes
+        or copies for `duration_s` of CPU time on its core (with a `Cpu`, it waits whenever it
+        has no core); False: it blocks (sleeps) for `duration_s`, holding no core."""
+        if busy and self.cpu is not None:
+            cpu = self.cpu
+            yield from self._native(lambda: cpu.compute(self.name, duration_s), holds_gil, label, busy, _COMPUTE)
+        else:
+            kind = _SPIN if busy else _BLOCK
+            yield from self._native(lambda: self.env.timeout(duration_s), holds_gil, label, busy, kind)
 
     def native_until(
         self, call: Callable[[], simpy.Event], holds_gil: bool, label: str = "", busy: bool = True
@@ -74,21 +94,11 @@ class HostThread:
         its completion event, e.g. a device stream or a link finishing) and returns when that fires.
 
         Holding the GIL, it blocks every other thread meanwhile; releasing it, it gives the GIL
-        to a waiter and re-acquires it on return (waiting like any other thread)."""
-        if holds_gil:
-            yield from self._acquire(label)
-            start = self.env.now
-            yield call()
-            self._record(NATIVE_HOLD, start, label)
-            if self.gil.drop_requested:  # the first bytecode boundary after the call
-                yield from self._forced_drop(label)
-            return
-        if self.has_gil:
-            self._release(busy)
-        start = self.env.now
-        yield call()
-        self._record(NATIVE_RELEASE, start, label)
-        yield from self._acquire(label)
+        to a waiter and re-acquires it on return (waiting like any other thread). `busy`: the
+        thread polls on its core until the event (with a `Cpu` it stays runnable, and may lose
+        its core to another thread at a quantum's end); False: it blocks, holding no core. Either
+        way it needs a core again to return."""
+        yield from self._native(call, holds_gil, label, busy, _SPIN if busy else _BLOCK)
 
     def wait(self, event: simpy.Event, label: str = "wait") -> Segment:
         """Block with the GIL released until `event` (Event.wait, stream synchronise, queue get).
@@ -99,21 +109,60 @@ class HostThread:
         yield from self.native_until(lambda: event, holds_gil=False, label=label, busy=False)
 
     def finish(self) -> None:
-        """The thread ends (or parks): give the GIL back if it holds it."""
+        """The thread ends (or parks): give the GIL back if it holds it, and its core."""
         if self.has_gil:
             self._release()
+        self._off_core()
 
     # ---- internals -----------------------------------------------------------------------
+
+    def _native(self, call: Callable[[], simpy.Event], holds_gil: bool, label: str, busy: bool,
+                kind: str) -> Segment:
+        yield from self._on_core()
+        if holds_gil:
+            yield from self._acquire(label)
+        elif self.has_gil:
+            self._release(busy)
+        start = self.env.now
+        if kind == _BLOCK:
+            self._off_core()
+        yield call()
+        if kind != _COMPUTE:
+            yield from self._on_core()  # woken (or done polling): it returns once it runs again
+        if holds_gil:
+            self._record(NATIVE_HOLD, start, label)
+            if self.gil.drop_requested:  # the first bytecode boundary after the call
+                yield from self._forced_drop(label)
+            return
+        self._record(NATIVE_RELEASE, start, label)
+        yield from self._acquire(label)
+
+    def _on_core(self) -> Segment:
+        """Runnable from now on; returns once the thread holds a core (at once without a Cpu)."""
+        if self.cpu is None:
+            return
+        ready = self.cpu.run(self.name)
+        if not ready.triggered:
+            yield ready
+
+    def _off_core(self) -> None:
+        """Blocked from now on: the thread's core goes to the next runnable thread."""
+        if self.cpu is not None:
+            self.cpu.block(self.name)
 
     def _acquire(self, label: str) -> Segment:
         if self.has_gil:
             return
         start = self.env.now
-        yield self.gil.acquire(self.name)
+        granted = self.gil.acquire(self.name)
+        if not granted.triggered:
+            self._off_core()  # waiting on the GIL's condition variable
+        yield granted
         self.has_gil = True
         if self.env.now > start:
             self.gil_wait_s += self.env.now - start
             self._record(GIL_WAIT, start, label)
+        yield from self._on_core()
 
     def _release(self, busy: bool = False) -> None:
         self.gil.release(self.name, busy)
@@ -124,6 +173,7 @@ class HostThread:
         start = self.env.now
         switched = self.gil.drop(self.name)
         self.has_gil = False
+        self._off_core()
         yield switched  # FORCE_SWITCHING: do not compete until another thread has the GIL
         if self.env.now > start:
             self.gil_wait_s += self.env.now - start

@@ -12,6 +12,7 @@ import pytest
 from infralab.agent.studies import load_hook
 from infralab.cli import main as cli_main
 from infralab.errors import InputError
+from infralab.kernels.host_probe.affinity import skip_reason
 from infralab.sim.host.host_schedule import run_host_schedule
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,34 +98,41 @@ def test_run_writes_table_figure_timelines_atomically_and_deterministically(tmp_
 
 def test_the_sim_mirror_of_the_probe_schedule_is_its_sum_without_transfer() -> None:
     class M:  # HostMeasurements stand-in
-        python_unit_s, switch_interval_s, handoff_s, handoff_busy_s = 1e-7, 0.005, 2e-5, 1e-3
-        handoff_samples_s, handoff_busy_samples_s = (1e-5, 3e-5), (1e-4, 4e-3)
+        python_unit_s, switch_interval_s, handoff_s = 1e-7, 0.005, 2e-5
+        handoff_samples_s, wake_delay_samples_s = (1e-5, 3e-5), (0.0, 2e-3)
+        copy_cold_bytes_per_s = 4096 * 1024 / 3e-4  # a 4 MiB chunk copies in 0.3 ms (cold caches)
 
     cfg = ProbeConfig(steps=2, layers=3, blocks_per_chunk=100)
-    seg = ProbeSegments(launch_s=1e-4, dispatch_s=1e-3, combine_s=2e-4, copy_s=3e-4, gap_s=1e-5)
+    seg = ProbeSegments(launch_s=1e-4, dispatch_s=1e-3, combine_s=2e-4, gap_s=1e-5)
     for holds in (True, False):
-        sched = host_schedule(cfg, M, seg, "per_layer", holds)
-        alone = run_host_schedule(sched, with_transfer=False)
-        assert alone.prefill_s == pytest.approx(6 * (2 * 1.1e-4 + 1e-3 + 2e-4))
-        both = run_host_schedule(sched, with_transfer=True)
-        assert both.prefill_s >= alone.prefill_s - 1e-12
-        assert run_host_schedule(sched, with_transfer=True).record == both.record  # same seed, same run
-        copies = [iv for iv in both.record.intervals
-                  if iv.track == "thread/kv-transfer" and iv.name == "native-release-gil" and dict(iv.args)["op"] == "copy"]
-        assert len(copies) == 6
+        for cores in (1, 2):
+            sched = host_schedule(cfg, M, seg, "per_layer", holds, cores)
+            assert sched.copy_s == pytest.approx(3e-4) and sched.cores == cores
+            alone = run_host_schedule(sched, with_transfer=False)
+            assert alone.prefill_s == pytest.approx(6 * (2 * 1.1e-4 + 1e-3 + 2e-4))
+            both = run_host_schedule(sched, with_transfer=True)
+            assert both.prefill_s >= alone.prefill_s - 1e-12
+            assert run_host_schedule(sched, with_transfer=True).record == both.record  # same seed, same run
+            copies = [iv for iv in both.record.intervals
+                      if iv.track == "thread/kv-transfer" and iv.name == "native-release-gil" and dict(iv.args)["op"] == "copy"]
+            assert len(copies) == 6
 
 
 def test_probe_vs_sim_compares_every_variant() -> None:
     cfg = ProbeConfig(steps=1, layers=3, launch_units=50, dispatch_us=200, combine_us=50,
                       blocks_per_chunk=100, chunk_kib=64, repeats=1)
     result = probe_vs_sim(cfg)
-    variants = {(v["granularity"], v["mode"]) for v in result["variants"]}
-    assert variants == {(g, m) for g in ("per_layer", "after_prefill") for m in ("held", "released")}
+    here = [c for c in cfg.cores if skip_reason(c) is None]
+    variants = {(v["cores"], v["granularity"], v["mode"]) for v in result["variants"]}
+    assert variants == {(c, g, m) for c in here for g in ("per_layer", "after_prefill") for m in ("held", "released")}
+    assert [s["cores"] for s in result["skipped"]] == [c for c in cfg.cores if c not in here]
     for v in result["variants"]:
         for side in ("probe", "sim"):
             assert math.isfinite(v[side]["degradation"])
             assert 0.0 <= v[side]["kv_python_over_comm"] <= 1.0
         assert v["abs_err"]["degradation"] == pytest.approx(v["sim"]["degradation"] - v["probe"]["degradation"])
+        spread = v["probe"]["spread"]
+        assert len(spread["per_repeat"]) == cfg.repeats and spread["min"] <= spread["max"]
     json.dumps(result, allow_nan=False)  # writable as results
 
 
@@ -133,3 +141,91 @@ def test_the_cli_reports_a_missing_experiment_as_one_error(tmp_path: Path, capsy
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "nope.toml" in err and err.count("\n") == 1
     assert not (tmp_path / "o").exists()
+
+
+PUBLISHED = ROOT / "experiments" / "gil_kv_transfer_published.toml"
+
+
+def test_the_published_scenario_is_built_from_its_cited_numbers() -> None:
+    from infralab.sim.host.scenario import build
+
+    exp = load_experiment(PUBLISHED)
+    first = exp.scenario[0]
+    assert (first.prompt_tokens, first.ep, first.page_tokens) == (4096, 16, 1)  # DeepEP's batch; SGLang's page
+    built = build(exp.setup, exp.host, first)
+    assert built.nic.bandwidth == 43e9 and built.ep_link.bandwidth == 153e9  # DeepEP's measured bandwidths
+    full = [b for b, d in zip(built.chunk_bytes, built.chunk_descriptors) if d > 2]
+    assert full and all(b == 4096 * (512 + 64) * 2 for b in full)  # MLA latent + rope, BF16, per token
+    assert all(d == 4096 for d in built.chunk_descriptors if d > 2)  # one tuple per 1-token page
+    assert exp.experiment.sensitivity_field == "descriptor_s"
+    assert exp.host.descriptor_s in exp.experiment.sensitivity_values
+
+
+def test_native_descriptors_take_the_per_page_work_out_of_the_gil() -> None:
+    import dataclasses
+
+    from infralab.sim.host.scenario import build, run
+
+    exp = load_experiment(SHIPPED)
+    scenario = next(s for s in exp.scenario if s.name == "T8k-ep8-layer-page1")
+    scenario = dataclasses.replace(scenario, steps=2, layers=8)
+    runs = {}
+    for where in ("python", "native"):
+        built = build(exp.setup, dataclasses.replace(exp.host, kv_descriptors=where), scenario)
+        runs[where] = run(built, scenario, holds_gil=False, with_transfer=True)
+    mover = [iv for iv in runs["native"].record.intervals
+             if iv.track == "thread/kv-transfer" and dict(iv.args)["op"] == "descriptors"]
+    assert {iv.name for iv in mover} == {"python", "native-release-gil"}
+    python_s = sum(iv.end_s - iv.start_s for iv in mover if iv.name == "python")
+    assert python_s == pytest.approx(16 * exp.host.chunk_python_s)  # only the fixed part is left in Python
+    assert runs["native"].gil_wait_s["main"] < runs["python"].gil_wait_s["main"]
+
+
+def test_explain_names_the_gil_held_by_the_descriptor_loop() -> None:
+    import dataclasses
+
+    why = load_hook(STUDY / "why.py")
+    exp = load_experiment(SHIPPED)
+    scenario = dataclasses.replace(next(s for s in exp.scenario if s.name == "T8k-ep8-layer-page1"), steps=2, layers=8)
+    found = why.explain_worst(exp, scenario, holds=False, label="released-python", timeline_dir=None)
+    assert found["cause"]["kind"] == "gil_wait" and found["cause"]["key"] == "thread/main"
+    assert (found["blocked_by"]["thread"], found["blocked_by"]["op"]) == ("thread/kv-transfer", "descriptors")
+    assert "thread/kv-transfer in python 'descriptors'" in why.explanation_text(found)
+
+
+def test_a_sensitivity_field_must_be_a_host_cost(tmp_path: Path) -> None:
+    bad = PUBLISHED.read_text().replace('sensitivity_field = "descriptor_s"', 'sensitivity_field = "cores"')
+    path = tmp_path / "p.toml"
+    path.write_text(bad)
+    with pytest.raises(InputError, match="sensitivity_field"):
+        load_experiment(path)
+
+
+def test_hypothesis_b_finds_the_counter_example_and_the_next_fix(tmp_path: Path) -> None:
+    from infralab.agent.hypothesis import load_hypothesis
+    from infralab.agent.validators.ladder import run_test
+
+    hyp = load_hypothesis(ROOT / "experiments" / "gil_kv_transfer_enough_hypothesis.toml", quick=True)
+    result = run_test(hyp, workdir=tmp_path / "work")
+    m = result.rung("sim").measurement
+    assert result.verdict == "rejected" and result.decided_by == "sim"
+    assert m.samples["baseline"][0]["max_degradation"] > 0.05 >= m.samples["native_descriptors"][0]["max_degradation"]
+    (why,) = m.extras["why"]
+    assert why["arm"] == "baseline" and why["blocked_by"]["op"] == "descriptors"
+    assert all((tmp_path / "work" / "sim" / "timelines" / name).exists() for name in why["timelines"])
+
+
+def test_the_sim_mirror_of_native_descriptors_moves_the_loop_out_of_python() -> None:
+    class M:  # HostMeasurements stand-in
+        python_unit_s, switch_interval_s, handoff_s = 1e-7, 0.005, 2e-5
+        handoff_samples_s, wake_delay_samples_s = (1e-5,), ()
+        copy_cold_bytes_per_s = 4096 * 1024 / 3e-4
+
+    cfg = ProbeConfig(steps=1, layers=3, blocks_per_chunk=100)
+    seg = ProbeSegments(launch_s=1e-4, dispatch_s=1e-3, combine_s=2e-4, gap_s=1e-5)
+    sched = host_schedule(cfg, M, seg, "per_layer", False, 2, "native")
+    assert sched.chunk_python_s == pytest.approx(1e-5) and sched.native_descriptors_s == pytest.approx(1e-5)
+    run = run_host_schedule(sched, with_transfer=True)
+    names = {iv.name for iv in run.record.intervals
+             if iv.track == "thread/kv-transfer" and dict(iv.args)["op"] == "descriptors"}
+    assert names == {"python", "native-release-gil"}

@@ -4,6 +4,7 @@ release it, and runs record the intervals of the schedule. Orderings and counts 
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 import threading
 
@@ -11,6 +12,7 @@ import pytest
 
 from infralab.kernels.host_probe.build import load
 from infralab.kernels.host_probe.probe import (
+    GIL_WAIT,
     NATIVE_HOLD,
     NATIVE_RELEASE,
     PYTHON,
@@ -100,3 +102,43 @@ def test_microbenchmarks_measure_every_cost(libs) -> None:
     assert m.python_unit_s > 0 and m.copy_bytes_per_s > 0
     assert m.native_call_hold_s > 0 and m.native_call_release_s > 0
     assert m.switch_interval_s == sys.getswitchinterval()
+    assert m.copy_cold_bytes_per_s > 0
+    assert all(d >= 0 for d in m.wake_delay_samples_s) and list(m.wake_delay_samples_s) == sorted(m.wake_delay_samples_s)
+
+
+def test_pinning_applies_to_threads_started_inside_and_is_undone() -> None:
+    from infralab.kernels.host_probe.affinity import pinned, skip_reason, usable_cores
+
+    before = usable_cores()
+    seen: list[set[int]] = []
+    with pinned(1) as chosen:
+        assert chosen == before[:1] and os.sched_getaffinity(0) == set(chosen)
+        t = threading.Thread(target=lambda: seen.append(os.sched_getaffinity(0)))
+        t.start()
+        t.join()
+    assert seen == [set(before[:1])]  # the thread inherited the mask of the thread that started it
+    assert usable_cores() == before
+    assert skip_reason(len(before) + 1) is not None and "sched_getaffinity" in skip_reason(len(before) + 1)
+    with pytest.raises(ValueError, match="may use"):
+        with pinned(len(before) + 1):
+            pass
+
+
+def test_a_probe_run_on_one_core_keeps_both_threads_there(libs) -> None:
+    sched = ProbeSchedule(steps=1, layers=2, launch_units=20, dispatch_ns=50_000, combine_ns=10_000,
+                          blocks_per_chunk=20, chunk_bytes=4 << 10, native_wait="sleep", cores=1)
+    before = os.sched_getaffinity(0)
+    run = run_probe(sched, with_transfer=True, libs=libs)
+    assert any(iv.track == "thread/kv-transfer" for iv in run.intervals)
+    assert os.sched_getaffinity(0) == before
+
+
+def test_native_descriptors_run_as_one_releasing_call_per_chunk(libs) -> None:
+    sched = ProbeSchedule(steps=1, layers=3, launch_units=20, dispatch_ns=50_000, combine_ns=10_000,
+                          blocks_per_chunk=500, chunk_bytes=4 << 10, native_wait="sleep", holds_gil=False,
+                          native_descriptors_ns=30_000)
+    run = run_probe(sched, with_transfer=True, libs=libs)
+    mover = [iv for iv in run.intervals if iv.track == "thread/kv-transfer" and iv.op == "descriptors"]
+    calls = [iv for iv in mover if iv.name != GIL_WAIT]  # a releasing call may wait to get the GIL back
+    assert [iv.name for iv in calls] == [NATIVE_RELEASE] * 3
+    assert all(iv.end_ns - iv.start_ns >= 30_000 for iv in calls)

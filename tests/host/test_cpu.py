@@ -1,0 +1,198 @@
+"""CPU cores in the host model, against hand-worked schedules (round-robin, 4 ms quantum; cpu.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import simpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from infralab.sim.host.cpu import Cpu
+from infralab.sim.host.gil import Gil, GilParams
+from infralab.sim.host.thread import HostThread
+from infralab.sim.records import Interval
+
+MS = 1e-3
+
+
+def _threads(cores: int | None, names: tuple[str, ...], with_cpu: bool = True):
+    env = simpy.Environment()
+    cpu = Cpu(env, cores) if with_cpu else None
+    gil = Gil(env, GilParams(switch_interval_s=5 * MS), cpu=cpu)
+    intervals: list[Interval] = []
+    return env, cpu, intervals, [HostThread(env, n, gil, intervals, cpu) for n in names]
+
+
+def _run(env, programs) -> dict[str, float]:
+    """Start each (thread, program) pair; returns each thread's finish time (ms)."""
+    ends: dict[str, float] = {}
+
+    def body(thread, program):
+        yield from program(thread)
+        thread.finish()
+        ends[thread.name] = env.now / MS
+
+    for thread, program in programs:
+        env.process(body(thread, program))
+    env.run()
+    return ends
+
+
+def _compute(ms: float):
+    return lambda t: t.native(ms * MS, holds_gil=False, label="copy", busy=True)
+
+
+def test_two_cpu_bound_threads_on_one_core_take_twice_as_long() -> None:
+    # Alternating 4 ms slices: a 0-4, b 4-8, a 8-12, b 12-16, a 16-18 (done), b 18-20 (done).
+    env, cpu, _, (a, b) = _threads(1, ("a", "b"))
+    ends = _run(env, [(a, _compute(10)), (b, _compute(10))])
+    assert ends == pytest.approx({"a": 18.0, "b": 20.0})
+    assert cpu.busy_core_s == pytest.approx(20 * MS)
+    assert cpu.core_wait_s == pytest.approx({"a": 8 * MS, "b": 10 * MS})
+
+
+def test_on_two_cores_the_same_threads_run_side_by_side() -> None:
+    env, _, _, (a, b) = _threads(2, ("a", "b"))
+    assert _run(env, [(a, _compute(10)), (b, _compute(10))]) == pytest.approx({"a": 10.0, "b": 10.0})
+
+
+def test_a_thread_blocked_on_the_gil_frees_its_core() -> None:
+    # a holds the GIL in a 10 ms computing native call; b waits for the GIL (no core); c computes
+    # 10 ms with the GIL released. Two cores are enough for a and c: both end at 10 ms. Were b
+    # holding a core, three runnable threads on two cores would stretch a and c to 15 ms.
+    env, cpu, intervals, (a, b, c) = _threads(2, ("a", "b", "c"))
+    ends = _run(env, [
+        (a, lambda t: t.native(10 * MS, holds_gil=True, label="dispatch", busy=True)),
+        (b, lambda t: t.python(1 * MS, "launch")),
+        (c, _compute(10)),
+    ])
+    calls = {iv.track: (iv.start_s / MS, iv.end_s / MS) for iv in intervals if iv.name.startswith("native")}
+    assert calls == {"thread/a": pytest.approx((0.0, 10.0)), "thread/c": pytest.approx((0.0, 10.0))}
+    # b asked for a drop at 5 ms; a drops the GIL when its call returns and b runs its 1 ms alone.
+    assert ends["b"] == pytest.approx(11.0)
+    assert cpu.core_wait_s == {}
+
+
+def test_a_blocking_native_call_holds_no_core_but_waking_up_needs_one() -> None:
+    # a sleeps 10 ms (no core); b computes 20 ms on the one core meanwhile. a wakes at 10 ms but
+    # b's quantum runs to 12 ms: a returns from its call at 12, then b finishes its last 8 ms.
+    env, cpu, intervals, (a, b) = _threads(1, ("a", "b"))
+    ends = _run(env, [(a, lambda t: t.native(10 * MS, holds_gil=False, label="sleep", busy=False)), (b, _compute(20))])
+    sleep = next(iv for iv in intervals if iv.track == "thread/a")
+    assert (sleep.start_s / MS, sleep.end_s / MS) == pytest.approx((0.0, 12.0))
+    assert ends == pytest.approx({"a": 12.0, "b": 20.0})
+    assert cpu.core_wait_s == pytest.approx({"a": 2 * MS})
+
+
+def test_a_spin_holds_its_core_in_turns_and_its_event_decides_when_it_returns() -> None:
+    # On one core: a polls 10 ms of device time, b has 10 ms of work. a 0-4, b 4-8, a 8-10 (its
+    # event fires at 10: it returns), b 10-16.
+    env, _, _, (a, b) = _threads(1, ("a", "b"))
+    ends = _run(env, [
+        (a, lambda t: t.native_until(lambda: t.env.timeout(10 * MS), holds_gil=False, label="dispatch", busy=True)),
+        (b, _compute(10)),
+    ])
+    assert ends == pytest.approx({"a": 10.0, "b": 16.0})
+
+
+def test_python_threads_on_one_core_take_turns_by_the_gil() -> None:
+    # a runs; b needs the core even to ask for the GIL: it gets it when a's quantum ends (4 ms),
+    # asks, blocks, and requests a drop 5 ms later (9 ms); then 5 ms GIL slices. 40 ms of work.
+    env, cpu, intervals, (a, b) = _threads(1, ("a", "b"))
+    ends = _run(env, [(a, lambda t: t.python(20 * MS)), (b, lambda t: t.python(20 * MS))])
+    first_wait = next(iv for iv in intervals if iv.track == "thread/b")
+    assert first_wait.name == "gil-wait"
+    assert (first_wait.start_s / MS, first_wait.end_s / MS) == pytest.approx((4.0, 9.0))
+    assert ends == pytest.approx({"a": 35.0, "b": 40.0})
+    assert cpu.busy_core_s == pytest.approx(40 * MS)
+
+
+def _mixed(t: HostThread):
+    yield from t.python(2 * MS, "launch")
+    yield from t.native(3 * MS, holds_gil=True, label="dispatch", busy=True)
+    yield from t.native(4 * MS, holds_gil=False, label="copy", busy=True)
+    yield from t.native_until(lambda: t.env.timeout(1 * MS), holds_gil=False, label="poll", busy=True)
+    yield from t.python(7 * MS, "descriptors")
+
+
+def test_with_as_many_cores_as_threads_nothing_changes() -> None:
+    names = ("a", "b", "c")
+    schedules = []
+    for cores, with_cpu in ((None, False), (3, True), (8, True)):
+        env, _, intervals, threads = _threads(cores, names, with_cpu)
+        ends = _run(env, [(t, _mixed) for t in threads])
+        schedules.append((ends, [(iv.track, iv.name, round(iv.start_s, 12), round(iv.end_s, 12)) for iv in intervals]))
+    assert schedules[1] == schedules[0]
+    assert schedules[2] == schedules[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    cores=st.integers(1, 4),
+    quantum_ms=st.sampled_from([0.5, 4.0]),
+    jobs=st.lists(st.tuples(st.floats(0, 5), st.floats(0.01, 5)), min_size=1, max_size=8),
+)
+def test_round_robin_conserves_work(cores: int, quantum_ms: float, jobs: list[tuple[float, float]]) -> None:
+    """Busy core-time equals the work done; nobody beats running alone; no core idles while
+    work waits (the last finish is at most the last start plus all work spread over the cores,
+    plus the longest job: a work-conserving schedule's bound); no thread loses its core before a
+    whole quantum on it (preemptions at most total work / quantum)."""
+    env = simpy.Environment()
+    cpu = Cpu(env, cores, quantum_s=quantum_ms * MS)
+    finish: list[tuple[float, float]] = []
+
+    def job(name: str, start: float, work: float):
+        yield env.timeout(start)
+        yield cpu.run(name)
+        yield cpu.compute(name, work)
+        cpu.block(name)
+        finish.append((work, env.now - start))
+
+    for i, (start, work) in enumerate(jobs):
+        env.process(job(f"t{i}", start, work))
+    env.run()
+    works = [w for _, w in jobs]
+    assert cpu.busy_core_s == pytest.approx(sum(works), rel=1e-9)
+    assert len(finish) == len(jobs)
+    assert all(took >= work * (1 - 1e-9) for work, took in finish)
+    assert env.now <= max(s for s, _ in jobs) + sum(works) / cores + max(works) + 1e-9
+    assert env.now >= sum(works) / cores * (1 - 1e-9)
+    assert cpu.runnable == 0
+    assert cpu.preemptions <= sum(works) / (quantum_ms * MS) + 1e-9
+
+
+@pytest.mark.parametrize(("delay_ms", "woken_ms"), [(0.0, 10.0), (1.0, 11.0), (5.0, 12.0)])
+def test_a_woken_thread_preempts_after_a_drawn_wake_up_delay_or_at_the_quantum_end(delay_ms, woken_ms) -> None:
+    # As test_a_blocking_native_call...: a wakes at 10 ms on b's busy core. A wake-up delay of 0
+    # gives it the core at once, 1 ms at 11 ms; 5 ms would be after b's quantum ends (12 ms).
+    env = simpy.Environment()
+    cpu = Cpu(env, 1, 4 * MS, wake_delay_samples_s=(delay_ms * MS,), rng=np.random.default_rng(0))
+    gil = Gil(env, GilParams(switch_interval_s=5 * MS), cpu=cpu)
+    intervals: list[Interval] = []
+    a, b = HostThread(env, "a", gil, intervals, cpu), HostThread(env, "b", gil, intervals, cpu)
+    ends = _run(env, [(a, lambda t: t.native(10 * MS, holds_gil=False, label="sleep", busy=False)), (b, _compute(20))])
+    assert ends["a"] == pytest.approx(woken_ms)
+    assert ends["b"] == pytest.approx(20.0)
+    assert cpu.busy_core_s == pytest.approx(20 * MS)
+
+
+def test_a_wake_up_does_not_preempt_a_holder_inside_its_slice() -> None:
+    # One core. b gets it at 0 for 5 ms of work; a, woken at 0.5 ms, may preempt at once (delay 0)
+    # but b's 1.5 ms slice is protected: a runs at 1.5 ms, for its 1 ms; b finishes at 6 ms.
+    env = simpy.Environment()
+    cpu = Cpu(env, 1, 4 * MS, wake_delay_samples_s=(0.0,), rng=np.random.default_rng(0), slice_s=1.5 * MS)
+    ends: dict[str, float] = {}
+
+    def job(name: str, start: float, work: float):
+        yield env.timeout(start)
+        yield cpu.run(name)
+        yield cpu.compute(name, work)
+        cpu.block(name)
+        ends[name] = env.now / MS
+
+    env.process(job("b", 0.0, 5 * MS))
+    env.process(job("a", 0.5 * MS, 1 * MS))
+    env.run()
+    assert ends == pytest.approx({"a": 2.5, "b": 6.0})
+    assert cpu.core_wait_s == pytest.approx({"a": 1 * MS, "b": 1 * MS})
