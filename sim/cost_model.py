@@ -42,7 +42,7 @@ Units: seconds, bytes, FLOPs, tokens.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from infralab.errors import InputError
@@ -319,6 +319,36 @@ class CostModel:
             host = self._decode_host_cache[seqs] = self._host_s(work)
         return sum(self._op_times(work)) + host
 
+    # -- fast path: runs of decode-only steps (kept apart: exact by construction, see the test) --
+
+    def decode_run_ends(self, seqs: int, context_tokens: int, start_s: float, steps: int, horizon_s: float) -> list[float]:
+        """End times (s) of back-to-back decode-only steps of `seqs` sequences from `start_s`: step i
+        (from 0) has `context_tokens + i * seqs` context tokens and ends at the previous end +
+        `decode_step_s(seqs, that context)`. At most `steps` ends; none after the first at or after
+        `horizon_s`. Bit for bit `decode_run_ends_stepwise` (tests/sim/test_decode_run_ends.py).
+
+        Within a run only the roofline's decode attention depends on the context, so the other
+        terms are evaluated once and the same sum is redone per step with the new attention term.
+        A calibrated attention term takes the step-by-step path."""
+        if self._full_layers == 0 or (self._calibrated is not None and "attention" in self._calibrated.ops):
+            return decode_run_ends_stepwise(self.decode_step_s, seqs, context_tokens, start_s, steps, horizon_s)
+        self.decode_step_s(seqs, context_tokens)  # fills the host-time memo
+        host = self._decode_host_cache[seqs]
+        dense, _, linear, moe, lm, collective = self._op_times(StepWork.decode(seqs, context_tokens))
+        c_flops, c_bytes, c_seq = self._decode_coeffs
+        seq_bytes = seqs * c_seq
+        ends: list[float] = []
+        t, context = start_s, context_tokens
+        for _ in range(steps):
+            # _attention_time's decode term (0.0 + x == x: x > 0), then decode_step_s's sum.
+            attention = max(context * c_flops, context * c_bytes + seq_bytes)
+            t = t + (sum((dense, attention, linear, moe, lm, collective)) + host)
+            ends.append(t)
+            if t >= horizon_s:
+                break
+            context += seqs
+        return ends
+
     def _op_times(self, work: StepWork) -> tuple[float, float, float, float, float, float]:
         """Seconds (one rank) of each operator of OPS, in that order: the one place that says
         what a step's device time is made of. Terms that depend only on token counts are memoised."""
@@ -523,6 +553,23 @@ class CostModel:
             payload = output_tokens * self.model.vocab_size * LOGITS_BYTES
             total += (tp - 1) / tp * payload / rate + (tp - 1) * link.latency
         return total
+
+
+def decode_run_ends_stepwise(
+    decode_step_s: Callable[[int, int], float], seqs: int, context_tokens: int, start_s: float, steps: int,
+    horizon_s: float,
+) -> list[float]:
+    """`CostModel.decode_run_ends` one `decode_step_s` call per step: its definition, and what any
+    cost model may use (s)."""
+    ends: list[float] = []
+    t, context = start_s, context_tokens
+    for _ in range(steps):
+        t = t + decode_step_s(seqs, context)
+        ends.append(t)
+        if t >= horizon_s:
+            break
+        context += seqs
+    return ends
 
 
 def _bucket(value: float) -> float:

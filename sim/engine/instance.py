@@ -40,6 +40,9 @@ COUNTERS = ("waiting", "running", "kv_used_blocks", "kv_cached_blocks")
 # Longest run of decode-only steps timed with one SimPy event (bounds the cost evaluations wasted
 # when an outside event cuts a run short).
 MAX_QUIET_STEPS = 256
+# Step ends computed ahead of `allows` at first (then twice as many each time): runs are short
+# when requests come and go often, so this bounds the ends computed in vain.
+FIRST_BATCH = 8
 # `engine.scheduler` -> the policy class (both take the keyword arguments of `Instance.__init__`).
 SCHEDULERS: dict[str, Callable[..., SchedulerPolicy]] = {"fast": Scheduler, "reference": ReferenceScheduler}
 
@@ -182,21 +185,32 @@ class Instance:
 
     def _step_ends(self, plan: StepPlan, start: float, allows: Callable[[int], bool] | None) -> list[float]:
         """End times (s) of the planned step and of the decode-only repeats the policy `allows`, up
-        to the first step that ends at or after the next known arrival."""
-        t = start + self.cost.step(plan.work).total_s
-        ends = [t]
+        to the first step that ends at or after the next known arrival (and MAX_QUIET_STEPS).
+
+        The ends are computed in growing batches (`StepCostModel.decode_run_ends`, one call for
+        many steps) and then offered to `allows` step by step, as one step at a time would."""
         if allows is None:
-            return ends
+            return [start + self.cost.step(plan.work).total_s]
+        # A decode-only plan: its first step is decode_step_s's too (== step(work).total_s).
         horizon = self._horizon()
         seqs = plan.work.decode_seqs
         context = plan.work.decode_context_tokens
-        decode_step_s = self.cost.decode_step_s  # == step(StepWork.decode(...)).total_s, faster
         n = plan.step_no
-        while t < horizon and len(ends) < MAX_QUIET_STEPS and allows(n + len(ends)):
-            context += seqs
-            t = t + decode_step_s(seqs, context)
-            ends.append(t)
-        return ends
+        batch = FIRST_BATCH
+        ends = self.cost.decode_run_ends(seqs, context, start, min(batch, MAX_QUIET_STEPS), horizon)
+        k = 1  # steps in the run so far
+        while True:
+            while k < len(ends):
+                if not allows(n + k):
+                    del ends[k:]
+                    return ends
+                k += 1
+            if ends[-1] >= horizon or k >= MAX_QUIET_STEPS:
+                return ends
+            batch *= 2
+            ends += self.cost.decode_run_ends(
+                seqs, context + k * seqs, ends[-1], min(batch, MAX_QUIET_STEPS - k), horizon
+            )
 
     def _hold(self, ends: list[float]):
         """Wait until the last of `ends`; an interrupt (`_kick`) cuts the run at the first step end
