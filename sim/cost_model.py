@@ -166,6 +166,7 @@ class CostModel:
         self._moe_cache: dict[int, float] = {}
         self._lm_cache: dict[int, float] = {}
         self._decode_host_cache: dict[int, float] = {}  # decode-only steps: host seconds by seqs
+        self._decode_run_terms: dict[int, tuple[float, ...]] = {}  # decode_run_ends: terms by seqs
         self._calibrated = _Calibration(self) if calibration is not None else None
 
     # -- set-up --
@@ -321,7 +322,9 @@ class CostModel:
 
     # -- fast path: runs of decode-only steps (kept apart: exact by construction, see the test) --
 
-    def decode_run_ends(self, seqs: int, context_tokens: int, start_s: float, steps: int, horizon_s: float) -> list[float]:
+    def decode_run_ends(
+        self, seqs: int, context_tokens: int, start_s: float, steps: int, horizon_s: float
+    ) -> list[float]:
         """End times (s) of back-to-back decode-only steps of `seqs` sequences from `start_s`: step i
         (from 0) has `context_tokens + i * seqs` context tokens and ends at the previous end +
         `decode_step_s(seqs, that context)`. At most `steps` ends; none after the first at or after
@@ -332,9 +335,13 @@ class CostModel:
         A calibrated attention term takes the step-by-step path."""
         if self._full_layers == 0 or (self._calibrated is not None and "attention" in self._calibrated.ops):
             return decode_run_ends_stepwise(self.decode_step_s, seqs, context_tokens, start_s, steps, horizon_s)
-        self.decode_step_s(seqs, context_tokens)  # fills the host-time memo
-        host = self._decode_host_cache[seqs]
-        dense, _, linear, moe, lm, collective = self._op_times(StepWork.decode(seqs, context_tokens))
+        terms = self._decode_run_terms.get(seqs)
+        if terms is None:
+            self.decode_step_s(seqs, context_tokens)  # fills the host-time memo
+            dense, _, linear, moe, lm, collective = self._op_times(StepWork.decode(seqs, context_tokens))
+            host = self._decode_host_cache[seqs]
+            terms = self._decode_run_terms[seqs] = (dense, linear, moe, lm, collective, host)
+        dense, linear, moe, lm, collective, host = terms
         c_flops, c_bytes, c_seq = self._decode_coeffs
         seq_bytes = seqs * c_seq
         ends: list[float] = []

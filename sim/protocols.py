@@ -52,7 +52,9 @@ class StepCostModel(Protocol):
         (bit for bit: the fast scheduler times runs of such steps with it)."""
         ...
 
-    def decode_run_ends(self, seqs: int, context_tokens: int, start_s: float, steps: int, horizon_s: float) -> list[float]:
+    def decode_run_ends(
+        self, seqs: int, context_tokens: int, start_s: float, steps: int, horizon_s: float
+    ) -> list[float]:
         """End times (s) of up to `steps` decode-only steps from `start_s` (context grows by `seqs`
         per step), none after the first at or after `horizon_s`: exactly
         `cost_model.decode_run_ends_stepwise(self.decode_step_s, ...)`."""

@@ -4,13 +4,15 @@ The decisions are its scheduler policy's (`engine.scheduler`: "fast", `scheduler
 
 The instance sleeps on an event while it has nothing to run (no polling); `submit`, `reserve`,
 `deliver` and `release` wake it. Each step is one `env.timeout`, one "batch" Interval on track
-`instance/<name>`, and CounterSamples ("waiting", "running", "kv_used_blocks", "kv_cached_blocks")
-whenever a value changed.
+`instance/<name>` (without a timeline only its busy span, folded into the run's tally), and
+CounterSamples ("waiting", "running", "kv_used_blocks", "kv_cached_blocks") whenever a value
+changed.
 
 Speed: a run of identical decode-only steps that the policy offers (`SchedulerPolicy.repeats`; the
 fast scheduler's `QuietRun`: nothing to admit, block growth covered by free blocks, no finish before
 its last step) is timed with one timeout and recorded as one Interval (arg "steps"). Each step
-still gets its own cost evaluation and end time, so token times are those of single steps. The run
+still gets its own end time, bit for bit what a single step would get (the cost model computes a
+run's ends in one call, `decode_run_ends`), so token times are those of single steps. The run
 stops at the first step end at or after the next arrival, and any outside event (`_kick`)
 interrupts it at the step end in progress, exactly where a single step would have noticed the
 event. Block growth inside a run is applied, and counters sampled, at the run's end (so
@@ -34,7 +36,7 @@ from infralab.sim.engine.request_state import Seq
 from infralab.sim.engine.scheduler import Scheduler
 from infralab.sim.engine.step import StepPlan, StepResult
 from infralab.sim.protocols import SchedulerPolicy, ServedRequest, StepCostModel, StepListener
-from infralab.sim.records import CounterSample, Interval, RunRecord
+from infralab.sim.records import CounterSample, Interval, IntervalLog, RunRecord
 
 COUNTERS = ("waiting", "running", "kv_used_blocks", "kv_cached_blocks")
 # Longest run of decode-only steps timed with one SimPy event (bounds the cost evaluations wasted
@@ -89,6 +91,7 @@ class Instance:
         self._run_ends: list[float] = []  # step ends of the run in progress (s)
         self._run_decode_seqs = 0
         self._last_counters: list[float] = [-1.0] * len(COUNTERS)
+        self._tally_only = isinstance(record.intervals, IntervalLog) and record.intervals.tally_only
         record.resources[self.track] = {
             "kind": "instance",
             "role": role,
@@ -240,6 +243,9 @@ class Instance:
     def _record_batch(self, plan: StepPlan, start: float, ends: list[float], result: StepResult) -> None:
         """One Interval for the step, or for a run of identical decode-only steps ("steps" > 1;
         decode_context_tokens is then the first step's, output_tokens the run's total)."""
+        if self._tally_only:  # the same fold into the run's tally, without the Interval
+            self.record.intervals.tally.add_busy(self.track, start, ends[-1])
+            return
         work = plan.work
         self.record.intervals.append(
             Interval(

@@ -20,14 +20,18 @@ MODELS = {
     "llama-3-70b A100 tp4 host": CostModel(
         load_model("llama-3-70b"), load_accelerator("A100"), HOST, tp=4, tp_link=NVLINK
     ),
-    "mixtral H100 tp2": CostModel(load_model("mixtral-8x7b"), load_accelerator("H100"), HOST, tp=2, tp_link=NVLINK),
+    "mixtral H100 tp2": CostModel(
+        load_model("mixtral-8x7b"), load_accelerator("H100"), HOST, tp=2, tp_link=NVLINK
+    ),
     "kimi-linear H200 tp2": CostModel(
         load_model("kimi-linear-48b-a3b"), load_accelerator("H200"), CostConfig(), tp=2, tp_link=NVLINK
     ),
 }
 
 
-def stepwise_by_step(cost: CostModel, seqs: int, context: int, start: float, steps: int, horizon: float) -> list[float]:
+def stepwise_by_step(
+    cost: CostModel, seqs: int, context: int, start: float, steps: int, horizon: float
+) -> list[float]:
     """The definition with the full `step()`: what a single step is timed with."""
     return decode_run_ends_stepwise(
         lambda s, c: cost.step(StepWork.decode(s, c)).total_s, seqs, context, start, steps, horizon
@@ -63,7 +67,8 @@ def calibrated(tmp_path_factory: pytest.TempPathFactory) -> CostModel:
     header = ",".join(COLUMNS)
     device = load_accelerator("H100").calibration_device
     rows = [
-        f"paged_decode_attention,v1,B=4;H=32;HKV=8;D=128;T=1000,bf16,{device},5e-4,16384000,16384000,1,1,0.5,0,0,0",
+        f"paged_decode_attention,v1,B=4;H=32;HKV=8;D=128;T=1000,bf16,{device},5e-4,16384000,16384000,"
+        "1,1,0.5,0,0,0",
         f"matmul,v1,M=16;N=6144;K=4096,bf16,{device},4e-5,50000000,800000000,1,1,0.5,0,0,0",
     ]
     path = Path(tmp_path_factory.mktemp("cal")) / "cal.csv"

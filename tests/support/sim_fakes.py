@@ -66,7 +66,9 @@ class FakeCost:
         """Seconds of a decode-only step; the same as step() on that work."""
         return self.step(StepWork.decode(seqs, context_tokens)).total_s
 
-    def decode_run_ends(self, seqs: int, context_tokens: int, start_s: float, steps: int, horizon_s: float) -> list[float]:
+    def decode_run_ends(
+        self, seqs: int, context_tokens: int, start_s: float, steps: int, horizon_s: float
+    ) -> list[float]:
         return decode_run_ends_stepwise(self.decode_step_s, seqs, context_tokens, start_s, steps, horizon_s)
 
     def kv_capacity_tokens(self, gpu_memory_utilization: float, max_num_seqs: int = 0) -> int:
