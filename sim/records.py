@@ -37,7 +37,8 @@ class TokenTimes:
         self._first = self._last = 0
         self._len = 0
         self._own: array | None = None  # the array `append` and `extend` write to
-        self.extend(times)
+        if times:  # no empty array of its own for every record the engine fills (80 B each)
+            self.extend(times)
 
     @property
     def pieces(self) -> list[tuple[array, int, int]]:

@@ -23,7 +23,7 @@ import operator
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -69,7 +69,7 @@ class PreparedRun:
     """A run's inputs, read and built: everything `simulate` needs."""
 
     cfg: SimConfig
-    requests: list[Any]
+    requests: Sequence[Any]  # a RequestTable from build_workload
     cost: CostModel
     transfer_link: Any | None
 

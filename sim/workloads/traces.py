@@ -41,7 +41,7 @@ from infralab.errors import InputError
 from infralab.field_types import MAX_TOKENS
 from infralab.input_files import read_text
 from infralab.sim.config import TRACE_FORMATS, TraceFormat
-from infralab.sim.workloads.request import Request
+from infralab.sim.workloads.request_table import RequestTable
 
 
 # Mooncake's hash_ids each cover this many prompt tokens.
@@ -89,8 +89,9 @@ def read_trace(
     max_requests: int | None = None,
     max_prompt_tokens: int | None = None,
     context_length: int | None = None,
-) -> list[Request]:
-    """Read a trace file into requests with ids 0..n-1 in arrival order (ties keep file order).
+) -> RequestTable:
+    """Read a trace file into requests with ids 0..n-1 in arrival order (ties keep file order),
+    held as columns (a `RequestTable`, which reads like a list of `Request`).
 
     Steps, in order: keep requests whose arrival, in seconds from the trace's first request, is in
     [start_s, end_s); keep the first `max_requests`; shift arrivals so the first kept request
@@ -193,22 +194,26 @@ def _window(
 
 def _requests(
     columns: TraceColumns, kept: range, rate_scale: float, max_prompt_tokens: int | None
-) -> list[Request]:
+) -> RequestTable:
     """The kept rows as requests numbered 0.., the first arriving at 0, prompts clipped."""
     times = columns.arrival_s
     assert times is not None
     origin = times[kept[0]]
     hashes = columns.block_hashes
-    requests = []
-    for new_id, i in enumerate(kept):
+    arrivals, prompts = array("d"), array("q")
+    clipped_hashes: list[tuple[int, ...]] | None = [] if hashes is not None else None
+    for i in kept:
         prompt = columns.prompt_tokens[i]
         blocks = hashes[i] if hashes is not None else ()
         if max_prompt_tokens is not None and prompt > max_prompt_tokens:
             prompt = max_prompt_tokens
             blocks = blocks[: -(-prompt // MOONCAKE_BLOCK_TOKENS)]
-        arrival = (times[i] - origin) / rate_scale
-        requests.append(Request(new_id, arrival, prompt, columns.output_tokens[i], blocks))
-    return requests
+        arrivals.append((times[i] - origin) / rate_scale)
+        prompts.append(prompt)
+        if clipped_hashes is not None:
+            clipped_hashes.append(blocks)
+    outputs = columns.output_tokens[kept.start : kept.stop]
+    return RequestTable(arrivals, prompts, outputs, clipped_hashes)
 
 
 def _check_context(
