@@ -166,7 +166,7 @@ class CostModel:
         self._moe_cache: dict[int, float] = {}
         self._lm_cache: dict[int, float] = {}
         self._decode_host_cache: dict[int, float] = {}  # decode-only steps: host seconds by seqs
-        self._decode_run_terms: dict[int, tuple[float, ...]] = {}  # decode_run_ends: terms by seqs
+        self._decode_run_terms: dict[int, tuple[float, ...] | None] = {}  # decode_run_ends, by seqs
         self._calibrated = _Calibration(self) if calibration is not None else None
 
     # -- set-up --
@@ -331,30 +331,48 @@ class CostModel:
         `horizon_s`. Bit for bit `decode_run_ends_stepwise` (tests/sim/test_decode_run_ends.py).
 
         Within a run only the roofline's decode attention depends on the context, so the other
-        terms are evaluated once and the same sum is redone per step with the new attention term.
-        A calibrated attention term takes the step-by-step path."""
-        if self._full_layers == 0 or (self._calibrated is not None and "attention" in self._calibrated.ops):
-            return decode_run_ends_stepwise(self.decode_step_s, seqs, context_tokens, start_s, steps, horizon_s)
-        terms = self._decode_run_terms.get(seqs)
+        terms are evaluated once per batch size and the same sum is redone per step with the new
+        attention term. A calibrated attention term, or terms for which the shortcut does not give
+        `decode_step_s` exactly (`_decode_run_terms_of`), take the step-by-step path."""
+        terms = self._decode_run_terms.get(seqs, ())
+        if terms == ():
+            terms = self._decode_run_terms[seqs] = self._decode_run_terms_of(seqs, context_tokens)
         if terms is None:
-            self.decode_step_s(seqs, context_tokens)  # fills the host-time memo
-            dense, _, linear, moe, lm, collective = self._op_times(StepWork.decode(seqs, context_tokens))
-            host = self._decode_host_cache[seqs]
-            terms = self._decode_run_terms[seqs] = (dense, linear, moe, lm, collective, host)
-        dense, linear, moe, lm, collective, host = terms
-        c_flops, c_bytes, c_seq = self._decode_coeffs
-        seq_bytes = seqs * c_seq
+            return decode_run_ends_stepwise(self.decode_step_s, seqs, context_tokens, start_s, steps, horizon_s)
         ends: list[float] = []
         t, context = start_s, context_tokens
+        step_s = self._decode_run_step_s
         for _ in range(steps):
-            # _attention_time's decode term (0.0 + x == x: x > 0), then decode_step_s's sum.
-            attention = max(context * c_flops, context * c_bytes + seq_bytes)
-            t = t + (sum((dense, attention, linear, moe, lm, collective)) + host)
+            t = t + step_s(terms, seqs, context)
             ends.append(t)
             if t >= horizon_s:
                 break
             context += seqs
         return ends
+
+    def _decode_run_terms_of(self, seqs: int, context_tokens: int) -> tuple[float, ...] | None:
+        """The context-independent terms of a decode step of `seqs` sequences (dense, linear
+        attention, MoE, LM head, collectives, host; s), or None when the shortcut does not apply:
+        calibrated decode attention, or (a guard against cost terms the shortcut does not know) a
+        result other than `decode_step_s`'s at two probe contexts."""
+        if self._full_layers == 0 or (self._calibrated is not None and "attention" in self._calibrated.ops):
+            return None
+        self.decode_step_s(seqs, context_tokens)  # fills the host-time memo
+        dense, _, linear, moe, lm, collective = self._op_times(StepWork.decode(seqs, context_tokens))
+        terms = (dense, linear, moe, lm, collective, self._decode_host_cache[seqs])
+        for probe in (context_tokens, context_tokens + 1021 * seqs):
+            if self._decode_run_step_s(terms, seqs, probe) != self.decode_step_s(seqs, probe):
+                return None
+        return terms
+
+    def _decode_run_step_s(self, terms: tuple[float, ...], seqs: int, context: int) -> float:
+        """`decode_step_s(seqs, context)` from the terms of `_decode_run_terms_of`: the roofline's
+        decode attention as `_attention_time` computes it (0.0 + x == x for x > 0), then the same
+        sum in the same order."""
+        dense, linear, moe, lm, collective, host = terms
+        c_flops, c_bytes, c_seq = self._decode_coeffs
+        attention = max(context * c_flops, context * c_bytes + seqs * c_seq)
+        return sum((dense, attention, linear, moe, lm, collective)) + host
 
     def _op_times(self, work: StepWork) -> tuple[float, float, float, float, float, float]:
         """Seconds (one rank) of each operator of OPS, in that order: the one place that says

@@ -90,3 +90,13 @@ def test_calibrated_decode_run_gives_the_step_by_step_ends(calibrated, run):
 def test_the_calibrated_model_measures_decode_attention(calibrated):
     """The fixture exercises the step-by-step path (a measured, context-dependent attention term)."""
     assert {"attention", "dense_gemm"} <= calibrated.calibrated_ops
+
+
+def test_a_cost_term_the_shortcut_does_not_know_sends_it_step_by_step():
+    """Should another operator come to depend on the context, the guard notices and the ends stay
+    exact (here: a made-up linear-attention term of 1 ns per context token)."""
+    cost = CostModel(load_model("llama-3-8b"), load_accelerator("H100"), CostConfig())
+    cost._linear_attention_time = lambda work: work.decode_context_tokens * 1e-9  # type: ignore[method-assign]
+    ends = cost.decode_run_ends(8, 8000, 1.0, 50, float("inf"))
+    assert ends == stepwise_by_step(cost, 8, 8000, 1.0, 50, float("inf"))
+    assert cost._decode_run_terms[8] is None
