@@ -170,6 +170,8 @@ def require_backend(execution: Execution) -> None:
 
 # What a caller wants from a run besides its summary (e.g. the worst request), computed in the
 # worker from the run's records: a module-level function, so that it can be sent to a process.
+# The record keeps no timeline (no intervals or counter samples: a sweep writes no trace.json);
+# its requests, resources and `tally()` are whole.
 Inspect = Callable[[RunRecord, RunSummary], Any]
 
 
@@ -196,12 +198,13 @@ class SimResult:
 
 
 def run_one(job: SimJob, inspect: Inspect | None = None) -> SimResult:
-    """Simulate one job (in this process) and summarise it."""
+    """Simulate one job (in this process) and summarise it. No timeline is kept (the summary is
+    the same without one, and the run holds a few bytes per step instead of an object)."""
     from infralab.sim.metrics import summarize
     from infralab.sim.run import simulate_config, with_seed
 
     cfg = with_seed(validate(SimConfig, dict(job.config), job.source), job.seed)
-    record = simulate_config(cfg, Path(job.base_dir), source=job.source)
+    record = simulate_config(cfg, Path(job.base_dir), source=job.source, timeline=False)
     summary = summarize(record, cfg.slo)
     metrics = summary.flat_metrics(instances=instance_count(cfg), accelerators=accelerator_count(cfg))
     return SimResult(summary, metrics, inspect(record, summary) if inspect is not None else None)

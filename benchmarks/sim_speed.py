@@ -12,15 +12,17 @@ gets. Runs:
 - cold start: a 100-request workload; seconds from launching the command to the first simulated
   event (the start of the simulate phase).
 Per run: wall time of each phase (read, simulate, summarise, write; `infralab sim run` writes them
-to the file named by INFRALAB_SIM_PHASES_FILE), total wall time of the subprocess, simulated
-requests per wall-second (requests / total wall) and the child's peak RSS (ru_maxrss from wait4).
+to the file named by INFRALAB_SIM_PHASES_FILE), total wall time of the subprocess, its CPU seconds
+(user + system, from wait4: on a machine shared with other jobs, wall time exceeds them by the wait
+for a core), simulated requests per wall-second (requests / total wall), the child's peak RSS
+(ru_maxrss from wait4) and the machine's 1-minute load average when the run started.
 
     .venv/bin/python benchmarks/sim_speed.py --out results/sim_speed [--timeline] [--sizes 20000 200000]
 
-writes results/sim_speed/sim_speed.json and sim_speed.png (wall time and peak RSS against request
-count, log-log). The workload CSVs are generated into a temporary folder, never committed. The
-scaled runs pass `--no-timeline` unless `--timeline` is given (trace.json then keeps the first
-150,000 events; without it the run keeps no per-step intervals). Targets on the 2-core machine:
+writes results/sim_speed/sim_speed.json, sim_speed.csv (one row per run) and sim_speed.png (wall
+time and peak RSS against request count, log-log). The workload CSVs are generated into a temporary
+folder, never committed. The scaled runs pass `--no-timeline` unless `--timeline` is given
+(trace.json then keeps the first 150,000 events; without it the run keeps no per-step intervals). Targets on the 2-core machine:
 200k <= 15 s and 600 MB, 1M <= 75 s and 1 GB, Mooncake P/D <= 4 s, 1M over 64 instances <= 180 s,
 cold start <= 1 s.
 """
@@ -28,6 +30,7 @@ cold start <= 1 s.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import subprocess
@@ -58,6 +61,7 @@ def run_one(label: str, config: Path, work: Path, timeline: bool) -> dict:
     if not timeline:
         cmd.append("--no-timeline")
     env = {**os.environ, "INFRALAB_SIM_PHASES_FILE": str(phases_file)}
+    load = os.getloadavg()[0]
     launched_unix_s, t0 = time.time(), time.perf_counter()
     child = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(child.pid, 0)
@@ -72,6 +76,8 @@ def run_one(label: str, config: Path, work: Path, timeline: bool) -> dict:
         "requests": summary["requests"]["total"],
         "timeline": timeline,
         "wall_s": wall,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "load_average_1min": load,
         "phases_s": facts["phases_s"],
         "cold_start_s": facts["simulate_started_unix_s"] - launched_unix_s,
         "requests_per_wall_s": summary["requests"]["total"] / wall,
@@ -91,11 +97,29 @@ def _print(row: dict) -> None:
     p = row["phases_s"]
     print(
         f"{row['label']:<16} {row['requests']:>8} req  wall {row['wall_s']:7.2f} s  "
+        f"cpu {row['cpu_s']:7.2f} s  "
         f"(read {p['read']:.2f}, simulate {p['simulate']:.2f}, summarise {p['summarise']:.2f}, "
         f"write {p['write']:.2f})  {row['requests_per_wall_s']:8.0f} req/s  peak RSS {row['peak_rss_mb']:6.0f} MB  "
-        f"cold start {row['cold_start_s']:.2f} s",
+        f"cold start {row['cold_start_s']:.2f} s  load {row['load_average_1min']:.1f}",
         flush=True,
     )
+
+
+CSV_COLUMNS = (
+    "label", "requests", "timeline", "wall_s", "cpu_s", "read_s", "simulate_s", "summarise_s", "write_s",
+    "requests_per_wall_s", "peak_rss_mb", "cold_start_s", "load_average_1min", "saturated",
+)
+
+
+def _write_csv(rows: list[dict], path: Path) -> None:
+    """One line per run: the JSON's fields, phases flattened (seconds, MB)."""
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, CSV_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        for row in rows:
+            flat = {k: v for k, v in row.items() if k != "phases_s"}
+            flat |= {f"{phase}_s": seconds for phase, seconds in row["phases_s"].items()}
+            writer.writerow(flat)
 
 
 def _plot(rows: list[dict], path: Path) -> None:
@@ -148,8 +172,9 @@ def main() -> int:
             _print(rows[-1])
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "sim_speed.json").write_text(json.dumps(rows, indent=2, sort_keys=True) + "\n")
+    _write_csv(rows, args.out / "sim_speed.csv")
     _plot(rows, args.out / "sim_speed.png")
-    print(f"wrote {args.out / 'sim_speed.json'} and {args.out / 'sim_speed.png'}")
+    print(f"wrote {args.out / 'sim_speed.json'}, sim_speed.csv and sim_speed.png")
     return 0
 
 

@@ -128,7 +128,9 @@ def _arrivals(
     clock: _ArrivalClock,
 ):
     """Hand each request to the front pool at its arrival time (ties: input order)."""
-    order = sorted(range(len(requests)), key=lambda i: requests[i].arrival_s)
+    order: Sequence[int] = range(len(requests))
+    if any(requests[i].arrival_s > requests[i + 1].arrival_s for i in range(len(requests) - 1)):
+        order = sorted(order, key=lambda i: requests[i].arrival_s)  # stable: in order, as given
     for pos, i in enumerate(order):
         request, rec = requests[i], records[i]
         clock.next = request.arrival_s

@@ -54,7 +54,7 @@ Units: seconds, bytes, FLOPs, tokens.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from infralab.errors import InputError
@@ -232,6 +232,7 @@ class CostModel:
         self._lm_cache: dict[int, tuple[float, float]] = {}  # (lm_head, sampler) by output tokens
         self._small_cache: dict[int, float] = {}
         self._decode_host_cache: dict[int, float] = {}  # decode-only steps: host seconds by seqs
+        self._decode_run_terms: dict[int, tuple[float, ...] | None] = {}  # decode_run_ends, by seqs
         self._calibrated = _Calibration(self) if calibration is not None else None
 
     # -- set-up --
@@ -448,6 +449,60 @@ class CostModel:
         if self.cfg.host.overlap == "async":
             return max(device, host) + self.cfg.host.async_residue_s
         return device + host
+
+    # -- fast path: runs of decode-only steps (kept apart: exact by construction, see the test) --
+
+    def decode_run_ends(
+        self, seqs: int, context_tokens: int, start_s: float, steps: int, horizon_s: float
+    ) -> list[float]:
+        """End times (s) of back-to-back decode-only steps of `seqs` sequences from `start_s`: step i
+        (from 0) has `context_tokens + i * seqs` context tokens and ends at the previous end +
+        `decode_step_s(seqs, that context)`. At most `steps` ends; none after the first at or after
+        `horizon_s`. Bit for bit `decode_run_ends_stepwise` (tests/sim/test_decode_run_ends.py).
+
+        Within a run only the roofline's decode attention depends on the context, so the other
+        terms are evaluated once per batch size and the same sum is redone per step with the new
+        attention term. A calibrated attention term, or terms for which the shortcut does not give
+        `decode_step_s` exactly (`_decode_run_terms_of`), take the step-by-step path."""
+        terms = self._decode_run_terms.get(seqs, ())
+        if terms == ():
+            terms = self._decode_run_terms[seqs] = self._decode_run_terms_of(seqs, context_tokens)
+        if terms is None:
+            return decode_run_ends_stepwise(self.decode_step_s, seqs, context_tokens, start_s, steps, horizon_s)
+        ends: list[float] = []
+        t, context = start_s, context_tokens
+        step_s = self._decode_run_step_s
+        for _ in range(steps):
+            t = t + step_s(terms, seqs, context)
+            ends.append(t)
+            if t >= horizon_s:
+                break
+            context += seqs
+        return ends
+
+    def _decode_run_terms_of(self, seqs: int, context_tokens: int) -> tuple[float, ...] | None:
+        """The context-independent terms of a decode step of `seqs` sequences (dense, linear
+        attention, MoE, LM head, collectives, small ops, sampler, host; s), or None when the
+        shortcut does not apply: calibrated decode attention, or (a guard against cost terms the shortcut does not know) a
+        result other than `decode_step_s`'s at two probe contexts."""
+        if self._full_layers == 0 or (self._calibrated is not None and self._calibrated.decode_covered):
+            return None
+        self.decode_step_s(seqs, context_tokens)  # fills the host-time memo
+        dense, _, linear, moe, lm, collective, small, sampler = self._op_times(StepWork.decode(seqs, context_tokens))
+        terms = (dense, linear, moe, lm, collective, small, sampler, self._decode_host_cache[seqs])
+        for probe in (context_tokens, context_tokens + 1021 * seqs):
+            if self._decode_run_step_s(terms, seqs, probe) != self.decode_step_s(seqs, probe):
+                return None
+        return terms
+
+    def _decode_run_step_s(self, terms: tuple[float, ...], seqs: int, context: int) -> float:
+        """`decode_step_s(seqs, context)` from the terms of `_decode_run_terms_of`: the roofline's
+        decode attention as `_attention_time` computes it (0.0 + x == x for x > 0), then the same
+        sum in the same order."""
+        dense, linear, moe, lm, collective, small, sampler, host = terms
+        c_flops, c_bytes, c_seq = self._decode_coeffs
+        attention = max(context * c_flops, context * c_bytes + seqs * c_seq, self._decode_floor)
+        return self._with_host(sum((dense, attention, linear, moe, lm, collective, small, sampler)), host)
 
     def _op_times(self, work: StepWork) -> tuple[float, float, float, float, float, float, float, float]:
         """Seconds (one rank) of each operator of OPS, in that order: the one place that says
@@ -730,6 +785,23 @@ class CostModel:
             payload = output_tokens * self.model.vocab_size * LOGITS_BYTES
             total += (tp - 1) / tp * payload / rate + (tp - 1) * link.latency
         return total
+
+
+def decode_run_ends_stepwise(
+    decode_step_s: Callable[[int, int], float], seqs: int, context_tokens: int, start_s: float, steps: int,
+    horizon_s: float,
+) -> list[float]:
+    """`CostModel.decode_run_ends` one `decode_step_s` call per step: its definition, and what any
+    cost model may use (s)."""
+    ends: list[float] = []
+    t, context = start_s, context_tokens
+    for _ in range(steps):
+        t = t + decode_step_s(seqs, context)
+        ends.append(t)
+        if t >= horizon_s:
+            break
+        context += seqs
+    return ends
 
 
 def _bucket(value: float) -> float:

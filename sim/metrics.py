@@ -154,7 +154,8 @@ def itl_sample(done: Sequence[RequestRecord]) -> PooledSample:
 def _step_gap_parts(done: Sequence[RequestRecord]) -> Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]:
     """(gaps, counts) parts that together hold every inter-token gap of `done` (see `itl_sample`),
     made again on each call, one block of steps at a time."""
-    arrays: dict[int, tuple[array, list[int], list[int]]] = {}
+    # Piece bounds per shared array as int64 arrays (8 bytes each, not an int object per request).
+    arrays: dict[int, tuple[array, array, array]] = {}
     between: list[float] = []  # gaps from one piece to the next
     for r in done:
         previous = None
@@ -164,7 +165,7 @@ def _step_gap_parts(done: Sequence[RequestRecord]) -> Callable[[], Iterator[tupl
             if b > a:
                 entry = arrays.get(id(times))
                 if entry is None:
-                    entry = arrays[id(times)] = (times, [], [])
+                    entry = arrays[id(times)] = (times, array("q"), array("q"))
                 entry[1].append(a + 1)  # gaps times[m] - times[m - 1] for m in a+1..b
                 entry[2].append(b + 1)
             previous = times[b]
@@ -176,9 +177,10 @@ def _step_gap_parts(done: Sequence[RequestRecord]) -> Callable[[], Iterator[tupl
             private.append(np.diff(t[starts[0] - 1 : stops[0]]))
             continue
         spans = np.zeros(len(times) + 1, dtype=np.int32)
-        np.add.at(spans, np.array(starts, dtype=np.int64), 1)
-        np.add.at(spans, np.array(stops, dtype=np.int64), -1)
-        shared.append((t, np.cumsum(spans[:-1], dtype=np.int32)))
+        np.add.at(spans, np.frombuffer(starts, dtype=np.int64), 1)
+        np.add.at(spans, np.frombuffer(stops, dtype=np.int64), -1)
+        np.cumsum(spans, dtype=np.int32, out=spans)  # in place: one array of the step count, not two
+        shared.append((t, spans[:-1]))
     one = np.ones(1, dtype=np.int64)
     fixed = [(np.array(between, dtype=float), np.broadcast_to(one, (len(between),)))]
     if private:

@@ -52,6 +52,14 @@ class StepCostModel(Protocol):
         (bit for bit: the fast scheduler times runs of such steps with it)."""
         ...
 
+    def decode_run_ends(
+        self, seqs: int, context_tokens: int, start_s: float, steps: int, horizon_s: float
+    ) -> list[float]:
+        """End times (s) of up to `steps` decode-only steps from `start_s` (context grows by `seqs`
+        per step), none after the first at or after `horizon_s`: exactly
+        `cost_model.decode_run_ends_stepwise(self.decode_step_s, ...)`."""
+        ...
+
     def kv_capacity_tokens(self, gpu_memory_utilization: float, max_num_seqs: int = 0, max_batched_tokens: int = 0) -> int:
         """Tokens of KV cache one instance holds (after the activations of a step of
         `max_batched_tokens` tokens)."""

@@ -37,7 +37,8 @@ class TokenTimes:
         self._first = self._last = 0
         self._len = 0
         self._own: array | None = None  # the array `append` and `extend` write to
-        self.extend(times)
+        if times:  # no empty array of its own for every record the engine fills (80 B each)
+            self.extend(times)
 
     @property
     def pieces(self) -> list[tuple[array, int, int]]:
@@ -183,22 +184,30 @@ class ResourceTally:
         self.last_end_s = -math.inf
 
     def add_interval(self, iv: Interval) -> None:
-        if iv.end_s > self.last_end_s:
-            self.last_end_s = iv.end_s
         track = iv.track
         if not is_busy_interval(track, iv.name):
+            if iv.end_s > self.last_end_s:
+                self.last_end_s = iv.end_s
             return
+        self.add_busy(track, iv.start_s, iv.end_s)
+        if track.startswith("link/"):
+            self.link_bytes[track] = self.link_bytes.get(track, 0) + dict(iv.args).get("bytes", 0)
+
+    def add_busy(self, track: str, start_s: float, end_s: float) -> None:
+        """Fold in a busy interval of `track` (`is_busy_interval`) that carries no bytes: what
+        `add_interval` does with it, without the Interval (an instance's steps, when no timeline
+        is kept)."""
+        if end_s > self.last_end_s:
+            self.last_end_s = end_s
         spans = self.spans.get(track)
         if spans is None:
             spans = self.spans[track] = array("d")
-        if spans and spans[-2] <= iv.start_s <= spans[-1]:
-            if iv.end_s > spans[-1]:
-                spans[-1] = iv.end_s
+        if spans and spans[-2] <= start_s <= spans[-1]:
+            if end_s > spans[-1]:
+                spans[-1] = end_s
         else:
-            spans.append(iv.start_s)
-            spans.append(iv.end_s)
-        if track.startswith("link/"):
-            self.link_bytes[track] = self.link_bytes.get(track, 0) + dict(iv.args).get("bytes", 0)
+            spans.append(start_s)
+            spans.append(end_s)
 
     def add_counter(self, c: CounterSample) -> None:
         series = self.counters.setdefault(c.track, {}).get(c.name)
@@ -273,6 +282,11 @@ class _EventLog(list):
             self.earliest.offer(t, self.IS_INTERVAL, item)
         elif self.keep:
             super().append(item)
+
+    @property
+    def tally_only(self) -> bool:
+        """Are appended items only folded into the tally (no timeline kept)?"""
+        return not self.keep
 
     def close(self) -> None:
         """Keep the earliest events (recording order) as the list's items."""

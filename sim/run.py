@@ -81,7 +81,7 @@ class PreparedRun:
     """A run's inputs, read and built: everything `simulate` needs."""
 
     cfg: SimConfig
-    requests: list[Any]
+    requests: Sequence[Any]  # a RequestTable from build_workload
     cost: CostModel
     transfer_link: Any | None
 

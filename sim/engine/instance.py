@@ -4,13 +4,15 @@ The decisions are its scheduler policy's (`engine.scheduler`: "fast", `scheduler
 
 The instance sleeps on an event while it has nothing to run (no polling); `submit`, `reserve`,
 `deliver` and `release` wake it. Each step is one `env.timeout`, one "batch" Interval on track
-`instance/<name>`, and CounterSamples ("waiting", "running", "kv_used_blocks", "kv_cached_blocks")
-whenever a value changed.
+`instance/<name>` (without a timeline only its busy span, folded into the run's tally), and
+CounterSamples ("waiting", "running", "kv_used_blocks", "kv_cached_blocks") whenever a value
+changed.
 
 Speed: a run of identical decode-only steps that the policy offers (`SchedulerPolicy.repeats`; the
 fast scheduler's `QuietRun`: nothing to admit, block growth covered by free blocks, no finish before
 its last step) is timed with one timeout and recorded as one Interval (arg "steps"). Each step
-still gets its own cost evaluation and end time, so token times are those of single steps. The run
+still gets its own end time, bit for bit what a single step would get (the cost model computes a
+run's ends in one call, `decode_run_ends`), so token times are those of single steps. The run
 stops at the first step end at or after the next arrival, and any outside event (`_kick`)
 interrupts it at the step end in progress, exactly where a single step would have noticed the
 event. Block growth inside a run is applied, and counters sampled, at the run's end (so
@@ -34,12 +36,15 @@ from infralab.sim.engine.request_state import Seq
 from infralab.sim.engine.scheduler import Scheduler
 from infralab.sim.engine.step import StepPlan, StepResult
 from infralab.sim.protocols import SchedulerPolicy, ServedRequest, StepCostModel, StepListener
-from infralab.sim.records import CounterSample, Interval, RunRecord
+from infralab.sim.records import CounterSample, Interval, IntervalLog, RunRecord
 
 COUNTERS = ("waiting", "running", "kv_used_blocks", "kv_cached_blocks")
 # Longest run of decode-only steps timed with one SimPy event (bounds the cost evaluations wasted
 # when an outside event cuts a run short).
 MAX_QUIET_STEPS = 256
+# Step ends computed ahead of `allows` at first (then twice as many each time): runs are short
+# when requests come and go often, so this bounds the ends computed in vain.
+FIRST_BATCH = 8
 # `engine.scheduler` -> the policy class (both take the keyword arguments of `Instance.__init__`).
 SCHEDULERS: dict[str, Callable[..., SchedulerPolicy]] = {"fast": Scheduler, "reference": ReferenceScheduler}
 
@@ -88,6 +93,7 @@ class Instance:
         self._last_counters: list[float] = [-1.0] * len(COUNTERS)
         # Told when a request completes here (the closed-loop gate, infralab.sim.concurrency_gate).
         self.on_finished: Callable[[Seq], None] | None = None
+        self._tally_only = isinstance(record.intervals, IntervalLog) and record.intervals.tally_only
         record.resources[self.track] = {
             "kind": "instance",
             "role": role,
@@ -186,21 +192,32 @@ class Instance:
 
     def _step_ends(self, plan: StepPlan, start: float, allows: Callable[[int], bool] | None) -> list[float]:
         """End times (s) of the planned step and of the decode-only repeats the policy `allows`, up
-        to the first step that ends at or after the next known arrival."""
-        t = start + self.cost.step(plan.work).total_s
-        ends = [t]
+        to the first step that ends at or after the next known arrival (and MAX_QUIET_STEPS).
+
+        The ends are computed in growing batches (`StepCostModel.decode_run_ends`, one call for
+        many steps) and then offered to `allows` step by step, as one step at a time would."""
         if allows is None:
-            return ends
+            return [start + self.cost.step(plan.work).total_s]
+        # A decode-only plan: its first step is decode_step_s's too (== step(work).total_s).
         horizon = self._horizon()
         seqs = plan.work.decode_seqs
         context = plan.work.decode_context_tokens
-        decode_step_s = self.cost.decode_step_s  # == step(StepWork.decode(...)).total_s, faster
         n = plan.step_no
-        while t < horizon and len(ends) < MAX_QUIET_STEPS and allows(n + len(ends)):
-            context += seqs
-            t = t + decode_step_s(seqs, context)
-            ends.append(t)
-        return ends
+        batch = FIRST_BATCH
+        ends = self.cost.decode_run_ends(seqs, context, start, min(batch, MAX_QUIET_STEPS), horizon)
+        k = 1  # steps in the run so far
+        while True:
+            while k < len(ends):
+                if not allows(n + k):
+                    del ends[k:]
+                    return ends
+                k += 1
+            if ends[-1] >= horizon or k >= MAX_QUIET_STEPS:
+                return ends
+            batch *= 2
+            ends += self.cost.decode_run_ends(
+                seqs, context + k * seqs, ends[-1], min(batch, MAX_QUIET_STEPS - k), horizon
+            )
 
     def _hold(self, ends: list[float]):
         """Wait until the last of `ends`; an interrupt (`_kick`) cuts the run at the first step end
@@ -230,6 +247,9 @@ class Instance:
     def _record_batch(self, plan: StepPlan, start: float, ends: list[float], result: StepResult) -> None:
         """One Interval for the step, or for a run of identical decode-only steps ("steps" > 1;
         decode_context_tokens is then the first step's, output_tokens the run's total)."""
+        if self._tally_only:  # the same fold into the run's tally, without the Interval
+            self.record.intervals.tally.add_busy(self.track, start, ends[-1])
+            return
         work = plan.work
         self.record.intervals.append(
             Interval(

@@ -22,12 +22,15 @@ backwards are errors.
 
 from __future__ import annotations
 
+import bisect
 import csv
 import datetime
-import io
 import json
 import math
+import re
 import warnings
+from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -38,7 +41,7 @@ from infralab.errors import InputError
 from infralab.field_types import MAX_TOKENS
 from infralab.input_files import read_text
 from infralab.sim.config import TRACE_FORMATS, TraceFormat
-from infralab.sim.workloads.request import Request
+from infralab.sim.workloads.request_table import RequestTable
 
 
 # Mooncake's hash_ids each cover this many prompt tokens.
@@ -60,13 +63,16 @@ class ZeroLengthWarning(UserWarning):
 
 @dataclass(slots=True)
 class TraceColumns:
-    """A parsed trace, one entry per request in file order. Times are seconds, unshifted."""
+    """A parsed trace, one entry per request in file order. Times are seconds, unshifted.
 
-    arrival_s: list[float] | None  # None: the file has no arrival times (a length-only trace)
-    prompt_tokens: list[int]
-    output_tokens: list[int]
+    Numbers are kept in arrays (8 bytes each, not an object per value): a million-request trace
+    is parsed without a million floats and ints that outlive their line."""
+
+    arrival_s: array | None  # array('d'); None: no arrival times (a length-only trace)
+    prompt_tokens: array  # array('q')
+    output_tokens: array  # array('q')
     block_hashes: list[tuple[int, ...]] | None  # None: the format carries no prefix identity
-    lines: list[int]  # the file line of each request, for errors found after parsing
+    lines: array  # array('q'): the file line of each request, for errors found after parsing
     prompt_field: str  # the prompt-length column's name in this file, for those errors
 
 
@@ -83,8 +89,9 @@ def read_trace(
     max_requests: int | None = None,
     max_prompt_tokens: int | None = None,
     context_length: int | None = None,
-) -> list[Request]:
-    """Read a trace file into requests with ids 0..n-1 in arrival order (ties keep file order).
+) -> RequestTable:
+    """Read a trace file into requests with ids 0..n-1 in arrival order (ties keep file order),
+    held as columns (a `RequestTable`, which reads like a list of `Request`).
 
     Steps, in order: keep requests whose arrival, in seconds from the trace's first request, is in
     [start_s, end_s); keep the first `max_requests`; shift arrivals so the first kept request
@@ -125,11 +132,22 @@ def parse_trace(path: Path, format: TraceFormat) -> TraceColumns:
         raise InputError("trace format", f"unknown format {format!r}", " / ".join(TRACE_FORMATS))
     # The one input boundary reads it (missing, folder, device, size cap, UTF-8, a BOM dropped).
     text = read_text(path, "trace", f"a {format} trace file")
-    columns = parsers[format](path, io.StringIO(text, newline=""))
+    columns = parsers[format](path, text_lines(text))
     if not columns.prompt_tokens:
         raise InputError(str(path), "the trace has no requests", "at least one request row")
     _warn_zero_lengths(path, columns)
     return columns
+
+
+# Lines as `io.StringIO(text, newline="")` splits them (after "\r\n", "\r" or "\n", ends kept).
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
+
+
+def text_lines(text: str) -> Iterator[str]:
+    """The lines of `text`, one at a time, exactly as `io.StringIO(text, newline="")` gives them
+    (what the csv module expects), without the copy of the whole text that StringIO makes (four
+    bytes per character)."""
+    return (match.group() for match in _LINE.finditer(text))
 
 
 # ---- windowing, scaling, numbering ------------------------------------------------------------
@@ -148,13 +166,20 @@ def _check_options(rate_scale, start_s, end_s, max_requests, max_prompt_tokens) 
 
 
 def _window(
-    path: Path, times: list[float] | None, start_s: float, end_s: float | None, max_requests: int | None
-) -> list[int]:
-    """Indices of the requests in [start_s, end_s) from the first, at most `max_requests`."""
+    path: Path, times: array | None, start_s: float, end_s: float | None, max_requests: int | None
+) -> range:
+    """Indices of the requests in [start_s, end_s) from the first, at most `max_requests`.
+
+    Times never decrease (the parsers check), and neither does t - first, so the window is one
+    run of indices: its ends are found by bisection, with the same comparisons a scan makes."""
     assert times is not None
     first = times[0]
     stop = math.inf if end_s is None else end_s
-    kept = [i for i, t in enumerate(times) if start_s <= t - first < stop]
+    def since_first(t: float) -> float:
+        return t - first
+
+    lo = bisect.bisect_left(times, start_s, key=since_first)
+    kept = range(lo, bisect.bisect_left(times, stop, lo, key=since_first))
     if max_requests is not None:
         kept = kept[:max_requests]
     if not kept:
@@ -168,27 +193,31 @@ def _window(
 
 
 def _requests(
-    columns: TraceColumns, kept: list[int], rate_scale: float, max_prompt_tokens: int | None
-) -> list[Request]:
+    columns: TraceColumns, kept: range, rate_scale: float, max_prompt_tokens: int | None
+) -> RequestTable:
     """The kept rows as requests numbered 0.., the first arriving at 0, prompts clipped."""
     times = columns.arrival_s
     assert times is not None
     origin = times[kept[0]]
     hashes = columns.block_hashes
-    requests = []
-    for new_id, i in enumerate(kept):
+    arrivals, prompts = array("d"), array("q")
+    clipped_hashes: list[tuple[int, ...]] | None = [] if hashes is not None else None
+    for i in kept:
         prompt = columns.prompt_tokens[i]
         blocks = hashes[i] if hashes is not None else ()
         if max_prompt_tokens is not None and prompt > max_prompt_tokens:
             prompt = max_prompt_tokens
             blocks = blocks[: -(-prompt // MOONCAKE_BLOCK_TOKENS)]
-        arrival = (times[i] - origin) / rate_scale
-        requests.append(Request(new_id, arrival, prompt, columns.output_tokens[i], blocks))
-    return requests
+        arrivals.append((times[i] - origin) / rate_scale)
+        prompts.append(prompt)
+        if clipped_hashes is not None:
+            clipped_hashes.append(blocks)
+    outputs = columns.output_tokens[kept.start : kept.stop]
+    return RequestTable(arrivals, prompts, outputs, clipped_hashes)
 
 
 def _check_context(
-    path: Path, columns: TraceColumns, kept: list[int], context_length: int, max_prompt_tokens: int | None
+    path: Path, columns: TraceColumns, kept: range, context_length: int, max_prompt_tokens: int | None
 ) -> None:
     """The first kept request whose (clipped) prompt exceeds the model's context, by its file line."""
     clip = max_prompt_tokens if max_prompt_tokens is not None else math.inf
@@ -284,11 +313,8 @@ _MOONCAKE_EXPECTED = "one JSON object per line with timestamp, input_length, out
 
 
 def _parse_mooncake(path: Path, handle) -> TraceColumns:
-    times: list[float] = []
-    prompts: list[int] = []
-    outputs: list[int] = []
+    times, prompts, outputs, lines = array("d"), array("q"), array("q"), array("q")
     hashes: list[tuple[int, ...]] = []
-    lines: list[int] = []
     previous_ms, previous_line = -math.inf, 0
     for line_no, line in enumerate(handle, 1):
         if not line.strip():
@@ -382,10 +408,7 @@ def _parse_azure(path: Path, handle) -> TraceColumns:
     t_col, in_col, out_col = (
         _column(path, line, header, (name,), _AZURE_EXPECTED) for name in _AZURE_COLUMNS
     )
-    times: list[float] = []
-    prompts: list[int] = []
-    outputs: list[int] = []
-    lines: list[int] = []
+    times, prompts, outputs, lines = array("d"), array("q"), array("q"), array("q")
     day_cache: dict[str, int] = {}
     origin: tuple[int, float] | None = None
     previous, previous_line = -math.inf, 0
@@ -436,10 +459,8 @@ def _parse_vidur(path: Path, handle) -> TraceColumns:
     t_name = next((name for name in _VIDUR_ARRIVAL if name in header), None)
     t_col = header.index(t_name) if t_name else None
     in_name, out_name = header[in_col], header[out_col]
-    times: list[float] | None = [] if t_col is not None else None
-    prompts: list[int] = []
-    outputs: list[int] = []
-    lines: list[int] = []
+    times = array("d") if t_col is not None else None
+    prompts, outputs, lines = array("q"), array("q"), array("q")
     previous, previous_line = -math.inf, 0
     for line_no, row in _cells(path, reader, len(header)):
         if times is not None:

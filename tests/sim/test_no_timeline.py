@@ -6,8 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from infralab.cli import main
+from infralab.sim.records import Interval, ResourceTally
 
 CONFIG = """\
 model = "llama-3-8b"
@@ -67,3 +70,19 @@ def test_no_timeline_writes_the_same_summary_and_requests(tmp_path: Path, layout
     assert json.loads((without / "summary.json").read_text()) == kept
     printed = capsys.readouterr().out.split("=" * 50)
     assert printed[0].strip() == printed[1].strip()  # the same table twice
+
+
+spans = st.lists(st.tuples(st.floats(0, 100), st.floats(0, 5)), max_size=40)
+
+
+@settings(max_examples=100, deadline=None)
+@given(steps=spans)
+def test_a_busy_span_folds_like_its_interval(steps):
+    """What an instance does without a timeline (`ResourceTally.add_busy`) is what folding its
+    "batch" Interval does."""
+    by_interval, by_span = ResourceTally(), ResourceTally()
+    for start, length in steps:
+        by_interval.add_interval(Interval("instance/x", "batch", start, start + length, (("steps", 1),)))
+        by_span.add_busy("instance/x", start, start + length)
+    assert by_span.spans.get("instance/x") == by_interval.spans.get("instance/x")
+    assert by_span.last_end_s == by_interval.last_end_s

@@ -67,6 +67,7 @@ class _FixedCapacity:
         self._capacity = capacity_tokens
         self.step = cost.step
         self.decode_step_s = cost.decode_step_s
+        self.decode_run_ends = cost.decode_run_ends
         self.kv_transfer_bytes = cost.kv_transfer_bytes
 
     def kv_capacity_tokens(self, gpu_memory_utilization: float, max_num_seqs: int = 0, max_batched_tokens: int = 0) -> int:

@@ -13,7 +13,7 @@ from infralab.sim.config import (
     SimConfig,
     SyntheticWorkload,
 )
-from infralab.sim.cost_model import StepWork
+from infralab.sim.cost_model import StepWork, decode_run_ends_stepwise
 
 # simulate() takes its requests from the caller; the config's workload is never read, but SimConfig
 # requires one.
@@ -65,6 +65,11 @@ class FakeCost:
     def decode_step_s(self, seqs: int, context_tokens: int) -> float:
         """Seconds of a decode-only step; the same as step() on that work."""
         return self.step(StepWork.decode(seqs, context_tokens)).total_s
+
+    def decode_run_ends(
+        self, seqs: int, context_tokens: int, start_s: float, steps: int, horizon_s: float
+    ) -> list[float]:
+        return decode_run_ends_stepwise(self.decode_step_s, seqs, context_tokens, start_s, steps, horizon_s)
 
     def kv_capacity_tokens(self, gpu_memory_utilization: float, max_num_seqs: int = 0, max_batched_tokens: int = 0) -> int:
         """Tokens of KV cache per instance: `capacity_tokens`, whatever the arguments."""
