@@ -20,6 +20,7 @@ import dataclasses
 import itertools
 import math
 import re
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -29,7 +30,16 @@ from pydantic.dataclasses import dataclass
 from infralab.agent import figure_style
 from infralab.agent.acceptance import Criterion, evaluate, parse_criterion, shortfall
 from infralab.agent.progress import progress
-from infralab.agent.sim_pool import Execution, SimJob, accelerator_count, apply_knob, checked_config, run_pool
+from infralab.agent.sim_pool import (
+    Execution,
+    SimJob,
+    accelerator_count,
+    apply_knob,
+    check_knobs_read,
+    checked_config,
+    layout_switch_note,
+    run_pool,
+)
 from infralab.config_io import STRICT, load_toml, validate
 from infralab.errors import InputError
 from infralab.field_types import Int
@@ -189,7 +199,7 @@ def load_space(path: str | Path, overrides: Sequence[str] = ()) -> Space:
         apply_knob(base, key, value, f"{source}: fixed.{key}", space_dir)
 
     axes = tuple((k, tuple(v)) for k, v in spec.axes.items())
-    points, knobs, static = [], [], []
+    points, knobs, static, notes = [], [], [], {}
     for combo in itertools.product(*(values for _, values in axes)):
         data = _deep_copy(base)
         point = tuple((key, value) for (key, _), value in zip(axes, combo))
@@ -200,9 +210,15 @@ def load_space(path: str | Path, overrides: Sequence[str] = ()) -> Space:
         except InputError as exc:
             where = ", ".join(f"{k} = {v!r}" for k, v in point)
             raise InputError(f"{source}: axes ({where})", f"gives an invalid config: {exc.where}: {exc.problem}", exc.expected) from None
+        set_here = (*spec.fixed.items(), *point)
+        check_knobs_read(cfg, (key for key, _ in set_here), lambda key: f"{source}: {key} (point {dict(point)})")
+        notes.setdefault(layout_switch_note(base_path, set_here, cfg))
         points.append(data)
         knobs.append(point)
         static.append({"accelerators": accelerator_count(cfg)})
+    for note in notes:
+        if note is not None:
+            print(note, file=sys.stderr)  # once per distinct layout switch, not per point
     return Space(
         source=source,
         info=spec.search,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -28,7 +28,15 @@ from typing import TYPE_CHECKING, Any, Literal
 from infralab.config_io import validate
 from infralab.errors import InputError
 from infralab.locations import is_data_path
-from infralab.sim.config import SimConfig, check_config, load_config, looks_like_path
+from infralab.sim.config import (
+    SimConfig,
+    applicable_fields,
+    check_config,
+    config_doc,
+    layout_defaults_note,
+    load_config,
+    looks_like_path,
+)
 from infralab.sim.records import RunRecord
 from infralab.sim.summary import Metric, RunSummary
 
@@ -81,6 +89,38 @@ def apply_knob(data: dict[str, Any], knob: str, value: Any, where: str, base_dir
         raise InputError(where, f"unknown knob {knob!r}", KNOB_EXPECTED)
 
 
+def check_knobs_read(cfg: SimConfig, knobs: Iterable[str], where: Callable[[str], str]) -> None:
+    """A knob that sets a field the point's layout (or transfer mode) does not read is an error,
+    as it is in a config file (`infralab.sim.config.check_layout_fields`); `where(knob)` names it."""
+    read = applicable_fields(cfg)
+    for knob in knobs:
+        if knob == POOLS:
+            continue
+        node: Any = read
+        for part in knob.split("."):
+            if not isinstance(node, dict) or part not in node:
+                raise InputError(where(knob), f"not read by the {cfg.cluster.layout} layout of this point",
+                                 'a field of the chosen layout and transfer mode (docs/sim.md, "Layouts")')
+            node = node[part]
+
+
+def layout_switch_note(config_path: Path, knobs: Iterable[tuple[str, Any]], cfg: SimConfig) -> str | None:
+    """When `knobs` switch the layout of the config at `config_path`: the note naming the new
+    layout's fields left to their defaults (`layout_defaults_note`), else None. Callers print
+    each distinct note once."""
+    knobs = tuple(knobs)
+    if not any(knob == "cluster.layout" for knob, _ in knobs):
+        return None
+    doc = config_doc(config_path)
+    for knob, value in knobs:
+        *parents, leaf = knob.split(".")
+        node = doc
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return layout_defaults_note(doc, cfg)
+
+
 def checked_config(data: Mapping[str, Any], source: str, base_dir: Path) -> SimConfig:
     """`data` validated as a whole simulation config (types, then referenced files)."""
     cfg = validate(SimConfig, dict(data), source)
@@ -108,12 +148,14 @@ def arm_config(
     for knob, value in arm.knobs:
         apply_knob(data, knob, value, where(knob), hyp.base_dir)
     try:
-        return checked_config(data, str(config_path), base_dir), base_dir
+        cfg = checked_config(data, str(config_path), base_dir)
     except InputError as exc:
         # Blame the knob that set the offending field when there is one, else the variant's change.
         field = exc.where.split(": ", 1)[-1]
         knob = field if field in arm.config else (arm.change[0] if arm.change else field)
         raise InputError(where(knob), exc.problem + f" ({exc.where})", exc.expected) from None
+    check_knobs_read(cfg, (knob for knob, _ in arm.knobs), where)
+    return cfg, base_dir
 
 
 # ---- counts of a layout -------------------------------------------------------------------------
@@ -200,12 +242,11 @@ class SimResult:
 def run_one(job: SimJob, inspect: Inspect | None = None) -> SimResult:
     """Simulate one job (in this process) and summarise it. No timeline is kept (the summary is
     the same without one, and the run holds a few bytes per step instead of an object)."""
-    from infralab.sim.metrics import summarize
-    from infralab.sim.run import simulate_config, with_seed
+    from infralab.sim.run import run_summary, simulate_config, with_seed
 
     cfg = with_seed(validate(SimConfig, dict(job.config), job.source), job.seed)
     record = simulate_config(cfg, Path(job.base_dir), source=job.source, timeline=False)
-    summary = summarize(record, cfg.slo)
+    summary = run_summary(record, cfg, Path(job.source))
     metrics = summary.flat_metrics(instances=instance_count(cfg), accelerators=accelerator_count(cfg))
     return SimResult(summary, metrics, inspect(record, summary) if inspect is not None else None)
 

@@ -12,7 +12,8 @@
   and the request with the worst TTFT split into its phases.
   With a workdir (`infralab test --out DIR`), each arm and seed also leaves a run folder,
   DIR/sim/runs/<arm>-seed<seed>/ (summary.json, requests.csv, config.toml: the setup's config as
-  written; the arm's knobs are in summary.json's "run"), that `infralab explain` reads; no
+  written, and resolved_config.toml: the arm's config with every default; the arm's knobs are in
+  summary.json's "run"), that `infralab explain` reads; no
   trace.json (the pool keeps no timeline), so explain's interval analysis has nothing to show there.
 The simulator is deterministic for a given seed: repetitions repeat the same numbers, seeds differ.
 """
@@ -116,16 +117,25 @@ class Sim:
 
 def measure_cluster(hyp: Hypothesis, setup: ClusterSetup, workdir: Path | None, execution: Execution) -> Measurement:
     """Every arm x seed of a `cluster` hypothesis, `setup.processes` at a time on `execution`'s backend."""
-    from infralab.agent.sim_pool import SimJob, arm_config, run_pool
+    import sys
+
+    from infralab.agent.sim_pool import SimJob, arm_config, layout_switch_note, run_pool
+    from infralab.sim.config import resolved_config_text
+    from infralab.sim.run import with_seed
 
     seeds = list(hyp.seeds)
     source = str(hyp.resolve(setup.config))
-    keys, jobs = [], []
+    keys, jobs, resolved, notes = [], [], {}, {}
     for arm in hyp.arms:
         cfg, base_dir = arm_config(hyp, setup, arm, where=lambda knob, a=arm.name: f"{hyp.source}: {a}.{knob}")
+        notes.setdefault(layout_switch_note(Path(source), arm.knobs, cfg))
         for seed in seeds:
             keys.append((arm.name, seed))
             jobs.append(SimJob(config=dataclasses.asdict(cfg), base_dir=str(base_dir), source=source, seed=seed))
+            resolved[(arm.name, seed)] = resolved_config_text(with_seed(cfg, seed), base_dir)
+    for note in notes:
+        if note is not None:
+            print(note, file=sys.stderr)
     inspect = cluster_details if workdir is None else cluster_details_and_requests
     by_key = dict(zip(keys, run_pool(jobs, workers=setup.processes, inspect=inspect, execution=execution)))
     files: list[str] = []
@@ -141,7 +151,7 @@ def measure_cluster(hyp: Hypothesis, setup: ClusterSetup, workdir: Path | None, 
         for (arm_name, seed), result in sorted(by_key.items()):
             facts = {"arm": arm_name, "seed": seed, "knobs": hyp.arm(arm_name).config}
             files.append(write_run_folder(workdir, arm_name, seed, result.summary.with_run(facts),
-                                          result.details["requests_csv"], Path(source)))
+                                          result.details["requests_csv"], Path(source), resolved[(arm_name, seed)]))
     samples, findings, rows = {}, [], []
     for arm in hyp.arms:
         samples[arm.name] = [cluster_metrics(by_key[(arm.name, seed)].metrics) for seed, _ in sample_keys(hyp)]
@@ -211,10 +221,12 @@ RUN_FOLDERS = "runs"
 
 
 def write_run_folder(workdir: Path, arm: str, seed: int, summary: RunSummary, requests_csv: str,
-                     config_path: Path) -> str:
-    """WORKDIR/runs/<arm>-seed<seed>/ with summary.json, requests.csv and config.toml (a byte copy
-    of the setup's config); returns its path relative to `workdir`."""
+                     config_path: Path, resolved_config: str) -> str:
+    """WORKDIR/runs/<arm>-seed<seed>/ with summary.json, requests.csv, config.toml (a byte copy
+    of the setup's config) and resolved_config.toml (the arm's config at that seed, every default
+    filled in, as `infralab sim run` writes it); returns its path relative to `workdir`."""
     from infralab.results import dump_json
+    from infralab.sim.run import RESOLVED_CONFIG
 
     name = f"{RUN_FOLDERS}/{arm}-seed{seed}"
     folder = workdir / name
@@ -222,6 +234,7 @@ def write_run_folder(workdir: Path, arm: str, seed: int, summary: RunSummary, re
     dump_json(summary.to_json(), folder / "summary.json")
     (folder / "requests.csv").write_text(requests_csv, encoding="utf-8")
     (folder / "config.toml").write_bytes(config_path.read_bytes())
+    (folder / RESOLVED_CONFIG).write_text(resolved_config, encoding="utf-8")
     return name
 
 

@@ -293,3 +293,31 @@ def test_set_overrides_the_space_file(tmp_path):
     assert {p["metrics"]["completed"] for p in report["points"]} == {5}
     with pytest.raises(InputError, match="--set"):
         load_space(path, ["search.seed"])
+
+
+# ---- layouts switched by an axis -------------------------------------------------------------------
+
+LAYOUT_SPACE = """
+[search]
+name = "layouts"
+base = "base.toml"
+objective = "maximize output_throughput_per_accelerator"
+
+[axes]
+"cluster.layout" = ["colocated", "disaggregated"]
+"""
+
+
+def test_a_layout_switch_prints_the_new_layout_s_defaults_once(tmp_path, capsys):
+    load_space(write_space(tmp_path, LAYOUT_SPACE))
+    err = capsys.readouterr().err
+    assert err.count("note: the disaggregated layout uses defaults") == 1
+    assert "cluster.transfer.mode = " in err
+
+
+def test_a_knob_the_point_s_layout_does_not_read_is_an_error(tmp_path):
+    space = LAYOUT_SPACE.replace('"cluster.layout" = ["colocated", "disaggregated"]',
+                                 '"cluster.layout" = ["disaggregated"]\n"cluster.instances" = [3]')
+    with pytest.raises(InputError) as info:
+        load_space(write_space(tmp_path, space))
+    assert "cluster.instances" in info.value.where and "not read by the disaggregated layout" in info.value.problem

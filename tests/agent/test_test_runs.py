@@ -125,3 +125,18 @@ def test_a_bad_set_is_one_input_error(hypothesis, assignment, needle, capsys):
     assert main(["test", str(hypothesis), "--set", assignment]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and needle in err and len(err.splitlines()) == 1
+
+
+def test_each_arm_s_folder_holds_its_resolved_config_which_sim_run_reproduces(hypothesis, tmp_path, capsys):
+    out = tmp_path / "out"
+    main(["test", str(hypothesis), "--out", str(out), "--json"])
+    capsys.readouterr()
+    folder = out / "sim/runs/two-seed1"
+    resolved = (folder / "resolved_config.toml").read_text()
+    assert "instances = 2" in resolved and "seed = 1" in resolved
+    (tmp_path / "again.toml").write_text(resolved)
+    assert main(["sim", "run", str(tmp_path / "again.toml"), "--out", str(tmp_path / "again"), "--no-timeline"]) == 0
+    capsys.readouterr()
+    arm = json.loads((folder / "summary.json").read_text())
+    rerun = json.loads((tmp_path / "again" / "summary.json").read_text())
+    assert {k: v for k, v in arm.items() if k != "run"} == {k: v for k, v in rerun.items() if k not in ("run", "timeline")}
