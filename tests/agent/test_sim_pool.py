@@ -9,8 +9,7 @@ import pytest
 
 from infralab.agent.sim_pool import SimJob, run_one
 from infralab.sim.config import load_config
-from infralab.sim.metrics import summarize
-from infralab.sim.run import simulate_config
+from infralab.sim.run import run_summary, simulate_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,6 +24,6 @@ def test_pool_summary_is_the_timeline_runs(config):
     job = SimJob(config=dataclasses.asdict(cfg), base_dir=str(base_dir), source=str(path))
     pooled = run_one(job, inspect=lambda run, summary: (len(run.intervals), len(run.requests)))
     with_timeline = simulate_config(cfg, base_dir, source=str(path))
-    assert pooled.summary == summarize(with_timeline, cfg.slo)
+    assert pooled.summary == run_summary(with_timeline, cfg, path)
     assert pooled.details == (0, 300)  # no intervals kept; every request
     assert len(with_timeline.intervals) > 0
