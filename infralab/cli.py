@@ -125,7 +125,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(("sim", "catalog"), "list the shipped specs, or show one spec's derived figures (a model's KV capacity on --accelerator)",
             "infralab.sim.cli:catalog", (
                 arg("name", nargs="?", default=None, metavar="NAME",
-                    help="a model, accelerator or link of the catalog (or a spec TOML path)"),
+                    help="a model, accelerator, link or vision encoder of the catalog (or a model spec TOML path)"),
                 arg("--json", action="store_true", help="print JSON"),
                 arg("--accelerator", default=None, metavar="A", help="for a model: size its KV cache on this accelerator"),
                 arg("--tp", type=positive_int, default=1, metavar="N", help="tensor-parallel degree (default 1)"),
@@ -138,6 +138,14 @@ COMMANDS: tuple[Command, ...] = (
                 arg("--max-batched-tokens", type=positive_int, default=None, metavar="N",
                     help="default: vLLM's for the accelerator (docs/sim.md)"),
                 arg("--block-size", type=positive_int, default=16, metavar="N", help="tokens per KV block (default 16)"),
+                *(arg(f"--{knob.replace('_', '-')}", type=positive_int, default=None, metavar="N",
+                      help=f"GLM-class knob hardware.{knob} (docs/sim.md, \"GLM-class techniques\")")
+                  for knob in ("linear_tp", "lm_head_tp", "moe_ep", "layer_split", "pp", "pp_micro_batches")),
+                arg("--replay-ssm-ring", type=positive_int, default=None, metavar="L", help="cost.replay_ssm_ring"),
+                arg("--kv-layer-dtypes", default=None, metavar="D,D,...",
+                    help="cost.kv_layer_dtypes: one KV dtype per full-attention layer (int8, fp8e4m3, bf16, fp32)"),
+                arg("--w8a8-check", default=None, metavar="REPORT.json",
+                    help="with --dtype int8/fp8e4m3: show W8A8's error from `kernels check --json` output"),
             )),
     Command(("sim", "sweep"), "run configs at several request rates and seeds; write paper figures and their CSVs",
             "infralab.agent.cli:sim_sweep", (

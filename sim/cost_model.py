@@ -29,6 +29,12 @@ efficiency)), computed for one TP rank (ranks run in lockstep). Operators (`Step
 - ``sampler``: the pass over the logits of the tokens emitted (softmax and sampling read the FP32
   logits twice and write probabilities once), at least one kernel launch.
 
+GLM-class knobs (`HardwareConfig`: linear_tp, lm_head_tp, moe_ep, layer_split, pp,
+pp_micro_batches; `CostConfig`: replay_ssm_ring, kv_layer_dtypes, dtype "int8" for W8A8; all off
+by default, docs/sim.md "GLM-class techniques") change the operators above and add `EXTRA_OPS` to
+`StepCost.by_op`: ``kv_broadcast`` (Layer Split), ``ep_all_to_all`` (expert parallelism),
+``pp_transfer`` (pipeline stages; with pp every operator is the pipelined step's).
+
 What a plain roofline misses (`RooflineExtrasConfig`, defaults fitted on Vidur's profiles): every
 kernel takes at least `kernel_launch_s` (a GEMM class of `count` per step at least count x that);
 decode attention takes at least `decode_attention_floor_s` per layer (few sequences leave most of
@@ -485,7 +491,7 @@ class CostModel:
 
     def memory_plan(self, gpu_memory_utilization: float, max_num_seqs: int = 0, max_batched_tokens: int = 0) -> MemoryPlan:
         """How much KV cache fits, as vLLM sizes it (all figures for the whole instance):
-        reported device memory x tp x `gpu_memory_utilization` - weights - non-torch memory -
+        reported device memory x tp x pp x `gpu_memory_utilization` - weights - non-torch memory -
         the activation peak of the largest step - linear-attention state slots.
 
         Hybrid models keep a fixed-size linear-attention state per running sequence; like vLLM's
