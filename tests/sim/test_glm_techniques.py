@@ -4,6 +4,7 @@ pipeline parallelism; bad combinations as InputErrors naming the field."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -308,3 +309,16 @@ def test_a_run_with_every_technique_on():
     plain = api.run({**doc, "hardware": {"accelerator": "ascend-910b", "tp": 8, "tp_link": "hccs"},
                      "cost": {"dtype": "int8"}})
     assert plain.summary.latency != result.summary.latency
+
+
+def test_w8a8_error_is_read_from_a_kernels_check_report(tmp_path):
+    row = {"data": "normal", "m": 64, "n": 64, "k": 64, "kernel_vs_ref_bitwise": True,
+           "max_rel_vs_exact": 1e-7, "rel_bound": 3 * 2.0**-24, "rel_fro_vs_fp32": 0.0123}
+    report = tmp_path / "check.json"
+    report.write_text(json.dumps({"device": "cpu", "summaries": {"w8a8": [row]}}))
+    figures = spec_figures("llama-3-8b", dtype="int8", w8a8_check=report)
+    assert figures["w8a8_numerics"]["normal"]["rel_fro_vs_fp32"] == 0.0123
+    assert figures["weight_bytes"] < spec_figures("llama-3-8b")["weight_bytes"]
+    report.write_text("{}")
+    with pytest.raises(InputError, match="kernels check"):
+        spec_figures("llama-3-8b", dtype="int8", w8a8_check=report)
