@@ -321,7 +321,7 @@ class CostModel:
             require(m.num_experts % self.moe_ep == 0, "hardware.moe_ep",
                     f"{self.moe_ep} does not divide {m.num_experts} experts", "a divisor of the experts")
         if self.layer_split != 1:
-            require(self._full_layers_of(m), "hardware.layer_split", f"{m.name} has no full-attention layers (linear "
+            require(m.num_full_attention_layers, "hardware.layer_split", f"{m.name} has no full-attention layers (linear "
                     "state is not KV)", "no layer_split for this model")
             divides_tp(self.layer_split, "layer_split")
             replicas = tp if m.is_mla else max(1, tp // m.num_kv_heads)
@@ -336,15 +336,9 @@ class CostModel:
                 f"{m.name} has no linear-attention (KDA) layers", "no replay_ssm_ring for this model")
         layer_dtypes = self.cfg.kv_layer_dtypes
         if layer_dtypes is not None:
-            full = self._full_layers_of(m)
+            full = m.num_full_attention_layers
             require(len(layer_dtypes) == full, "cost.kv_layer_dtypes",
                     f"{len(layer_dtypes)} entries for {full} full-attention layers", "one KV dtype per full-attention layer")
-        if self.cfg.dtype in W8A8_DTYPES:
-            self.accel.peak(self.cfg.dtype)  # InputError naming the dtype the accelerator lacks
-
-    @staticmethod
-    def _full_layers_of(model: ModelSpec) -> int:  # before _geometry has run
-        return model.num_full_attention_layers
 
     def _geometry(self) -> None:
         m, tp = self.model, self.tp
