@@ -424,13 +424,16 @@ class CostModel:
     def kv_bytes_per_token(self) -> int:
         """KV-cache bytes one token takes on the whole instance (all TP ranks, replicas included).
 
-        With Layer Split (`layer_split` = g), full-attention layer i is owned by rank i mod g of
-        each group, so a rank holds only its layers' KV: the instance's bytes per token are tp x
-        the bytes of the fullest rank (ceil(F / g) of the F layers when their dtypes agree)."""
+        With Layer Split (`layer_split` = g), the F full-attention layers are cut into g contiguous,
+        balanced blocks, one per rank of each group (as vllm-ascend's KVPP assigns owners), so a
+        rank holds only its block's KV: the instance's bytes per token are tp x the bytes of the
+        fullest rank (ceil(F / g) of the F layers when their dtypes agree)."""
         if self.layer_split == 1 and self.cfg.kv_layer_dtypes is None:
             return self.model.kv_bytes_per_token(self.cfg.kv_dtype, self.tp)
-        g = self.layer_split
-        per_rank = max(sum(self._kv_layer_bytes[rank::g]) for rank in range(g))
+        per_rank, start = 0, 0
+        for size in stage_layers(self._full_layers, self.layer_split):
+            per_rank = max(per_rank, sum(self._kv_layer_bytes[start:start + size]))
+            start += size
         return int(per_rank * self.tp)
 
     def model_kv_bytes_per_token(self) -> int:
@@ -573,7 +576,7 @@ class CostModel:
         """Seconds (one rank) of each operator of OPS, plus the EXTRA_OPS the knobs add."""
         by_op = dict(zip(OPS, self._op_times(work)))
         if self.layer_split > 1:
-            by_op["kv_broadcast"] = self._kv_broadcast_time(work)
+            by_op["kv_broadcast"] = self._kv_broadcast_time(work, sum(by_op.values()))
         if self.moe_ep > 1:
             by_op["ep_all_to_all"] = self._ep_all_to_all_time(work.tokens)
         return by_op
@@ -602,11 +605,14 @@ class CostModel:
         assert link is not None  # checked in __init__
         return tokens * self.model.hidden_size * self._act_width / link.bandwidth + link.latency
 
-    def _kv_broadcast_time(self, work: StepWork) -> float:
-        """Layer Split: when a full-attention layer runs, its owner broadcasts that layer's KV of
+    def _kv_broadcast_time(self, work: StepWork, compute_s: float) -> float:
+        """Layer Split: before a full-attention layer runs, its owner broadcasts that layer's KV of
         the step's context (decode sequences' context, prefill chunks' cached + new tokens) to the
         other `layer_split - 1` ranks of its group: per layer, bytes / (link bytes/s x collective
-        efficiency) + ceil(log2 g) message latencies (a pipelined tree broadcast); not overlapped."""
+        efficiency) + ceil(log2 g) message latencies (a pipelined tree broadcast). As in
+        vllm-ascend's KVPP (two scratch buffers, one layer prefetched ahead), layer l's broadcast
+        overlaps the compute since the previous full-attention layer (an F-th of the step's other
+        operators, `compute_s`); the first layer's is exposed. Returns the exposed seconds."""
         tokens = work.decode_context_tokens + work.prefill_context_tokens
         if tokens == 0:
             return 0.0
@@ -614,7 +620,9 @@ class CostModel:
         assert link is not None
         rate = link.bandwidth * self.cfg.efficiency.collective
         hops = math.ceil(math.log2(self.layer_split))
-        return tokens * sum(self._kv_layer_bytes) / rate + self._full_layers * hops * link.latency
+        per_layer = [tokens * nbytes / rate + hops * link.latency for nbytes in self._kv_layer_bytes]
+        hidden = compute_s / self._full_layers
+        return per_layer[0] + sum(max(0.0, b - hidden) for b in per_layer[1:])
 
     def _ep_all_to_all_time(self, tokens: int) -> float:
         """Expert parallelism: per MoE layer a dispatch and a combine all-to-all over the `moe_ep`
