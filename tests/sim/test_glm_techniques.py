@@ -326,3 +326,13 @@ def test_w8a8_error_is_read_from_a_kernels_check_report(tmp_path):
     report.write_text("{}")
     with pytest.raises(InputError, match="kernels check"):
         spec_figures("llama-3-8b", dtype="int8", w8a8_check=report)
+
+
+def test_the_config_names_the_kernels_kv_formats():
+    from typing import get_args, get_type_hints
+
+    from infralab.work_formulas import KV_CACHE_DTYPES
+
+    hint = get_type_hints(CostConfig)["kv_layer_dtypes"]
+    literal = get_args(get_args(hint)[0])[0]  # tuple[Literal[...], ...] | None
+    assert set(get_args(literal)) == set(KV_CACHE_DTYPES)
