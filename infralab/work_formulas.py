@@ -229,3 +229,67 @@ def scaling_work(kernel: str, shape: Mapping[str, float]) -> tuple[float, float]
         return elements, elements
     product = float(math.prod(shape.values())) if shape else 1.0
     return product, product
+
+
+# ---- KV-cache formats (one vocabulary for kernels and simulator) ---------------------------------------
+
+#: The KV-cache formats the `kv_quantize` / `paged_decode_attention` kernels implement, by the one name
+#: both the kernels and the simulator use (`cost.kv_layer_dtypes`, `cost.kv_dtype`): payload bytes per
+#: element and whether a float32 scale per (token, head) comes with it (absmax scaling).
+KV_PAYLOAD_BYTES: Mapping[str, int] = {"int8": 1, "fp8e4m3": 1, "bf16": 2, "fp32": 4}
+KV_SCALED: Mapping[str, bool] = {"int8": True, "fp8e4m3": True, "bf16": False, "fp32": False}
+KV_CACHE_DTYPES: tuple[str, ...] = tuple(KV_PAYLOAD_BYTES)
+KV_SCALE_BYTES = F32  # one float32 scale per (token, head) and per cached tensor
+
+
+def kv_cache_bytes(kv_dtype: str, tensors: int, heads: int, head_dim: int) -> int:
+    """Bytes one token occupies in one layer's cache: `tensors` cached tensors (2 for GQA's K and V,
+    1 for MLA's latent) of `heads` x `head_dim` elements, plus a scale per (tensor, head) for the
+    scaled formats. `kv_dtype` is one of KV_CACHE_DTYPES (KeyError otherwise: callers check names)."""
+    per_head = head_dim * KV_PAYLOAD_BYTES[kv_dtype] + (KV_SCALE_BYTES if KV_SCALED[kv_dtype] else 0)
+    return tensors * heads * per_head
+
+
+def kv_dequant_flops(kv_dtype: str, elements: int) -> int:
+    """Multiplies that dequantise `elements` cached elements (payload x scale, one each; 0 unscaled),
+    as `paged_attention_counts` counts them."""
+    return elements if KV_SCALED[kv_dtype] else 0
+
+
+# ---- ReplaySSM (kernels/replay_ssm.py) -------------------------------------------------------------------
+
+
+def replay_ssm_state_bytes(heads: int, head_k: int, head_v: int, ring_len: int) -> int:
+    """Bytes per sequence of ReplaySSM over `heads` heads: the float32 K x V checkpoint plus a ring of
+    `ring_len` slots of (k_hat [K], cumulative log-decay G [K], d [V]) float32 each."""
+    return heads * (head_k * head_v + ring_len * (2 * head_k + head_v)) * F32
+
+
+def replay_ssm_cycle_bytes(batch: int, heads: int, head_k: int, head_v: int, ring_len: int) -> int:
+    """Compulsory traffic (bytes) of one ReplaySSM ring cycle (`ring_len` decode steps and the flush
+    that ends it) for `batch` sequences: per (sequence, head) each step reads the checkpoint (K*V),
+    the filled slots (0 + 1 + ... + L-1 of them, 2K + V floats each) and G_{t-1} (all steps but the
+    first) and writes one slot; the flush reads the checkpoint, G_L and the whole ring once and
+    writes the checkpoint; per step the inputs q, k, g (K each), v and o (V each), b, and per head
+    dt_bias and A_log."""
+    pairs, kv, slot = batch * heads, head_k * head_v, 2 * head_k + head_v
+    state_floats = ring_len * kv + 2 * kv
+    ring_floats = (ring_len * (ring_len - 1) // 2) * slot + (ring_len - 1) * head_k + ring_len * slot
+    ring_floats += head_k + ring_len * slot
+    io_floats = ring_len * (pairs * (3 * head_k + 2 * head_v + 1) + heads * (head_k + 1))
+    return (pairs * (state_floats + ring_floats) + io_floats) * F32
+
+
+def replay_ssm_cycle_flops(batch: int, heads: int, head_k: int, head_v: int, ring_len: int) -> int:
+    """Useful arithmetic of one ReplaySSM ring cycle at logical (unpadded) widths: per (sequence,
+    head) and step, the q/k normalisation and gating (~12K), the replay weights over the ring
+    (~4LK + 2L(K-1) + 4K), the two checkpoint products with their K reductions (4KV - 2V) and the
+    two ring products with their L reductions (4LV - 2V), plus the flush (K*V + L(2K + 2KV)).
+    The kernels' own counts (`kernels/work_counts.kda_replay_counts`) add the lanes their
+    power-of-two tiles pad; for power-of-two K, V and L the two agree on the leading terms."""
+    k, v, ring = head_k, head_v, ring_len
+    prologue = 2 * (2 * k) + 1 + 2 * k + 3 + 8 * k + 1
+    weights = 4 * ring * k + 2 * ring * (k - 1) + (2 * k - 1) + 2 * k
+    products = 2 * k * v + 2 * (k - 1) * v + 2 * ring * v + 2 * (ring - 1) * v + 6 * v
+    flush = k * v + ring * (2 * k + 2 * k * v)
+    return batch * heads * (ring * (prologue + weights + products) + flush)

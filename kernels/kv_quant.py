@@ -34,13 +34,12 @@ from infralab.kernels.fp_formats import (
     fp32_to_fp8e4m3_bits,
 )
 from infralab.kernels.w8a8 import INT8_QMAX, quantize_rows_ref
+from infralab.work_formulas import KV_CACHE_DTYPES, KV_SCALED, kv_cache_bytes
 
 BLOCK_SIZE = 16
-KV_DTYPES = ("int8", "fp8e4m3", "bf16", "fp32")
+KV_DTYPES = KV_CACHE_DTYPES  # the one vocabulary (infralab.work_formulas), shared with the simulator
 STORAGE_DTYPE = {"int8": torch.int8, "fp8e4m3": torch.uint8, "bf16": torch.int16, "fp32": torch.float32}
-SCALED = {"int8": True, "fp8e4m3": True, "bf16": False, "fp32": False}
-_PAYLOAD_BYTES = {"int8": 1, "fp8e4m3": 1, "bf16": 2, "fp32": 4}
-_SCALE_BYTES = 4  # one float32 per (token, head) for K and one for V
+SCALED = KV_SCALED
 _BF16_NAN_BITS = 0x7FC0
 
 
@@ -54,8 +53,7 @@ def check_kv_dtype(kv_dtype: object, where: str) -> str:
 def kv_bytes_per_token(kv_dtype: str, hkv: int, d: int) -> int:
     """Cache bytes one token occupies in one layer: K and V payloads plus their scales (bytes)."""
     check_kv_dtype(kv_dtype, "kv_bytes_per_token")
-    per_head = d * _PAYLOAD_BYTES[kv_dtype] + (_SCALE_BYTES if SCALED[kv_dtype] else 0)
-    return 2 * hkv * per_head
+    return kv_cache_bytes(kv_dtype, 2, hkv, d)
 
 
 def quantize_kv(x: torch.Tensor, kv_dtype: str) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -38,7 +38,7 @@ from infralab.errors import InputError
 from infralab.kernels.kda_decode import VARIANTS as KDA_VARIANTS
 from infralab.kernels.kda_decode import KdaLaunchPlan, kda_launch_plan
 from infralab.kernels.replay_ssm import replay_launch_plan
-from infralab.work_formulas import F32, Transcendentals, WorkCounts
+from infralab.work_formulas import F32, Transcendentals, WorkCounts, replay_ssm_cycle_bytes
 
 
 @dataclass(frozen=True)
@@ -177,21 +177,13 @@ def kda_replay_counts(batch: int, heads: int, head_k: int, head_v: int, ring_len
     """One ring cycle of ReplaySSM: `ring_len` decode steps and the flush that ends it.
 
     Unlike plain decode, ReplaySSM rereads its ring by design, so `bytes` is the traffic of the
-    algorithm: per (sequence, head) each step reads the checkpoint (K*V), the filled slots
-    (0 + 1 + ... + L-1 of them, 2K + V floats each) and G_{t-1} (all steps but the first), and writes
-    one slot; the flush reads the checkpoint, G_L and the whole ring once and writes the checkpoint.
-    The flush's V tiles each reread k_hat, G and G_L: those rereads are `repeated_load_bytes`.
+    algorithm (`infralab.work_formulas.replay_ssm_cycle_bytes`, which the simulator uses too). The flush's V tiles each reread k_hat, G and G_L: those rereads are `repeated_load_bytes`.
     """
     plan = replay_launch_plan(head_k, head_v, ring_len)
     pairs = batch * heads
-    kv = head_k * head_v
-    slot = 2 * head_k + head_v  # k_hat, G, d
-    state_floats = ring_len * kv + 2 * kv  # checkpoint reads every step + the flush's read and write
-    ring_floats = (ring_len * (ring_len - 1) // 2) * slot + (ring_len - 1) * head_k + ring_len * slot
-    ring_floats += head_k + ring_len * slot  # flush: G_L and every slot once
-    io_floats = ring_len * (pairs * (3 * head_k + 2 * head_v + 1) + heads * (head_k + 1))
     repeated_floats = pairs * (plan.v_tiles - 1) * (head_k + ring_len * 2 * head_k)
-    bytes_total = (pairs * (state_floats + ring_floats) + io_floats) * F32
+    bytes_total = replay_ssm_cycle_bytes(batch, heads, head_k, head_v, ring_len)
+    state_floats = ring_len * head_k * head_v + 2 * head_k * head_v  # checkpoint reads + the flush's read/write
     # Every step program loads dt_bias and A_log for its own (sequence, head).
     per_program_params = ring_len * (pairs - heads) * (head_k + 1) * F32
     ops = (replay_step_ops(plan.block_k, plan.block_v, plan.v_tiles, plan.block_l).scaled(ring_len)

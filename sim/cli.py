@@ -40,10 +40,21 @@ def catalog(args: argparse.Namespace) -> int:
             max_num_seqs=args.max_num_seqs,
             max_batched_tokens=args.max_batched_tokens,
             block_size=args.block_size,
+            **_glm_knobs(args),
         )
         lines = [f"{key}: {value}" for key, value in _flatten(data)]
     print(json.dumps(data, indent=2) if args.json else "\n".join(lines))
     return 0
+
+
+def _glm_knobs(args: argparse.Namespace) -> dict:
+    """The GLM-class knobs of `sim catalog` (None: off), as `spec_figures` takes them."""
+    from infralab.sim.catalog_view import HARDWARE_KNOBS
+
+    knobs = {knob: getattr(args, knob) for knob in HARDWARE_KNOBS}
+    layer_dtypes = tuple(args.kv_layer_dtypes.split(",")) if args.kv_layer_dtypes else None
+    return {**knobs, "replay_ssm_ring": args.replay_ssm_ring, "kv_layer_dtypes": layer_dtypes,
+            "w8a8_check": args.w8a8_check}
 
 
 def percentiles_override(text: str | None) -> list[str]:

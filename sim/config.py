@@ -140,11 +140,27 @@ WorkloadSpec = Annotated[Union[TraceWorkload, SyntheticWorkload], Field(discrimi
 # ---- hardware, model, costs ------------------------------------------------------------------
 
 
+Degree = Int(gt=0, le=1024)  # a parallel degree (ranks)
+
+
 @dataclass(frozen=True, config=STRICT)
 class HardwareConfig:
+    """One instance's accelerators and how the model is split over them. The GLM-class knobs
+    (docs/sim.md, "GLM-class techniques") default to None: off, the instance as before."""
+
     accelerator: str  # catalog name (e.g. "H100") or a path to a TOML file
-    tp: Int(gt=0, le=1024) = 1  # tensor-parallel degree of one instance
+    tp: Degree = 1  # tensor-parallel degree of one instance
     tp_link: str = "nvlink4"  # link used by TP collectives inside an instance
+    # Parallel degree per layer class (None: tp). Linear-attention (KDA) heads and the LM head's
+    # vocabulary are split over this many of the tp ranks (replicated over the rest).
+    linear_tp: Degree | None = None
+    lm_head_tp: Degree | None = None
+    moe_ep: Degree | None = None  # expert parallelism of the MoE layers over the tp ranks (None: 1)
+    # Layer Split: groups of this many ranks each own the KV of a share of the full-attention layers
+    # (the owner broadcasts a layer's KV to its group when the layer runs). None: 1, no split.
+    layer_split: Degree | None = None
+    pp: Degree | None = None  # pipeline stages (uneven allowed; None: 1); the instance has tp x pp ranks
+    pp_micro_batches: Degree | None = None  # micro-batches a step is cut into (None: 1)
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -201,8 +217,14 @@ class RooflineExtrasConfig:
 
 @dataclass(frozen=True, config=STRICT)
 class CostConfig:
-    dtype: Literal["bf16", "fp16", "fp8", "fp32"] = "bf16"  # weights and activations
-    kv_dtype: Literal["bf16", "fp16", "fp8", "int8", "fp32"] = "bf16"
+    # Weights and activations; "int8" is W8A8 (GEMMs at the INT8 rate), "fp8e4m3" W8A8 in FP8.
+    dtype: Literal["bf16", "fp16", "fp8e4m3", "int8", "fp32"] = "bf16"
+    kv_dtype: Literal["bf16", "fp16", "fp8e4m3", "int8", "fp32"] = "bf16"
+    # KV-cache dtype per full-attention layer, in layer order (mixed INT8 / FP8 / BF16); None: kv_dtype
+    # for all. Only the formats the KV kernels implement (infralab.work_formulas.KV_CACHE_DTYPES).
+    kv_layer_dtypes: tuple[Literal["int8", "fp8e4m3", "bf16", "fp32"], ...] | None = None
+    # ReplaySSM ring length L for the KDA decode state (kernels/replay_ssm.py); None: plain state.
+    replay_ssm_ring: Int(gt=0, le=4096) | None = None
     efficiency: EfficiencyConfig = EfficiencyConfig()
     extras: RooflineExtrasConfig = RooflineExtrasConfig()
     host: HostOverheadConfig = HostOverheadConfig()

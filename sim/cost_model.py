@@ -29,6 +29,12 @@ efficiency)), computed for one TP rank (ranks run in lockstep). Operators (`Step
 - ``sampler``: the pass over the logits of the tokens emitted (softmax and sampling read the FP32
   logits twice and write probabilities once), at least one kernel launch.
 
+GLM-class knobs (`HardwareConfig`: linear_tp, lm_head_tp, moe_ep, layer_split, pp,
+pp_micro_batches; `CostConfig`: replay_ssm_ring, kv_layer_dtypes, dtype "int8" for W8A8; all off
+by default, docs/sim.md "GLM-class techniques") change the operators above and add `EXTRA_OPS` to
+`StepCost.by_op`: ``kv_broadcast`` (Layer Split), ``ep_all_to_all`` (expert parallelism),
+``pp_transfer`` (pipeline stages; with pp every operator is the pipelined step's).
+
 What a plain roofline misses (`RooflineExtrasConfig`, defaults fitted on Vidur's profiles): every
 kernel takes at least `kernel_launch_s` (a GEMM class of `count` per step at least count x that);
 decode attention takes at least `decode_attention_floor_s` per layer (few sequences leave most of
@@ -53,14 +59,23 @@ Units: seconds, bytes, FLOPs, tokens.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from infralab.errors import InputError
 from infralab.sim.calibration import CalibrationRow, CalibrationTable, scale, shape_key
-from infralab.sim.config import CostConfig
+from infralab.sim.config import CostConfig, HardwareConfig
 from infralab.sim.specs import DTYPE_BYTES, AcceleratorSpec, LinkSpec, ModelSpec
+from infralab.work_formulas import (
+    KV_CACHE_DTYPES,
+    KV_SCALED,
+    kv_dequant_flops,
+    replay_ssm_cycle_bytes,
+    replay_ssm_cycle_flops,
+    replay_ssm_state_bytes,
+)
 
 OPS = ("dense_gemm", "attention", "linear_attention", "moe_experts", "lm_head", "tp_collectives", "small_ops", "sampler")
 
@@ -77,8 +92,24 @@ TP_NON_TORCH_BYTES_PER_GPU = 1.79 * GIB
 SMALL_OP_KERNELS = ("rms_norm", "residual_add", "rope", "silu_mul")  # calibration kernels of small_ops
 SAMPLER_LOGIT_PASSES = 3  # softmax reads the logits, sampling reads them again and writes probabilities
 
-# Calibration tables name dtypes a little differently from the cost config (docs/calibration.md).
-_TABLE_DTYPE = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8e4m3", "int8": "int8"}
+# Calibration tables and the cost config use one dtype vocabulary (infralab.work_formulas).
+_TABLE_DTYPE = {name: name for name in DTYPE_BYTES}
+# Operators added only when a GLM-class knob asks for them (StepCost.by_op keys beyond OPS).
+EXTRA_OPS = ("kv_broadcast", "ep_all_to_all", "pp_transfer")
+W8A8_DTYPES = ("int8", "fp8e4m3")  # weight dtypes whose GEMMs run 8-bit x 8-bit (W8A8)
+
+
+def pipeline_bubble_fraction(stages: int, micro_batches: int) -> float:
+    """Fraction of a pipelined step each stage idles (GPipe's bubble): (p - 1) / (m + p - 1) for
+    p stages and m micro-batches of equal stage time."""
+    return (stages - 1) / (micro_batches + stages - 1)
+
+
+def stage_layers(num_layers: int, stages: int) -> tuple[int, ...]:
+    """Layers per pipeline stage: as even as possible, the first `num_layers % stages` stages one
+    layer more (27 layers in 2 stages: 14 + 13)."""
+    base, extra = divmod(num_layers, stages)
+    return tuple(base + (1 if i < extra else 0) for i in range(stages))
 # BF16 and FP16 run at the same tensor-core and memory rate on A100/H100/H200 (datasheets): rows
 # of one stand in for the other (Vidur profiles in FP16, most runs are BF16).
 _SAME_RATE = {"bf16": ("bf16", "fp16"), "fp16": ("fp16", "bf16")}
@@ -203,16 +234,30 @@ class CostModel:
         tp: int = 1,
         tp_link: LinkSpec | None = None,
         calibration: CalibrationTable | None = None,
+        hardware: HardwareConfig | None = None,
     ) -> None:
         self.model, self.accel, self.cfg, self.tp, self.tp_link = model, accel, cfg, tp, tp_link
         self.calibration = calibration
+        # Parallel degree per layer class and the other GLM-class knobs (None: off, see HardwareConfig).
+        hw = hardware if hardware is not None else HardwareConfig(accelerator=accel.name)
+        self.linear_tp = hw.linear_tp or tp
+        self.lm_head_tp = hw.lm_head_tp or tp
+        self.moe_ep = hw.moe_ep or 1
+        self.layer_split = hw.layer_split or 1
+        self.pp = hw.pp or 1
+        self.micro_batches = hw.pp_micro_batches or 1
+        self.replay_ring = cfg.replay_ssm_ring or 0
+        # Per-class collectives differ from "two all-reduces over tp per layer" only when these do.
+        self._plain_collectives = self.linear_tp == tp and self.moe_ep == 1
+        self._plain = (self._plain_collectives and self.lm_head_tp == tp and self.layer_split == 1
+                       and self.pp == 1 and not self.replay_ring and cfg.kv_layer_dtypes is None)
         self._check_parallelism()
+        self._check_glm_knobs()
         eff = cfg.efficiency
         self._weight_width = DTYPE_BYTES[cfg.dtype]
         self._act_width = 4 if cfg.dtype == "fp32" else 2  # 8-bit models still pass bf16 activations
         # 8-bit checkpoints keep the LM head in bf16 (as ModelSpec.weight_bytes assumes).
         self._lm_width = DTYPE_BYTES[cfg.dtype] if self._weight_width >= 2 else DTYPE_BYTES["bf16"]
-        self._kv_width = DTYPE_BYTES[cfg.kv_dtype]
         self._peak = accel.peak(cfg.dtype)
         self._gemm_rate = self._peak * eff.gemm
         self._attn_rate = self._peak * eff.attention
@@ -247,10 +292,54 @@ class CostModel:
             raise InputError(
                 "hardware.tp", f"{tp} and {m.num_kv_heads} KV heads", "a divisor or multiple of the KV heads"
             )
-        if m.num_linear_attention_layers and m.linear_num_heads % tp:
-            raise InputError("hardware.tp", f"{tp} does not divide {m.linear_num_heads} KDA heads", "a divisor")
-        if tp > 1 and self.tp_link is None:
-            raise InputError("hardware.tp_link", "tp > 1 needs a link for its collectives", "a link spec")
+        if m.num_linear_attention_layers and m.linear_num_heads % self.linear_tp:
+            field = "hardware.tp" if self.linear_tp == tp else "hardware.linear_tp"
+            raise InputError(field, f"{self.linear_tp} does not divide {m.linear_num_heads} KDA heads", "a divisor")
+        if (tp > 1 or self.pp > 1) and self.tp_link is None:
+            raise InputError("hardware.tp_link", "tp > 1 or pp > 1 needs a link for its collectives", "a link spec")
+
+    def _check_glm_knobs(self) -> None:
+        """Bad combinations of the per-layer-class degrees, Layer Split, pp, ReplaySSM and the KV
+        dtypes per layer: one InputError naming the field."""
+        m, tp = self.model, self.tp
+
+        def require(ok: object, field: str, problem: str, expected: str) -> None:
+            if not ok:
+                raise InputError(field, problem, expected)
+
+        def divides_tp(value: int, field: str) -> None:
+            require(tp % value == 0, f"hardware.{field}", f"{value} does not divide tp = {tp}", "a divisor of hardware.tp")
+
+        if self.linear_tp != tp:
+            require(m.num_linear_attention_layers, "hardware.linear_tp", f"{m.name} has no linear-attention layers",
+                    "no linear_tp for this model")
+            divides_tp(self.linear_tp, "linear_tp")
+        if self.lm_head_tp != tp:
+            divides_tp(self.lm_head_tp, "lm_head_tp")
+        if self.moe_ep != 1:
+            require(m.is_moe, "hardware.moe_ep", f"{m.name} has no MoE layers", "no moe_ep for a dense model")
+            divides_tp(self.moe_ep, "moe_ep")
+            require(m.num_experts % self.moe_ep == 0, "hardware.moe_ep",
+                    f"{self.moe_ep} does not divide {m.num_experts} experts", "a divisor of the experts")
+        if self.layer_split != 1:
+            require(m.num_full_attention_layers, "hardware.layer_split", f"{m.name} has no full-attention layers (linear "
+                    "state is not KV)", "no layer_split for this model")
+            divides_tp(self.layer_split, "layer_split")
+            replicas = tp if m.is_mla else max(1, tp // m.num_kv_heads)
+            require(replicas % self.layer_split == 0, "hardware.layer_split",
+                    f"each KV element of {m.name} is held by {replicas} of the {tp} ranks; Layer Split shares "
+                    f"those replicas", f"a divisor of {replicas}")
+        require(self.pp <= m.num_layers, "hardware.pp", f"{self.pp} stages for {m.num_layers} layers",
+                f"at most {m.num_layers} (uneven stages are allowed)")
+        require(self.micro_batches == 1 or self.pp > 1, "hardware.pp_micro_batches",
+                f"{self.micro_batches} micro-batches without pipeline stages (pp = 1)", "pp > 1, or no micro-batches")
+        require(not self.replay_ring or m.num_linear_attention_layers, "cost.replay_ssm_ring",
+                f"{m.name} has no linear-attention (KDA) layers", "no replay_ssm_ring for this model")
+        layer_dtypes = self.cfg.kv_layer_dtypes
+        if layer_dtypes is not None:
+            full = m.num_full_attention_layers
+            require(len(layer_dtypes) == full, "cost.kv_layer_dtypes",
+                    f"{len(layer_dtypes)} entries for {full} full-attention layers", "one KV dtype per full-attention layer")
 
     def _geometry(self) -> None:
         m, tp = self.model, self.tp
@@ -265,13 +354,22 @@ class CostModel:
             self._kv_heads = max(1, m.num_kv_heads // tp)
             self._kv_dim = m.head_dim
             self._decode_qk_dim = self._decode_v_dim = m.head_dim
-        # per token, layer, rank
-        self._kv_bytes_layer = m.kv_elements_per_token_per_layer(tp) * self._kv_width
         self._full_layers = m.num_full_attention_layers
+        # KV dtype of each full-attention layer, and its bytes per token on one rank
+        self._kv_dtypes = self.cfg.kv_layer_dtypes or (self.cfg.kv_dtype,) * self._full_layers
+        self._kv_layer_bytes = tuple(m.kv_layer_bytes(dtype, tp) for dtype in self._kv_dtypes)
+        # per token, layer, rank (the mean over layers when their dtypes differ)
+        if self.cfg.kv_layer_dtypes is None:
+            self._kv_bytes_layer = m.kv_layer_bytes(self.cfg.kv_dtype, tp)
+        else:
+            self._kv_bytes_layer = sum(self._kv_layer_bytes) / max(1, self._full_layers)
         self._linear_layers = m.num_linear_attention_layers
-        self._lin_heads = m.linear_num_heads // tp
+        self._lin_heads = m.linear_num_heads // self.linear_tp
         d = m.linear_head_dim
-        self._lin_state_bytes = self._lin_heads * d * d * DTYPE_BYTES["fp32"]  # per seq, layer, rank
+        if self.replay_ring:  # ReplaySSM: a checkpoint plus a ring of L updates (per seq, layer, rank)
+            self._lin_state_bytes = replay_ssm_state_bytes(self._lin_heads, d, d, self.replay_ring)
+        else:
+            self._lin_state_bytes = self._lin_heads * d * d * DTYPE_BYTES["fp32"]  # per seq, layer, rank
         self._lin_conv_bytes = 3 * self._lin_heads * d * max(m.linear_conv_kernel - 1, 0) * DTYPE_BYTES["bf16"]
         self._lin_io_elems = self._lin_heads * 5 * d  # q, k, v, gate in; output out (per token)
 
@@ -317,7 +415,7 @@ class CostModel:
     @property
     def calibrated_ops(self) -> frozenset[str]:
         """Operators (names of `StepCost.by_op`) whose time comes, at least in part, from the
-        calibration table: dense_gemm, moe_experts and lm_head from `matmul` (`w8a8_matmul` for fp8)
+        calibration table: dense_gemm, moe_experts and lm_head from `matmul` (`w8a8_matmul` for W8A8)
         rows; attention from `paged_decode_attention` (decode) and `prefill_attention` (prefill);
         linear_attention (decode) from `kda_decode`; small_ops from `rms_norm`, `residual_add`,
         `rope`, `silu_mul`; tp_collectives (the all-reduces) from `all_reduce`. KDA prefill and
@@ -325,22 +423,55 @@ class CostModel:
         return self._calibrated.ops if self._calibrated is not None else frozenset()
 
     def kv_bytes_per_token(self) -> int:
-        """KV-cache bytes one token takes on the whole instance (all TP ranks, replicas included)."""
-        return self.model.kv_bytes_per_token(self.cfg.kv_dtype, self.tp)
+        """KV-cache bytes one token takes on the whole instance (all TP ranks, replicas included).
+
+        With Layer Split (`layer_split` = g), the F full-attention layers are cut into g contiguous,
+        balanced blocks, one per rank of each group (as vllm-ascend's KVPP assigns owners), so a
+        rank holds only its block's KV: the instance's bytes per token are tp x the bytes of the
+        fullest rank (ceil(F / g) of the F layers when their dtypes agree)."""
+        if self.layer_split == 1 and self.cfg.kv_layer_dtypes is None:
+            return self.model.kv_bytes_per_token(self.cfg.kv_dtype, self.tp)
+        per_rank, start = 0, 0
+        for size in stage_layers(self._full_layers, self.layer_split):
+            per_rank = max(per_rank, sum(self._kv_layer_bytes[start:start + size]))
+            start += size
+        return int(per_rank * self.tp)
+
+    def model_kv_bytes_per_token(self) -> int:
+        """One copy of a token's KV over all full-attention layers, in their dtypes (bytes): what
+        moves between instances."""
+        if self.cfg.kv_layer_dtypes is None:
+            return self.model.kv_bytes_per_token(self.cfg.kv_dtype)
+        return sum(self.model.kv_layer_bytes(dtype) for dtype in self._kv_dtypes)
 
     def linear_state_bytes_per_seq(self) -> int:
-        """Linear-attention state bytes one sequence holds on the whole instance (split, not
-        replicated, across ranks)."""
+        """Linear-attention state bytes one sequence holds on the whole instance: each rank holds
+        the state of its `linear_num_heads / linear_tp` heads (split over `linear_tp` ranks,
+        replicated over the other tp / linear_tp), as plain K x V FP32 states or, with ReplaySSM,
+        a checkpoint plus a ring of `replay_ssm_ring` updates (`work_formulas.replay_ssm_state_bytes`)."""
         return int(self._linear_layers * (self._lin_state_bytes + self._lin_conv_bytes) * self.tp)
 
     def kv_transfer_bytes(self, tokens: int) -> int:
         """Bytes to move one sequence's cache of `tokens` tokens to another instance: its KV (one
         copy, without TP replicas) plus its linear-attention state."""
-        return int(tokens * self.model.kv_bytes_per_token(self.cfg.kv_dtype) + self.linear_state_bytes_per_seq())
+        return int(tokens * self.model_kv_bytes_per_token() + self.linear_state_bytes_per_seq())
 
     def weight_bytes(self) -> int:
         """Bytes of the model's weights in the configured dtype (whole instance)."""
         return self.model.weight_bytes(self.cfg.dtype)
+
+    def linear_state_bytes_per_rank(self) -> int:
+        """Linear-attention state bytes one sequence holds on one rank (all KDA layers)."""
+        return int(self._linear_layers * (self._lin_state_bytes + self._lin_conv_bytes))
+
+    @property
+    def devices(self) -> int:
+        """Accelerators of one instance: tp x pp."""
+        return self.tp * self.pp
+
+    def pipeline_bubble(self) -> float:
+        """The bubble fraction of this instance's pipeline (0 without pp)."""
+        return pipeline_bubble_fraction(self.pp, self.micro_batches)
 
     def activation_peak_bytes(self, max_num_seqs: int, max_batched_tokens: int) -> float:
         """Peak bytes of activations of the largest step, whole instance: what vLLM's profiler
@@ -358,14 +489,14 @@ class CostModel:
 
     def memory_plan(self, gpu_memory_utilization: float, max_num_seqs: int = 0, max_batched_tokens: int = 0) -> MemoryPlan:
         """How much KV cache fits, as vLLM sizes it (all figures for the whole instance):
-        reported device memory x tp x `gpu_memory_utilization` - weights - non-torch memory -
+        reported device memory x tp x pp x `gpu_memory_utilization` - weights - non-torch memory -
         the activation peak of the largest step - linear-attention state slots.
 
         Hybrid models keep a fixed-size linear-attention state per running sequence; like vLLM's
         state cache for hybrid models, one slot per possible running sequence (`max_num_seqs`) is
         set aside before the paged KV pool is sized. InputError when nothing is left."""
-        budget = gpu_memory_utilization * self.accel.usable_memory * self.tp
-        non_torch = self.tp * (NON_TORCH_BYTES_PER_GPU + (TP_NON_TORCH_BYTES_PER_GPU if self.tp > 1 else 0.0))
+        budget = gpu_memory_utilization * self.accel.usable_memory * self.tp * self.pp
+        non_torch = self.tp * self.pp * (NON_TORCH_BYTES_PER_GPU + (TP_NON_TORCH_BYTES_PER_GPU if self.devices > 1 else 0.0))
         activation = self.activation_peak_bytes(max_num_seqs, max_batched_tokens)
         state = max_num_seqs * self.linear_state_bytes_per_seq()
         free = budget - self.weight_bytes() - non_torch - activation - state
@@ -375,7 +506,8 @@ class CostModel:
                 "hardware",
                 f"{self.model.name} weights ({self.weight_bytes() / 1e9:.1f} GB in {self.cfg.dtype}){slots}, "
                 f"non-torch memory ({non_torch / 1e9:.1f} GB) and activations ({activation / 1e9:.1f} GB) do not fit in "
-                f"{gpu_memory_utilization} x {self.accel.usable_memory / 1e9:.1f} GB x tp={self.tp} of {self.accel.name}",
+                f"{gpu_memory_utilization} x {self.accel.usable_memory / 1e9:.1f} GB x tp={self.tp}"
+                f"{f' x pp={self.pp}' if self.pp > 1 else ''} of {self.accel.name}",
                 "a larger tp, a larger accelerator, a smaller dtype, fewer engine.max_num_seqs "
                 "or max_batched_tokens, or a higher gpu_memory_utilization",
             )
@@ -426,11 +558,85 @@ class CostModel:
     # -- the step --
 
     def step(self, work: StepWork) -> StepCost:
-        """Seconds of one engine step doing `work` (device time per rank + host overheads)."""
-        ops = self._op_times(work)
-        device = sum(ops)
+        """Seconds of one engine step doing `work` (device time per rank + host overheads).
+
+        With the GLM-class knobs on, `by_op` has the EXTRA_OPS that apply (Layer Split's KV
+        broadcast, EP's all-to-all, pipeline stage transfers) and, with pp > 1, every operator is
+        the pipelined step's: (m + p - 1) slots of the slowest stage's micro-batch (`_pipelined`)."""
+        if self._plain:
+            ops = self._op_times(work)
+            device = sum(ops)
+            by_op = dict(zip(OPS, ops))
+        else:
+            by_op = self._pipelined(work) if self.pp > 1 else self._glm_op_times(work)
+            device = sum(by_op.values())
         host = self._host_s(work)
-        return StepCost(device_s=device, host_s=host, total_s=self._with_host(device, host), by_op=dict(zip(OPS, ops)))
+        return StepCost(device_s=device, host_s=host, total_s=self._with_host(device, host), by_op=by_op)
+
+    def _glm_op_times(self, work: StepWork) -> dict[str, float]:
+        """Seconds (one rank) of each operator of OPS, plus the EXTRA_OPS the knobs add."""
+        by_op = dict(zip(OPS, self._op_times(work)))
+        if self.layer_split > 1:
+            by_op["kv_broadcast"] = self._kv_broadcast_time(work, sum(by_op.values()))
+        if self.moe_ep > 1:
+            by_op["ep_all_to_all"] = self._ep_all_to_all_time(work.tokens)
+        return by_op
+
+    def _pipelined(self, work: StepWork) -> dict[str, float]:
+        """A step over `pp` stages in `micro_batches` micro-batches (GPipe schedule): m + p - 1
+        slots, each the slowest stage's time on one micro-batch (its share of the layers' operators,
+        the LM head and sampler counted on it too: an upper bound, the last stage carries them) plus
+        the activation hand-over to the next stage. Each stage idles p - 1 of the slots: the bubble
+        fraction (p - 1) / (m + p - 1) (`pipeline_bubble_fraction`)."""
+        m = self.micro_batches
+        micro = _micro_batch(work, m)
+        ops = self._glm_op_times(micro)
+        share = max(stage_layers(self.model.num_layers, self.pp)) / self.model.num_layers
+        slots = m + self.pp - 1
+        out = {name: slots * (t if name in ("lm_head", "sampler") else share * t) for name, t in ops.items()}
+        out["pp_transfer"] = slots * self.stage_transfer_s(micro.tokens)
+        return out
+
+    def stage_transfer_s(self, tokens: int) -> float:
+        """Seconds to hand `tokens` tokens' hidden states from one pipeline stage to the next over
+        the instance's link (point to point: bytes / link bandwidth + one message latency)."""
+        if tokens == 0 or self.pp == 1:
+            return 0.0
+        link = self.tp_link
+        assert link is not None  # checked in __init__
+        return tokens * self.model.hidden_size * self._act_width / link.bandwidth + link.latency
+
+    def _kv_broadcast_time(self, work: StepWork, compute_s: float) -> float:
+        """Layer Split: before a full-attention layer runs, its owner broadcasts that layer's KV of
+        the step's context (decode sequences' context, prefill chunks' cached + new tokens) to the
+        other `layer_split - 1` ranks of its group: per layer, bytes / (link bytes/s x collective
+        efficiency) + ceil(log2 g) message latencies (a pipelined tree broadcast). As in
+        vllm-ascend's KVPP (two scratch buffers, one layer prefetched ahead), layer l's broadcast
+        overlaps the compute since the previous full-attention layer (an F-th of the step's other
+        operators, `compute_s`); the first layer's is exposed. Returns the exposed seconds."""
+        tokens = work.decode_context_tokens + work.prefill_context_tokens
+        if tokens == 0:
+            return 0.0
+        link = self.tp_link
+        assert link is not None
+        rate = link.bandwidth * self.cfg.efficiency.collective
+        hops = math.ceil(math.log2(self.layer_split))
+        per_layer = [tokens * nbytes / rate + hops * link.latency for nbytes in self._kv_layer_bytes]
+        hidden = compute_s / self._full_layers
+        return per_layer[0] + sum(max(0.0, b - hidden) for b in per_layer[1:])
+
+    def _ep_all_to_all_time(self, tokens: int) -> float:
+        """Expert parallelism: per MoE layer a dispatch and a combine all-to-all over the `moe_ep`
+        ranks. Each rank starts from its 1/ep share of the step's tokens (data-parallel attention
+        style) and sends the (ep - 1)/ep of its routed copies (k per token) that go to other ranks:
+        bytes / (link bytes/s x collective efficiency) + (ep - 1) message latencies, each way."""
+        if tokens == 0:
+            return 0.0
+        m, ep, link = self.model, self.moe_ep, self.tp_link
+        assert link is not None
+        moved = tokens / ep * m.experts_per_token * m.hidden_size * self._act_width * (ep - 1) / ep
+        one_way = moved / (link.bandwidth * self.cfg.efficiency.collective) + (ep - 1) * link.latency
+        return m.num_moe_layers * 2 * one_way
 
     def decode_step_s(self, seqs: int, context_tokens: int) -> float:
         """Seconds of a decode-only step: `step(StepWork.decode(seqs, context_tokens)).total_s`.
@@ -439,6 +645,8 @@ class CostModel:
         long trace; it skips building the per-op mapping and the StepCost. The same sum of the same
         terms as `step`, so the result is bit-identical."""
         work = StepWork.decode(seqs, context_tokens)
+        if not self._plain:
+            return self.step(work).total_s
         host = self._decode_host_cache.get(seqs)
         if host is None:
             host = self._decode_host_cache[seqs] = self._host_s(work)
@@ -586,24 +794,34 @@ class CostModel:
         m = self.model
         if not m.is_moe or tokens == 0:
             return 0.0
-        touched = self.expected_experts_touched(tokens)
-        h, width = m.hidden_size, m.moe_intermediate_size // self.tp
-        routed = tokens * m.experts_per_token
+        touched, routed, width = self._moe_shape(tokens)
+        h = m.hidden_size
         if self._calibrated is not None:
             per_expert = max(1, round(routed / touched))
             up = self._calibrated.gemm(2 * width, h, per_expert)
             down = self._calibrated.gemm(h, width, per_expert)
             if up is not None and down is not None:
-                ideal = self._moe_layer(tokens, touched, self._peak, self.accel.hbm_bandwidth)
+                ideal = self._moe_layer(tokens, self._peak, self.accel.hbm_bandwidth)
                 return m.num_moe_layers * max(touched * (up + down), ideal)
         # grouped expert GEMMs: up and down, at least a launch each
-        layer = max(self._moe_layer(tokens, touched, self._gemm_rate, self._mem_rate), 2 * self._launch)
+        layer = max(self._moe_layer(tokens, self._gemm_rate, self._mem_rate), 2 * self._launch)
         return m.num_moe_layers * layer
 
-    def _moe_layer(self, tokens: int, touched: float, flop_rate: float, byte_rate: float) -> float:
+    def _moe_shape(self, tokens: int) -> tuple[float, float, int]:
+        """(experts touched, routed token copies, expert width) on one rank per MoE layer. Without
+        EP every rank holds a 1/tp slice of every expert; with `moe_ep` = e a rank holds E/e whole
+        experts, each split over tp/e ranks, and gets 1/e of the routed copies (uniform routing)."""
         m = self.model
-        h, width = m.hidden_size, m.moe_intermediate_size // self.tp
-        routed = tokens * m.experts_per_token
+        touched = self.expected_experts_touched(tokens)
+        if self.moe_ep == 1:
+            return touched, tokens * m.experts_per_token, m.moe_intermediate_size // self.tp
+        ep = self.moe_ep
+        return touched / ep, tokens * m.experts_per_token / ep, m.moe_intermediate_size // (self.tp // ep)
+
+    def _moe_layer(self, tokens: int, flop_rate: float, byte_rate: float) -> float:
+        m = self.model
+        touched, routed, width = self._moe_shape(tokens)
+        h = m.hidden_size
         flops = 2.0 * routed * 3 * h * width
         nbytes = touched * 3 * h * width * self._weight_width + routed * (2 * h + 3 * width) * self._act_width
         return max(flops / flop_rate, nbytes / byte_rate)
@@ -611,7 +829,7 @@ class CostModel:
     def _lm_head_time(self, rows: int) -> float:
         if rows == 0:
             return 0.0
-        vocab, h = self.model.vocab_size // self.tp, self.model.hidden_size
+        vocab, h = self.model.vocab_size // self.lm_head_tp, self.model.hidden_size
         measured = self._calibrated.gemm(vocab, h, rows) if self._calibrated else None
         flops = 2.0 * rows * vocab * h
         nbytes = vocab * h * self._lm_width + rows * (h * self._act_width + vocab * LOGITS_BYTES)
@@ -717,13 +935,29 @@ class CostModel:
 
     def _decode_attention_coeffs(self) -> tuple[float, float, float]:
         """Seconds (all full layers) per context token of compute, per context token of memory
-        traffic and per sequence of memory traffic: decode attention = max(c0*ctx, c1*ctx + c2*seqs)."""
-        flops, per_context, per_seq = self._decode_attention_terms()
-        layers = self._full_layers
+        traffic and per sequence of memory traffic: decode attention = max(c0*ctx, c1*ctx + c2*seqs).
+
+        With scaled KV formats (int8, fp8e4m3) each cached element is dequantised once (a multiply
+        by its scale, `work_formulas.kv_dequant_flops`), and with a dtype per layer each layer reads
+        its own bytes. MLA has no paged-attention kernel here (the kernel is GQA-only): its
+        quantised-latent cost is modelled the same way, labelled "modelled" in docs/sim.md."""
+        if self.cfg.kv_layer_dtypes is None and not KV_SCALED.get(self.cfg.kv_dtype, False):
+            flops, per_context, per_seq = self._decode_attention_terms()
+            layers = self._full_layers
+            return (
+                layers * flops / self._attn_rate,
+                layers * per_context / self._mem_rate,
+                layers * per_seq / self._mem_rate,
+            )
+        flops, _, _ = self._decode_attention_terms()
+        qo = self._heads * (self._decode_qk_dim + self._decode_v_dim) * self._act_width
+        elements = self.model.kv_elements_per_token_per_layer(self.tp)
+        dequant = sum(kv_dequant_flops(dtype, elements) if dtype in KV_CACHE_DTYPES else 0 for dtype in self._kv_dtypes)
+        kv_bytes = float(sum(self._kv_layer_bytes))
         return (
-            layers * flops / self._attn_rate,
-            layers * per_context / self._mem_rate,
-            layers * per_seq / self._mem_rate,
+            (self._full_layers * flops + dequant) / self._attn_rate,
+            kv_bytes / self._mem_rate,
+            (self._full_layers * qo + kv_bytes) / self._mem_rate,
         )
 
     def _calibrated_decode_attention(self, seqs: int, context: int) -> float:
@@ -747,7 +981,9 @@ class CostModel:
             chunk_states = 2.0 * t / KDA_CHUNK * self._lin_state_bytes  # written, then read back
             nbytes = work.prefill_seqs * per_seq_state + chunk_states + t * self._lin_io_elems * width
             total += self._linear_layers * self._roofline(flops, nbytes, self._attn_rate)
-        if work.decode_seqs:
+        if work.decode_seqs and self.replay_ring:
+            total += self._linear_layers * self._replay_decode_layer_s(work.decode_seqs)
+        elif work.decode_seqs:
             b = work.decode_seqs
             flops = b * heads * KDA_DECODE_FLOPS_PER_STATE_ELEMENT * d * d
             nbytes = b * (per_seq_state + self._lin_io_elems * width)
@@ -759,9 +995,20 @@ class CostModel:
                 total += self._linear_layers * max(flops / self._state_rate, nbytes / self._mem_rate)
         return total
 
-    def _all_reduce(self, payload: float) -> float:
-        """Seconds of one ring all-reduce of `payload` bytes over the TP link (module docstring)."""
-        tp, link = self.tp, self.tp_link
+    def _replay_decode_layer_s(self, seqs: int) -> float:
+        """One KDA layer's decode step with ReplaySSM on one rank: the kernel's ring cycle of
+        `replay_ssm_ring` steps (`work_formulas.replay_ssm_cycle_bytes` / `_flops`), divided by
+        its steps, plus the conv windows read and written, on the FP32 units. Calibration rows of
+        the plain kernel do not time it (the roofline is used)."""
+        d, heads, ring = self.model.linear_head_dim, self._lin_heads, self.replay_ring
+        flops = replay_ssm_cycle_flops(seqs, heads, d, d, ring) / ring
+        nbytes = replay_ssm_cycle_bytes(seqs, heads, d, d, ring) / ring + seqs * 2.0 * self._lin_conv_bytes
+        return max(flops / self._state_rate, nbytes / self._mem_rate)
+
+    def _all_reduce(self, payload: float, ranks: int | None = None) -> float:
+        """Seconds of one ring all-reduce of `payload` bytes over `ranks` (default tp) ranks of the
+        TP link (module docstring)."""
+        tp, link = (self.tp if ranks is None else ranks), self.tp_link
         assert link is not None
         moved = 2.0 * (tp - 1) / tp * payload
         if link.all_reduce_bus_bandwidth is not None:
@@ -777,14 +1024,40 @@ class CostModel:
         assert link is not None  # checked in __init__
         rate = link.bandwidth * self.cfg.efficiency.collective
         total = 0.0
-        if tokens:
+        if tokens and self._plain_collectives:
             payload = tokens * self.model.hidden_size * self._act_width
             measured = self._calibrated.all_reduce(tp, payload) if self._calibrated else None
             total += 2 * self.model.num_layers * (measured if measured is not None else self._all_reduce(payload))
-        if output_tokens:  # vocab-parallel LM head: gather the logit shards
+        elif tokens:
+            total += self._class_all_reduces(tokens * self.model.hidden_size * self._act_width)
+        head = self.lm_head_tp
+        if output_tokens and head > 1:  # vocab-parallel LM head: gather the logit shards
             payload = output_tokens * self.model.vocab_size * LOGITS_BYTES
-            total += (tp - 1) / tp * payload / rate + (tp - 1) * link.latency
+            total += (head - 1) / head * payload / rate + (head - 1) * link.latency
         return total
+
+    def _class_all_reduces(self, payload: float) -> float:
+        """All-reduces of one step with a parallel degree per layer class: after full attention
+        over tp ranks, after linear attention over `linear_tp` (none when 1), after a dense MLP over
+        tp, after an MoE layer over the tp / moe_ep ranks that split each expert (none when 1; EP's
+        all-to-all is `ep_all_to_all`)."""
+        m = self.model
+
+        def all_reduce(ranks: int) -> float:
+            if ranks == 1:
+                return 0.0
+            measured = self._calibrated.all_reduce(ranks, payload) if self._calibrated else None
+            return measured if measured is not None else self._all_reduce(payload, ranks)
+
+        return (self._full_layers * all_reduce(self.tp) + self._linear_layers * all_reduce(self.linear_tp)
+                + m.num_dense_mlp_layers * all_reduce(self.tp)
+                + m.num_moe_layers * all_reduce(self.tp // self.moe_ep))
+
+
+def _micro_batch(work: StepWork, micro_batches: int) -> StepWork:
+    """One of `micro_batches` equal micro-batches of `work` (every count divided, rounded up)."""
+    counts = (getattr(work, f.name) for f in dataclasses.fields(work))
+    return StepWork(*(math.ceil(count / micro_batches) for count in counts))
 
 
 def decode_run_ends_stepwise(
@@ -871,9 +1144,10 @@ class _Calibration:
         device, bw = accel.calibration_device, accel.hbm_bandwidth
         self._cost = cost
         peaks = (cost._peak, bw)
-        if cfg.dtype == "fp8":
-            # W8A8 tables may be INT8 (same tensor-core rate as FP8 on Hopper): used as a stand-in.
-            self._matmul = _CalibratedKernel(table, "w8a8_matmul", ("fp8e4m3", "int8"), device, peaks)
+        if cfg.dtype in W8A8_DTYPES:
+            # W8A8 tables may be INT8 or FP8 (the same tensor-core rate on Hopper): one stands in for the other.
+            others = tuple(d for d in W8A8_DTYPES if d != cfg.dtype)
+            self._matmul = _CalibratedKernel(table, "w8a8_matmul", (cfg.dtype, *others), device, peaks)
         else:
             self._matmul = _CalibratedKernel(table, "matmul", _table_dtypes(cfg.dtype), device, peaks)
         kv_dtypes = (*_table_dtypes(cfg.kv_dtype), *_table_dtypes(cfg.dtype))

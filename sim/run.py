@@ -133,7 +133,8 @@ def prepare_run(cfg: SimConfig, base_dir: Path, source: str = "<config>") -> Pre
         calibration = load_calibration(
             *(None if value is None else resolve_path(value, base_dir) for value in (cfg.cost.calibration, cfg.cost.vidur_profile))
         )
-        cost = CostModel(model, accel, cfg.cost, tp=cfg.hardware.tp, tp_link=tp_link, calibration=calibration)
+        cost = CostModel(model, accel, cfg.cost, tp=cfg.hardware.tp, tp_link=tp_link, calibration=calibration,
+                         hardware=cfg.hardware)
     return PreparedRun(cfg, requests, cost, transfer_link)
 
 

@@ -29,6 +29,7 @@ from infralab.input_files import parse_toml
 from infralab.errors import InputError
 from infralab.field_types import MAX_TOKENS, Bool, Int, Number
 from infralab.sim.config import looks_like_path
+from infralab.work_formulas import KV_CACHE_DTYPES, kv_cache_bytes
 
 # Strict, bounded fields (infralab.field_types); limits in docs/sim.md. Widths and counts of a
 # model stay below 2**20 (every public model is far below), layers below 10,000.
@@ -39,9 +40,10 @@ FlopsPerSecond = Number(ge=1.0, le=1e18)
 BytesPerSecond = Number(ge=1.0, le=1e16)
 Bytes = Number(ge=1.0, le=1e16)
 
-#: Bytes per element of each data type the specs and the cost model know.
+#: Bytes per element of each data type the specs and the cost model know. Names are the kernels'
+#: (`infralab.work_formulas.KV_CACHE_DTYPES`): FP8 is "fp8e4m3" everywhere, never "fp8".
 DTYPE_BYTES: Mapping[str, float] = MappingProxyType(
-    {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+    {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8e4m3": 1, "int8": 1}
 )
 
 LayerType = Literal["full", "linear"]
@@ -279,7 +281,7 @@ class ModelSpec:
     def weight_bytes(self, dtype: str) -> int:
         """Bytes of all weights when linear layers are stored in `dtype`.
 
-        For 8-bit dtypes (fp8, int8) only the linear layers' matrices (projections, MLPs, experts)
+        For 8-bit dtypes (fp8e4m3, int8: W8A8) only the linear layers' matrices (projections, MLPs, experts)
         are 8-bit; embedding, LM head, norms, router, convolutions and gates stay in bf16, as
         common W8A8 checkpoints keep them.
         """
@@ -302,8 +304,18 @@ class ModelSpec:
         tensor-parallel ranks (replicas included, see `kv_elements_per_token_per_layer`). The one
         definition: with tp = 1 it is the model's KV (what moves between instances); with the
         instance's tp, what its KV cache holds (`CostModel.kv_bytes_per_token`)."""
-        width = _dtype_bytes(kv_dtype, "KV dtype")
-        return int(self.num_full_attention_layers * self.kv_elements_per_token_per_layer(tp) * tp * width)
+        return int(self.num_full_attention_layers * self.kv_layer_bytes(kv_dtype, tp) * tp)
+
+    def kv_layer_bytes(self, kv_dtype: str, tp: int = 1) -> int:
+        """Bytes one token occupies in one full-attention layer's cache on one of `tp` ranks. The
+        kernels' formats (KV_CACHE_DTYPES) carry a float32 scale per (token, head) and cached
+        tensor for the scaled ones (int8, fp8e4m3; `work_formulas.kv_cache_bytes`); MLA caches one
+        tensor (the latent) with one "head"."""
+        elements = self.kv_elements_per_token_per_layer(tp)
+        if kv_dtype not in KV_CACHE_DTYPES:
+            return int(elements * _dtype_bytes(kv_dtype, "KV dtype"))
+        tensors, heads = (1, 1) if self.is_mla else (2, max(1, self.num_kv_heads // tp))
+        return kv_cache_bytes(kv_dtype, tensors, heads, elements // (tensors * heads))
 
     def linear_state_bytes_per_seq(self, state_dtype: str = "fp32", conv_dtype: str = "bf16") -> int:
         """Recurrent-state bytes one sequence holds over all linear-attention layers: the KDA state
@@ -313,6 +325,60 @@ class ModelSpec:
         state = heads * d * d * _dtype_bytes(state_dtype, "state dtype")
         conv = 3 * heads * d * max(self.linear_conv_kernel - 1, 0) * _dtype_bytes(conv_dtype, "conv dtype")
         return int(self.num_linear_attention_layers * (state + conv))
+
+
+# ---- vision encoders ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, config=STRICT)
+class VisionEncoderSpec:
+    """A ViT image encoder (the encode stage of multimodal serving): `num_layers` pre-norm
+    transformer blocks of width `hidden_size`, `num_heads` heads and an MLP of
+    `intermediate_size`, over the patches of a square `image_size` image cut into `patch_size`
+    patches. A projector (`projector_layers` linear layers of `hidden_size` x `out_hidden_size`,
+    after merging `spatial_merge` x `spatial_merge` patches into one token) maps patches to the
+    language model's embedding. Units: pixels, tokens, parameters, FLOPs."""
+
+    name: str
+    source: str
+    num_layers: Layers
+    hidden_size: Width
+    num_heads: Width
+    intermediate_size: Width
+    patch_size: Width
+    image_size: Width
+    out_hidden_size: Width  # the language model's hidden size the projector maps to
+    spatial_merge: Width = 1
+    projector_layers: Int(ge=0, le=16) = 2
+    notes: str = ""
+
+    @property
+    def patches_per_image(self) -> int:
+        """Patches the encoder runs over for one image: (image_size / patch_size)^2."""
+        side = self.image_size // self.patch_size
+        return side * side
+
+    @property
+    def tokens_per_image(self) -> int:
+        """Embeddings one image adds to the prompt (after spatial merging)."""
+        return self.patches_per_image // (self.spatial_merge * self.spatial_merge)
+
+    @property
+    def num_params(self) -> int:
+        """Parameters: patch embedding (3 x patch^2 x hidden), per block the QKV and output
+        projections and the MLP (4h^2 + 2 h f) plus norms, and the projector."""
+        h, f = self.hidden_size, self.intermediate_size
+        patch = 3 * self.patch_size * self.patch_size * h
+        blocks = self.num_layers * (4 * h * h + 2 * h * f + 4 * h)
+        merged = h * self.spatial_merge * self.spatial_merge
+        projector = merged * self.out_hidden_size + max(self.projector_layers - 1, 0) * self.out_hidden_size ** 2
+        return patch + blocks + projector
+
+    def flops_per_image(self) -> float:
+        """FLOPs to encode one image: 2 x parameters x patches for the matrix products, plus full
+        (bidirectional) attention over the patches, 4 x patches^2 x hidden per layer."""
+        p = self.patches_per_image
+        return 2.0 * self.num_params * p + 4.0 * self.num_layers * p * p * self.hidden_size
 
 
 def _dtype_bytes(dtype: str, what: str) -> float:
@@ -349,7 +415,7 @@ def _check_model(spec: ModelSpec, source: str) -> None:
 
 # ---- loading -----------------------------------------------------------------------------------
 
-_KINDS = ("accelerators", "links", "models")
+_KINDS = ("accelerators", "links", "models", "encoders")
 _CATALOG_PACKAGE = "infralab.sim.catalog"
 
 
@@ -405,6 +471,17 @@ def load_link(name_or_path: str, base_dir: Path | None = None) -> LinkSpec:
     """A catalog link by name (e.g. "nvlink4", "rdma-400g") or a TOML file."""
     data, source = _read_spec("links", name_or_path, base_dir)
     return validate(LinkSpec, data, source)
+
+
+def load_encoder(name_or_path: str, base_dir: Path | None = None) -> VisionEncoderSpec:
+    """A catalog vision encoder by name (e.g. "clip-vit-l-14-336") or a TOML file."""
+    data, source = _read_spec("encoders", name_or_path, base_dir)
+    spec = validate(VisionEncoderSpec, data, source)
+    if spec.image_size % spec.patch_size or (spec.image_size // spec.patch_size) % spec.spatial_merge:
+        raise InputError(f"{source}: image_size", f"{spec.image_size} px with {spec.patch_size} px patches "
+                         f"merged {spec.spatial_merge} x {spec.spatial_merge}",
+                         "a multiple of patch_size x spatial_merge")
+    return spec
 
 
 def load_model(name_or_path: str, base_dir: Path | None = None) -> ModelSpec:

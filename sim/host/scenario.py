@@ -90,7 +90,7 @@ class CaseSetup:
     nic: str = "rdma-400g"  # between nodes; also carries the KV transfer
     dispatch_bytes_per_elem: PositiveFloat = 1.0  # FP8 dispatch
     combine_bytes_per_elem: PositiveFloat = 2.0  # BF16 combine
-    kv_dtype: Literal["bf16", "fp16", "fp8", "int8", "fp32"] = "bf16"
+    kv_dtype: Literal["bf16", "fp16", "fp8e4m3", "int8", "fp32"] = "bf16"
 
 
 @dataclass(frozen=True, config=STRICT)

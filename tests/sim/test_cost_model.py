@@ -220,7 +220,7 @@ def test_bad_parallelism_and_dtype():
     with pytest.raises(InputError, match="tp_link"):
         CostModel(LLAMA8, H100, CFG, tp=2)
     with pytest.raises(InputError, match="fp8"):
-        CostModel(LLAMA8, load_accelerator("A100"), CostConfig(dtype="fp8"))
+        CostModel(LLAMA8, load_accelerator("A100"), CostConfig(dtype="fp8e4m3"))
 
 
 def test_step_is_deterministic_with_caches():

@@ -60,7 +60,7 @@ def test_every_catalog_entry_loads_and_cites_a_source():
 def test_accelerator_figures_are_dense_datasheet_values():
     h100, h200, a100 = load_accelerator("H100"), load_accelerator("H200"), load_accelerator("A100")
     assert h100.peak("bf16") == pytest.approx(989.5e12)  # 1,979 TFLOPS with sparsity / 2
-    assert h100.peak("fp8") == pytest.approx(1979e12)
+    assert h100.peak("fp8e4m3") == pytest.approx(1979e12)
     assert h100.hbm_bandwidth == pytest.approx(3.35e12) and h100.hbm_capacity == pytest.approx(80e9)
     assert h200.hbm_bandwidth == pytest.approx(4.8e12) and h200.hbm_capacity == pytest.approx(141e9)
     assert h200.peak("bf16") == h100.peak("bf16")  # same compute die
@@ -70,7 +70,7 @@ def test_accelerator_figures_are_dense_datasheet_values():
 
 def test_a100_has_no_fp8_and_says_so():
     with pytest.raises(InputError) as info:
-        load_accelerator("A100").peak("fp8")
+        load_accelerator("A100").peak("fp8e4m3")
     assert "fp8" in str(info.value) and "bf16" in str(info.value)
 
 
@@ -92,7 +92,8 @@ def test_names_are_case_blind():
 def test_llama_3_8b_by_hand():
     m = load_model("llama-3-8b")
     assert m.kv_bytes_per_token("bf16") == 2 * 32 * 8 * 128 * 2 == 131072
-    assert m.kv_bytes_per_token("fp8") == 65536
+    # 8-bit payloads plus a float32 scale per (token, head) for K and for V (the KV kernels' format)
+    assert m.kv_bytes_per_token("fp8e4m3") == 65536 + 32 * 2 * 8 * 4 == m.kv_bytes_per_token("int8")
     # Over tensor-parallel ranks: 8 KV heads split over 8 ranks; over 16, each head is kept twice.
     assert m.kv_bytes_per_token("bf16", tp=8) == 131072
     assert m.kv_bytes_per_token("bf16", tp=16) == 2 * 131072
@@ -111,8 +112,8 @@ def test_fp8_weights_keep_embeddings_in_bf16():
     m = load_model("llama-3-8b")
     counts = m.param_counts()
     linear = counts["attention"] + counts["dense_mlp"]
-    assert m.weight_bytes("fp8") == linear + 2 * (m.num_params - linear)
-    assert m.weight_bytes("bf16") / 2 < m.weight_bytes("fp8") < m.weight_bytes("bf16")
+    assert m.weight_bytes("fp8e4m3") == linear + 2 * (m.num_params - linear)
+    assert m.weight_bytes("bf16") / 2 < m.weight_bytes("fp8e4m3") < m.weight_bytes("bf16")
 
 
 def test_llama_3_70b_by_hand():
@@ -168,7 +169,8 @@ def test_kv_bytes_scale_with_full_layers_only(kinds, kv_heads, dtype):
         linear_num_heads=2, linear_head_dim=8, linear_conv_kernel=4,
     )
     full = kinds.count("full")
-    assert m.kv_bytes_per_token(dtype) == full * 2 * kv_heads * 16 * DTYPE_BYTES[dtype]
+    scales = 2 * kv_heads * 4 if dtype in ("int8", "fp8e4m3") else 0  # a float32 scale per (token, head), K and V
+    assert m.kv_bytes_per_token(dtype) == full * (2 * kv_heads * 16 * DTYPE_BYTES[dtype] + scales)
     assert m.linear_state_bytes_per_seq() == (len(kinds) - full) * (2 * 8 * 8 * 4 + 3 * 16 * 3 * 2)
     # weights grow with layers, whichever kind is added
     bigger = ModelSpec(**{**m.__dict__, "num_layers": len(kinds) + 1, "layer_types": tuple(kinds) + ("full",)})

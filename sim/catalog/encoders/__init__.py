@@ -1,0 +1,1 @@
+"""Shipped vision-encoder specs (TOML files beside this one)."""
