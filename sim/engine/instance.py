@@ -29,6 +29,7 @@ from collections.abc import Callable
 import simpy
 
 from infralab.sim.config import EngineConfig
+from infralab.sim.engine.hf_scheduler import HF_SCHEDULERS
 from infralab.sim.engine.reference_scheduler import ReferenceScheduler
 from infralab.sim.engine.request_state import Seq
 from infralab.sim.engine.scheduler import Scheduler
@@ -41,7 +42,7 @@ COUNTERS = ("waiting", "running", "kv_used_blocks", "kv_cached_blocks")
 # when an outside event cuts a run short).
 MAX_QUIET_STEPS = 256
 # `engine.scheduler` -> the policy class (both take the keyword arguments of `Instance.__init__`).
-SCHEDULERS: dict[str, Callable[..., SchedulerPolicy]] = {"fast": Scheduler, "reference": ReferenceScheduler}
+SCHEDULERS: dict[str, Callable[..., SchedulerPolicy]] = {"fast": Scheduler, "reference": ReferenceScheduler, **HF_SCHEDULERS}
 
 
 class Instance:
@@ -76,6 +77,7 @@ class Instance:
             capacity_blocks=capacity_blocks,
             prefix_cache=engine.prefix_cache,
             prefix_block_tokens=engine.prefix_block_tokens,
+            **engine.policy_options(),
         )
         self._check = check_invariants
         # Time of the next request arrival anywhere (s): a run of quiet steps stops there.
