@@ -49,7 +49,7 @@ from infralab.sim.metrics import is_finished, print_summary, request_metrics, su
 from infralab.sim.records import RequestRecord, RunRecord
 from infralab.sim.summary import RunSummary
 from infralab.sim.specs import load_accelerator, load_link, load_model
-from infralab.sim.step_table_cost import StepTableCost
+from infralab.sim.step_table_cost import run_step_table_cost
 from infralab.sim.timeline import DEFAULT_MAX_EVENTS, SUMMARY_FACTS, save_trace, truncation_warning
 from infralab.sim.workloads import build_workload
 
@@ -141,15 +141,8 @@ def _cost_model(cfg: SimConfig, base_dir: Path, model: Any, accel: Any, tp_link:
     to cover every step the run can have), else the roofline with whatever calibration it names."""
     if cfg.cost.step_table is not None:
         table = load_calibration(resolve_path(cfg.cost.step_table, base_dir))
-        assert table is not None and cfg.engine.num_blocks is not None  # checked with the config
-        kv_tokens = cfg.engine.num_blocks * cfg.engine.block_size
-        cost = StepTableCost(table, cfg.cost.dtype, kv_tokens, cfg.cost.host)
-        engine = cfg.engine.with_vllm_defaults()  # as the cluster fills unset limits for this cost model
-        assert engine.max_batched_tokens is not None and engine.max_num_seqs is not None
-        tokens = sum(r.prompt_tokens + r.output_tokens - 1 for r in requests)
-        cost.check_covers(engine.max_batched_tokens, min(kv_tokens, tokens),
-                          min(engine.max_num_seqs, engine.max_batched_tokens, len(requests)))
-        return cost
+        assert table is not None
+        return run_step_table_cost(table, cfg, requests)
     calibration = load_calibration(
         *(None if value is None else resolve_path(value, base_dir) for value in (cfg.cost.calibration, cfg.cost.vidur_profile))
     )

@@ -23,12 +23,14 @@ run: a step table has no memory model. Units: seconds, tokens.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from infralab.errors import InputError
 from infralab.sim.calibration import CalibrationTable
-from infralab.sim.config import HostOverheadConfig
+from infralab.sim.config import HostOverheadConfig, SimConfig
 from infralab.sim.cost_model import StepWork
+from infralab.sim.protocols import ServedRequest
 
 STEP_KERNEL = "engine_step"  # the names `infralab.real.profile` writes (real never imports sim)
 PREPARE_KERNEL = "engine_prepare"
@@ -121,3 +123,19 @@ class StepTableCost:
                              "a profile whose grid covers every step of the run (infralab.real.profile with a "
                              "larger grid, or a smaller engine.max_batched_tokens / num_blocks)")
         return seconds
+
+
+def run_step_table_cost(table: CalibrationTable, cfg: SimConfig, requests: Sequence[ServedRequest]) -> StepTableCost:
+    """The cost model of a run with `cost.step_table` (its rows in `table`), checked to cover every
+    step the run can have: up to the token budget, min(KV cache, the workload's tokens) keys and
+    min(request cap, requests) sequences (unset limits filled in as the cluster fills them)."""
+    if cfg.engine.num_blocks is None:
+        raise InputError("engine.num_blocks", "unset with cost.step_table", "the real engine's KV cache in blocks")
+    kv_tokens = cfg.engine.num_blocks * cfg.engine.block_size
+    cost = StepTableCost(table, cfg.cost.dtype, kv_tokens, cfg.cost.host)
+    engine = cfg.engine.with_vllm_defaults()  # a cost model without an accelerator: the cluster does the same
+    assert engine.max_batched_tokens is not None and engine.max_num_seqs is not None
+    tokens = sum(r.prompt_tokens + r.output_tokens - 1 for r in requests)
+    cost.check_covers(engine.max_batched_tokens, min(kv_tokens, tokens),
+                      min(engine.max_num_seqs, engine.max_batched_tokens, len(requests)))
+    return cost
