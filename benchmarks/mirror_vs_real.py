@@ -56,7 +56,8 @@ def sim_config(profile_csv: Path, engine: RealEngine) -> Any:
     doc = {
         "model": SMALL.name,
         "hardware": {"accelerator": "H100"},  # required by the schema; a step table does not read it
-        "workload": {"kind": "synthetic", "num_requests": 1},  # unused: the requests are passed in
+        "workload": {"kind": "synthetic", "num_requests": 1, "arrival": {"kind": "poisson", "rate": 1.0},  # unused:
+                     "prompt": {"kind": "fixed", "value": 1}, "output": {"kind": "fixed", "value": 1}},  # requests passed in
         "cost": {"dtype": SETTINGS.dtype, "step_table": str(profile_csv)},
         "engine": {"scheduler": "hf_fifo", "max_batched_tokens": resolved["max_batch_tokens"],
                    "max_num_seqs": resolved["max_requests_per_batch"], "block_size": resolved["page_size"],
@@ -72,6 +73,25 @@ def simulated(profile_csv: Path, engine: RealEngine, requests: list[ReplayReques
     assert table is not None
     served = [Request(r.id, r.arrival_s, r.prompt_tokens, r.output_tokens) for r in requests]
     return simulate(cfg, served, run_step_table_cost(table, cfg, served))
+
+
+def step_check(profile_csv: Path, real: Any) -> dict[str, dict[str, float]]:
+    """The replay's own steps against the profile, per kind of step (decode-only, with prompt
+    tokens): mean real forward and whole step vs the table's `engine_step` and `engine_step` +
+    `engine_prepare` at each step's shape (s). Says where a latency error comes from."""
+    table = load_calibration(profile_csv)
+    assert table is not None
+    sums: dict[str, list[float]] = {}
+    for step in real.steps:
+        batch = step.batch
+        shape = {"q_tokens": batch.q_tokens, "kv_tokens": batch.kv_tokens, "seqs": batch.seqs}
+        forward = table.lookup("engine_step", SETTINGS.dtype, "cpu", shape, grid=True)
+        prepare = table.lookup("engine_prepare", SETTINGS.dtype, "cpu", shape, grid=True)
+        row = sums.setdefault("decode" if batch.prefill_seqs == 0 else "with_prompt", [0.0] * 5)
+        for i, value in enumerate((1.0, step.forward_s, forward, step.duration_s, forward + prepare)):
+            row[i] += value
+    return {kind: {"steps": n, "real_forward_s": f / n, "table_forward_s": tf / n, "real_step_s": d / n,
+                   "table_step_s": ts / n} for kind, (n, f, tf, d, ts) in sums.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                    "seed": args.seed, "real": latency_summary(real), "sim": latency_summary(record),
                    "real_steps": step_summary(real),
                    "sim_steps": sum(1 for iv in record.intervals if iv.name == "batch") or None,
-                   "profile_points": len(measured.points), "profile_drift": drift(measured.before, measured.after),
+                   "step_check": step_check(folder / "profile.csv", real), "profile_points": len(measured.points), "profile_drift": drift(measured.before, measured.after),
                    "replay_drift": drift(real.before, real.after)}
         dump_json(real.as_dict(), folder / "replay.json")
         dump_json(summary, folder / "summary.json")
@@ -109,6 +129,10 @@ def _print(summary: dict[str, Any]) -> None:
     for name in ("ttft_s", "tpot_s", "e2e_s"):
         real, sim = summary["real"][name]["mean"], summary["sim"][name]["mean"]
         print(f"| {name} | {real * 1e3:.1f} | {sim * 1e3:.1f} | {sim / real - 1:+.1%} |")
+    print("\n| steps | n | real forward ms | table forward ms | real step ms | table step ms |\n|---|---:|---:|---:|---:|---:|")
+    for kind, row in summary["step_check"].items():
+        print(f"| {kind} | {row['steps']:.0f} | {row['real_forward_s'] * 1e3:.2f} | {row['table_forward_s'] * 1e3:.2f} "
+              f"| {row['real_step_s'] * 1e3:.2f} | {row['table_step_s'] * 1e3:.2f} |")
     steps = summary["real_steps"]
     print(f"\nreal: {steps['steps']} steps, mean forward {steps['mean_forward_s'] * 1e3:.1f} ms, host outside the "
           f"forward {steps['mean_host_s'] * 1e3:.2f} ms a step (not given to the simulator); fingerprint drift over "
