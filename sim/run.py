@@ -44,8 +44,8 @@ from infralab.sim.config import (
     resolved_config_text,
 )
 from infralab.sim.cost_model import CostModel
-from infralab.sim.protocols import StepCostModel
 from infralab.sim.metrics import is_finished, print_summary, request_metrics, summarize
+from infralab.sim.protocols import StepCostModel
 from infralab.sim.records import RequestRecord, RunRecord
 from infralab.sim.summary import RunSummary
 from infralab.sim.specs import load_accelerator, load_link, load_model

@@ -41,7 +41,8 @@ COUNTERS = ("waiting", "running", "kv_used_blocks", "kv_cached_blocks")
 # Longest run of decode-only steps timed with one SimPy event (bounds the cost evaluations wasted
 # when an outside event cuts a run short).
 MAX_QUIET_STEPS = 256
-# `engine.scheduler` -> the policy class (both take the keyword arguments of `Instance.__init__`).
+# `engine.scheduler` -> the policy class (each takes the keyword arguments of `Instance.__init__`,
+# plus `engine.policy_options()`).
 SCHEDULERS: dict[str, Callable[..., SchedulerPolicy]] = {"fast": Scheduler, "reference": ReferenceScheduler, **HF_SCHEDULERS}
 
 
