@@ -6,9 +6,13 @@ and `update_batch`, no forward, no clock). Arrivals are given in steps on both s
 is involved: this is the proof that the mirror schedules as the engine does, request by request.
 
 The tight caches (every request fits alone, not all together) exercise the safety margin, starved
-requests and the engine's soft resets."""
+requests and the engine's soft resets. The last test runs the mirror through the whole simulator
+(config, cluster, SimPy instance) with 1-second steps: token times are then the engine's steps."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -21,6 +25,8 @@ from infralab.real.engine import EngineSettings, RealEngine  # noqa: E402
 from infralab.real.load_generator import ReplayRequest  # noqa: E402
 from infralab.real.model_shape import TINY  # noqa: E402
 from infralab.real.schedule_trace import schedule_without_forward  # noqa: E402
+from infralab.sim.cluster import simulate  # noqa: E402
+from infralab.sim.config import config_from_doc  # noqa: E402
 from infralab.sim.engine.hf_scheduler import HFScheduler  # noqa: E402
 from infralab.sim.engine.request_state import Seq  # noqa: E402
 from infralab.sim.records import RequestRecord  # noqa: E402
@@ -113,3 +119,49 @@ def test_the_mirror_schedules_every_step_as_the_engine_does(
     workload = [(after, min(prompt, blocks * page - output), output) for after, prompt, output in workload]
     arrivals = _arrivals(workload)
     assert mirror_schedule(engine, arrivals) == real_schedule(engine, arrivals)
+
+
+class OneSecondSteps:
+    """A cost model whose every step takes 1 s (`StepCostModel`): token times count steps."""
+
+    def __init__(self, cache_tokens: int) -> None:
+        self.cache_tokens = cache_tokens
+
+    def step(self, work: object) -> SimpleNamespace:
+        return SimpleNamespace(total_s=1.0)
+
+    def decode_step_s(self, seqs: int, context_tokens: int) -> float:
+        return 1.0
+
+    def kv_capacity_tokens(self, gpu_memory_utilization: float, max_num_seqs: int = 0, max_batched_tokens: int = 0) -> int:
+        return self.cache_tokens
+
+    def kv_transfer_bytes(self, tokens: int) -> int:
+        return 0
+
+
+@settings(max_examples=20, deadline=None)
+@given(workload=st.lists(st.tuples(st.integers(1, 40), st.integers(1, 8)), min_size=1, max_size=7),
+       name=st.sampled_from(sorted(ENGINES)))
+def test_a_simulated_run_with_the_mirror_emits_tokens_at_the_engines_steps(
+        engines: dict[str, RealEngine], workload: list[tuple[int, int]], name: str) -> None:
+    # Through the whole simulator (config, cluster, SimPy instance): every request queued at 0 s,
+    # every step 1 s, so a token stamped at t s came from step t - 1 of the engine's schedule.
+    engine = engines[name]
+    scheduler, tokens, blocks, page, requests = ENGINES[name]
+    workload = [(min(prompt, blocks * page - output), output) for prompt, output in workload]
+    arrivals = _arrivals([(0, prompt, output) for prompt, output in workload])
+    expected: dict[int, list[float]] = {i: [] for i in range(len(workload))}
+    for index, step in enumerate(real_schedule(engine, arrivals)):
+        for request_id, _, _, samples in step:
+            if samples:
+                expected[request_id].append(float(index + 1))
+    doc = {"model": "small-llama-cpu", "hardware": {"accelerator": "H100"},
+           "workload": {"kind": "synthetic", "num_requests": 1, "arrival": {"kind": "poisson", "rate": 1.0},
+                        "prompt": {"kind": "fixed", "value": 1}, "output": {"kind": "fixed", "value": 1}},
+           "engine": {"scheduler": f"hf_{scheduler}", "max_batched_tokens": tokens, "max_num_seqs": requests,
+                      "block_size": page, "prefix_cache": False}}
+    cfg = config_from_doc(doc, "mirror", Path("."))
+    served = [Request(i, 0.0, prompt, output) for i, (prompt, output) in enumerate(workload)]
+    record = simulate(cfg, served, OneSecondSteps(blocks * page), check_invariants=True)
+    assert {r.id: list(r.token_times_s) for r in record.requests} == expected
