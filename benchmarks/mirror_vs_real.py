@@ -50,15 +50,16 @@ GRID = ProfileGrid(q_tokens=(1, 2, 4, 8, 16, 32, 64, 128), kv_tokens=(1, 16, 64,
 """From (1, 1, 1) to the token budget, the cache (4096 tokens) and more sequences than requests."""
 
 
-def sim_config(profile_csv: Path, engine: RealEngine) -> Any:
-    """The mirror's config for `engine` (its resolved settings), timed from `profile_csv`."""
+def sim_config(profile_csv: Path, engine: RealEngine, host_per_step_s: float = 0.0) -> Any:
+    """The mirror's config for `engine` (its resolved settings), timed from `profile_csv`, with
+    `host_per_step_s` of host time per step beyond the profile's batch building."""
     resolved = engine.resolved()
     doc = {
         "model": SMALL.name,
         "hardware": {"accelerator": "H100"},  # required by the schema; a step table does not read it
         "workload": {"kind": "synthetic", "num_requests": 1, "arrival": {"kind": "poisson", "rate": 1.0},  # unused:
                      "prompt": {"kind": "fixed", "value": 1}, "output": {"kind": "fixed", "value": 1}},  # requests passed in
-        "cost": {"dtype": SETTINGS.dtype, "step_table": str(profile_csv)},
+        "cost": {"dtype": SETTINGS.dtype, "step_table": str(profile_csv), "host": {"per_step_s": host_per_step_s}},
         "engine": {"scheduler": "hf_fifo", "max_batched_tokens": resolved["max_batch_tokens"],
                    "max_num_seqs": resolved["max_requests_per_batch"], "block_size": resolved["page_size"],
                    "num_blocks": resolved["num_blocks"], "safety_margin": resolved["safety_margin"],
@@ -67,12 +68,25 @@ def sim_config(profile_csv: Path, engine: RealEngine) -> Any:
     return config_from_doc(doc, "mirror_vs_real", profile_csv.parent)
 
 
-def simulated(profile_csv: Path, engine: RealEngine, requests: list[ReplayRequest]) -> Any:
-    cfg = sim_config(profile_csv, engine)
+def simulated(profile_csv: Path, engine: RealEngine, requests: list[ReplayRequest], host_per_step_s: float = 0.0) -> Any:
+    cfg = sim_config(profile_csv, engine, host_per_step_s)
     table = load_calibration(profile_csv)
     assert table is not None
     served = [Request(r.id, r.arrival_s, r.prompt_tokens, r.output_tokens) for r in requests]
     return simulate(cfg, served, run_step_table_cost(table, cfg, served))
+
+
+def host_per_step_s(profile_csv: Path, calibration: Any) -> float:
+    """Host time per step outside the profile's batch building (scheduler, update, Python), fitted
+    on a calibration replay: the mean over its steps of (step - forward - the table's prepare) (s)."""
+    table = load_calibration(profile_csv)
+    assert table is not None
+    extra = []
+    for step in calibration.steps:
+        batch = step.batch
+        shape = {"q_tokens": batch.q_tokens, "kv_tokens": batch.kv_tokens, "seqs": batch.seqs}
+        extra.append(step.host_s - table.lookup("engine_prepare", SETTINGS.dtype, "cpu", shape, grid=True))
+    return max(0.0, sum(extra) / len(extra))
 
 
 def step_check(profile_csv: Path, real: Any) -> dict[str, dict[str, float]]:
@@ -105,17 +119,24 @@ def main(argv: list[str] | None = None) -> int:
     requests = workload(args.requests, args.rate, args.seed)
     engine = RealEngine(SMALL, SETTINGS)
     with atomic_output_dir(args.out) as folder:
+        profile_csv = folder / "profile.csv"
         measured = profile(engine, GRID)
-        write_profile(engine, measured, folder / "profile.csv")
+        write_profile(engine, measured, profile_csv)
         with engine:
             warm_up(engine)
+            # Calibration replay: another seed's requests, used only to fit the host time per step.
+            calibration = replay(engine, workload(args.requests, args.rate, args.seed + 1), seed=args.seed + 1)
             real = replay(engine, requests, seed=args.seed)
-        record = simulated(folder / "profile.csv", engine, requests)
+        host_s = host_per_step_s(profile_csv, calibration)
+        record = simulated(profile_csv, engine, requests)
+        with_host = simulated(profile_csv, engine, requests, host_s)
         summary = {"engine": engine.resolved(), "model": SMALL.name, "requests": args.requests, "rate": args.rate,
-                   "seed": args.seed, "real": latency_summary(real), "sim": latency_summary(record),
-                   "real_steps": step_summary(real),
-                   "sim_steps": sum(1 for iv in record.intervals if iv.name == "batch") or None,
-                   "step_check": step_check(folder / "profile.csv", real), "profile_points": len(measured.points), "profile_drift": drift(measured.before, measured.after),
+                   "seed": args.seed, "calibration_seed": args.seed + 1, "real": latency_summary(real),
+                   "sim": latency_summary(record), "sim_with_host": latency_summary(with_host),
+                   "host_per_step_s": host_s, "real_steps": step_summary(real),
+                   "step_check": step_check(profile_csv, real), "profile_points": len(measured.points),
+                   "profile_drift": drift(measured.before, measured.after),
+                   "calibration_drift": drift(calibration.before, calibration.after),
                    "replay_drift": drift(real.before, real.after)}
         dump_json(real.as_dict(), folder / "replay.json")
         dump_json(summary, folder / "summary.json")
@@ -125,18 +146,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _print(summary: dict[str, Any]) -> None:
-    print("| metric | real mean ms | sim mean ms | sim / real - 1 |\n|---|---:|---:|---:|")
+    print(f"| metric | real mean ms | sim mean ms | error | sim + host {summary['host_per_step_s'] * 1e3:.2f} ms/step "
+          "| error |\n|---|---:|---:|---:|---:|---:|")
     for name in ("ttft_s", "tpot_s", "e2e_s"):
-        real, sim = summary["real"][name]["mean"], summary["sim"][name]["mean"]
-        print(f"| {name} | {real * 1e3:.1f} | {sim * 1e3:.1f} | {sim / real - 1:+.1%} |")
+        real, sim, host = (summary[key][name]["mean"] for key in ("real", "sim", "sim_with_host"))
+        print(f"| {name} | {real * 1e3:.1f} | {sim * 1e3:.1f} | {sim / real - 1:+.1%} | {host * 1e3:.1f} "
+              f"| {host / real - 1:+.1%} |")
     print("\n| steps | n | real forward ms | table forward ms | real step ms | table step ms |\n|---|---:|---:|---:|---:|---:|")
     for kind, row in summary["step_check"].items():
         print(f"| {kind} | {row['steps']:.0f} | {row['real_forward_s'] * 1e3:.2f} | {row['table_forward_s'] * 1e3:.2f} "
               f"| {row['real_step_s'] * 1e3:.2f} | {row['table_step_s'] * 1e3:.2f} |")
     steps = summary["real_steps"]
     print(f"\nreal: {steps['steps']} steps, mean forward {steps['mean_forward_s'] * 1e3:.1f} ms, host outside the "
-          f"forward {steps['mean_host_s'] * 1e3:.2f} ms a step (not given to the simulator); fingerprint drift over "
-          f"the profile {summary['profile_drift']:+.1%}, over the replay {summary['replay_drift']:+.1%}. "
+          f"forward {steps['mean_host_s'] * 1e3:.2f} ms a step; fingerprint drift over the profile "
+          f"{summary['profile_drift']:+.1%}, the calibration replay {summary['calibration_drift']:+.1%}, the replay "
+          f"{summary['replay_drift']:+.1%}. "
           f"{summary['profile_points']} profile points. The machine is shared and loaded: one run, not a fidelity claim.",
           file=sys.stdout)
 
