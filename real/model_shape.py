@@ -1,13 +1,17 @@
 """The shape of a Llama-architecture model the real engine builds with random weights.
 
-Field names follow the simulator's model catalog (`sim/catalog/models/*.toml`), so that one shape
-can later live in the shared catalog and name the same model on both sides. Weight values do not
+Field names follow the simulator's model catalog (`sim/catalog/models/*.toml`); the measurement
+model `small-llama-cpu` is read from that catalog (`catalog_shape`), so that one file names the
+same model on both sides. `tiny-llama-test` (tests only) stays here. Weight values do not
 change a step's time, but the seed is fixed anyway so that two builds are identical.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+
+from infralab.model_catalog import model_table
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +46,15 @@ TINY = ModelShape(name="tiny-llama-test", num_layers=2, hidden_size=64, num_head
                   vocab_size=1000, intermediate_size=128, context_length=2048)
 """For tests: every step is a fraction of a millisecond; says nothing about speed."""
 
-SMALL = ModelShape(name="small-llama-cpu", num_layers=4, hidden_size=256, num_heads=4, num_kv_heads=2,
-                   vocab_size=32000, intermediate_size=688, context_length=4096)
+def catalog_shape(name: str) -> ModelShape:
+    """The shape of a model of the shared catalog (`sim/catalog/models/<name>.toml`, read through
+    `infralab.model_catalog`: the simulator names the same model with the same numbers)."""
+    table = model_table(name)
+    fields = [f.name for f in dataclasses.fields(ModelShape)]
+    return ModelShape(**{key: table[key] for key in fields if key in table})
+
+
+SMALL = catalog_shape("small-llama-cpu")
 """For measurements on 2 CPU cores: Llama-2's 32000-token vocabulary, head_dim 64, GQA 2:1, the
 MLP at ~8/3 of hidden (Llama's ratio). A decode step of a few sequences takes milliseconds."""
 

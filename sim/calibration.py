@@ -16,12 +16,22 @@ wins: a table lists the implementations one could deploy):
    achieved rate, and the query's time is its own work at that rate
    (`infralab.work_formulas.scaling_work`, shared with the kernels).
 
+Tables measured on a grid over several fields (a real engine's step profile: `engine_step` rows
+over (q_tokens, kv_tokens, seqs)) ask with `grid=True`, which puts one rule between 1 and 2:
+
+1b. when the query lies inside the measured range of every field, the time is interpolated
+    multilinearly over the corners of the smallest box of measured values around it (linear in each
+    field; on a line this is rule 2's interpolation). Corners the producer did not measure (shapes it
+    could not run, e.g. fewer query tokens than sequences) drop out and the weights of the others are
+    renormalized; a box with no measured corner falls through to rules 2 and 3.
+
 Units: seconds, bytes, FLOPs.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -62,6 +72,8 @@ class CalibrationTable:
         self._exact = {key: min(times) for key, times in exact.items()}
         # Lines per (kernel, dtype, device, field), built on first use: {variant: {others: line}}.
         self._lines: dict[tuple[str, str, str, str], dict[str, dict[Shape, _Line]]] = {}
+        # Measured values per field, per (kernel, dtype, device), built on first use (rule 1b).
+        self._axes: dict[tuple[str, str, str], dict[str, tuple[int, ...]]] = {}
 
     @classmethod
     def load(cls, path: str | Path) -> CalibrationTable:
@@ -113,15 +125,21 @@ class CalibrationTable:
         shape: Mapping[str, int],
         *,
         peaks: tuple[float, float] | None = None,
+        grid: bool = False,
     ) -> float | None:
         """Seconds for one call of `kernel` at `shape`, or None when no row covers it.
 
-        An exact shape match returns the measured time. Otherwise each variant's nearest row is
+        An exact shape match returns the measured time. With `grid`, rule 1b of the module
+        (`inside_grid`) comes next. Otherwise each variant's nearest row is
         scaled by `scale` and the fastest result is returned. `peaks` = (peak FLOP/s for `dtype`,
         memory bytes/s) of the device decides whether a row is compute- or memory-bound."""
         measured = self.exact(kernel, dtype, device, shape_key(shape))
         if measured is not None:
             return measured
+        if grid:
+            inside = self.inside_grid(kernel, dtype, device, shape)
+            if inside is not None:
+                return inside
         along = self.along_line(kernel, dtype, device, shape, peaks)
         if along is not None:
             return along
@@ -129,6 +147,48 @@ class CalibrationTable:
         if not rows:
             return None
         return min(scale(row, shape, peaks) for row in rows)
+
+    def measured_range(self, kernel: str, dtype: str, device: str) -> dict[str, tuple[int, int]]:
+        """(smallest, largest) measured value of each shape field of `kernel`'s rows ({} if none)."""
+        return {name: (values[0], values[-1]) for name, values in self._axes_of(kernel, dtype, device).items()}
+
+    def inside_grid(self, kernel: str, dtype: str, device: str, shape: Mapping[str, int]) -> float | None:
+        """Rule 1b of the module: seconds interpolated multilinearly over the measured corners of
+        the box around `shape` (exact rows, fastest variant), or None when `shape` lies outside the
+        measured range of a field or no corner is measured."""
+        axes = self._axes_of(kernel, dtype, device)
+        per_field: list[list[tuple[str, int, float]]] = []  # (field, corner value, weight)
+        for name, value in shape.items():
+            values = axes.get(name)
+            if values is None or not values[0] <= value <= values[-1]:
+                return None
+            i = bisect.bisect_left(values, value)
+            if values[i] == value:
+                per_field.append([(name, value, 1.0)])
+                continue
+            lo, hi = values[i - 1], values[i]
+            above = (value - lo) / (hi - lo)
+            per_field.append([(name, lo, 1.0 - above), (name, hi, above)])
+        total = weights = 0.0
+        for corner in itertools.product(*per_field):
+            seconds = self.exact(kernel, dtype, device, shape_key({name: v for name, v, _ in corner}))
+            if seconds is not None:
+                weight = math.prod(w for _, _, w in corner)
+                total += weight * seconds
+                weights += weight
+        return total / weights if weights > 0 else None
+
+    def _axes_of(self, kernel: str, dtype: str, device: str) -> dict[str, tuple[int, ...]]:
+        key = (kernel, dtype, device)
+        axes = self._axes.get(key)
+        if axes is None:
+            values: dict[str, set[int]] = {}
+            for rows in self._groups.get(key, {}).values():
+                for row in rows:
+                    for name, value in row.shape:
+                        values.setdefault(name, set()).add(value)
+            axes = self._axes[key] = {name: tuple(sorted(v)) for name, v in values.items()}
+        return axes
 
     def along_line(
         self, kernel: str, dtype: str, device: str, shape: Mapping[str, int], peaks: tuple[float, float] | None

@@ -231,6 +231,9 @@ class CostConfig:
     calibration: str | None = None  # CSV written by `infralab kernels bench` (docs/calibration.md)
     # A folder of Vidur's public GPU profiles (or any folder under it), e.g. "@data/profiles/vidur"
     vidur_profile: str | None = None
+    # A real engine's step profile (`engine_step` / `engine_prepare` rows, docs/calibration.md):
+    # each step is timed whole from it (`infralab.sim.step_table_cost`) instead of the roofline.
+    step_table: str | None = None
 
 
 # ---- engine and cluster ----------------------------------------------------------------------
@@ -266,8 +269,20 @@ class EngineConfig:
     prefix_block_tokens: Int(gt=0, le=65536) = 512  # granularity of prompt-prefix identity (Mooncake hash_ids)
     preemption: Literal["recompute"] = "recompute"
     # "fast": times runs of identical decode steps together; "reference": the plain per-step
-    # scheduler it must match exactly (slower; for checking a new admission or preemption rule).
-    scheduler: Literal["fast", "reference"] = "fast"
+    # scheduler it must match exactly (slower; for checking a new admission or preemption rule);
+    # "hf_fifo", "hf_prefill_first": transformers' continuous-batching schedulers, mirrored
+    # (`infralab.sim.engine.hf_scheduler`; colocated, no prefix cache).
+    scheduler: Literal["fast", "reference", "hf_fifo", "hf_prefill_first"] = "fast"
+    # hf_* only: the free fraction of KV blocks under which no new prompt joins the decodes
+    # (unset: the mirrored scheduler's default, hf_fifo 0.15, hf_prefill_first 0.0).
+    safety_margin: Fraction | None = None
+    # The KV cache in blocks of block_size tokens, as the real engine's `num_blocks` (required with
+    # cost.step_table, which has no memory model; otherwise unset: sized from device memory).
+    num_blocks: Int(gt=0, le=MAX_TOKENS) | None = None
+
+    def policy_options(self) -> dict[str, Any]:
+        """Keyword options of the scheduler policy beyond `Instance`'s common ones."""
+        return {"safety_margin": self.safety_margin} if self.scheduler.startswith("hf_") else {}
 
     def with_vllm_defaults(self, device_memory_bytes: float = 0.0, device_name: str = "",
                            context_length: int | None = None) -> EngineConfig:
@@ -480,7 +495,7 @@ def _rebase_paths(doc: dict[str, Any], base_dir: Path) -> None:
     tables = [doc, doc["hardware"], doc["workload"], doc["cost"], doc["cluster"].get("transfer", {})]
     tables += [doc["workload"][k] for k in ("prompt", "output") if isinstance(doc["workload"].get(k), dict)]
     for table in tables:
-        for key in ("path", "model", "accelerator", "tp_link", "link", "calibration"):
+        for key in ("path", "model", "accelerator", "tp_link", "link", "calibration", "step_table"):
             value = table.get(key)
             if looks_like_path(value) and not locations.is_data_path(value) and not Path(value).is_absolute():
                 table[key] = str(resolve_path(value, base_dir))
@@ -558,6 +573,7 @@ def check_config(cfg: SimConfig, source: str, base_dir: Path) -> None:
         _require_file(cfg.cost.calibration, base_dir, f"{source}: cost.calibration", "calibration CSV")
     if cfg.cost.vidur_profile is not None:
         _require_folder(cfg.cost.vidur_profile, base_dir, f"{source}: cost.vidur_profile", "Vidur profile")
+    check_engine_mirror(cfg, source, base_dir)
     for where, value in (
         ("model", cfg.model),
         ("hardware.accelerator", cfg.hardware.accelerator),
@@ -566,6 +582,32 @@ def check_config(cfg: SimConfig, source: str, base_dir: Path) -> None:
     ):
         if looks_like_path(value):
             _require_file(value, base_dir, f"{source}: {where}", "spec TOML")
+
+
+def check_engine_mirror(cfg: SimConfig, source: str, base_dir: Path) -> None:
+    """The fields that go with the real engine's mirror (hf_* schedulers) and its step table."""
+    engine = cfg.engine
+    mirror = engine.scheduler.startswith("hf_")
+    if engine.safety_margin is not None and not mirror:
+        raise InputError(f"{source}: engine.safety_margin", f"is read only by the hf_* schedulers, not {engine.scheduler!r}",
+                         'engine.scheduler = "hf_fifo" or "hf_prefill_first", or no engine.safety_margin')
+    if mirror and engine.prefix_cache:
+        raise InputError(f"{source}: engine.prefix_cache", f"true with engine.scheduler = {engine.scheduler!r}",
+                         "prefix_cache = false (the mirrored engine runs without block sharing)")
+    if mirror and cfg.cluster.layout != "colocated":
+        raise InputError(f"{source}: cluster.layout", f"{cfg.cluster.layout!r} with engine.scheduler = {engine.scheduler!r}",
+                         'layout = "colocated" (the mirrored engine is one colocated instance type)')
+    if engine.num_blocks is not None and cfg.cost.step_table is None:
+        raise InputError(f"{source}: engine.num_blocks", "is read only with cost.step_table",
+                         "no engine.num_blocks (the KV cache is sized from device memory), or a cost.step_table")
+    if cfg.cost.step_table is not None:
+        _require_file(cfg.cost.step_table, base_dir, f"{source}: cost.step_table", "step-profile CSV")
+        if engine.num_blocks is None:
+            raise InputError(f"{source}: engine.num_blocks", "unset with cost.step_table (a step table has no memory model)",
+                             "the real engine's KV cache in blocks of engine.block_size tokens, e.g. num_blocks = 64")
+        if cfg.cost.calibration is not None or cfg.cost.vidur_profile is not None:
+            raise InputError(f"{source}: cost.step_table", "set together with cost.calibration or cost.vidur_profile",
+                             "one source of step times: a step table times whole steps, the others operators")
 
 
 def check_percentiles(qs: tuple[float, ...], where: str) -> None:

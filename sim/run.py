@@ -45,9 +45,11 @@ from infralab.sim.config import (
 )
 from infralab.sim.cost_model import CostModel
 from infralab.sim.metrics import is_finished, print_summary, request_metrics, summarize
+from infralab.sim.protocols import StepCostModel
 from infralab.sim.records import RequestRecord, RunRecord
 from infralab.sim.summary import RunSummary
 from infralab.sim.specs import load_accelerator, load_link, load_model
+from infralab.sim.step_table_cost import run_step_table_cost
 from infralab.sim.timeline import DEFAULT_MAX_EVENTS, SUMMARY_FACTS, save_trace, truncation_warning
 from infralab.sim.workloads import build_workload
 
@@ -82,7 +84,7 @@ class PreparedRun:
 
     cfg: SimConfig
     requests: Sequence[Any]  # a RequestTable from build_workload
-    cost: CostModel
+    cost: StepCostModel
     transfer_link: Any | None
 
 
@@ -130,12 +132,22 @@ def prepare_run(cfg: SimConfig, base_dir: Path, source: str = "<config>") -> Pre
         )
     with _config_fields_of(source):
         requests = build_workload(cfg.workload, base_dir, cfg.run.seed, model.context_length)
-        calibration = load_calibration(
-            *(None if value is None else resolve_path(value, base_dir) for value in (cfg.cost.calibration, cfg.cost.vidur_profile))
-        )
-        cost = CostModel(model, accel, cfg.cost, tp=cfg.hardware.tp, tp_link=tp_link, calibration=calibration,
-                         hardware=cfg.hardware)
+        cost = _cost_model(cfg, base_dir, model, accel, tp_link, requests)
     return PreparedRun(cfg, requests, cost, transfer_link)
+
+
+def _cost_model(cfg: SimConfig, base_dir: Path, model: Any, accel: Any, tp_link: Any, requests: Sequence[Any]) -> StepCostModel:
+    """The run's step costs: a real engine's step table when `cost.step_table` names one (checked
+    to cover every step the run can have), else the roofline with whatever calibration it names."""
+    if cfg.cost.step_table is not None:
+        table = load_calibration(resolve_path(cfg.cost.step_table, base_dir))
+        assert table is not None
+        return run_step_table_cost(table, cfg, requests)
+    calibration = load_calibration(
+        *(None if value is None else resolve_path(value, base_dir) for value in (cfg.cost.calibration, cfg.cost.vidur_profile))
+    )
+    return CostModel(model, accel, cfg.cost, tp=cfg.hardware.tp, tp_link=tp_link, calibration=calibration,
+                     hardware=cfg.hardware)
 
 
 @contextlib.contextmanager

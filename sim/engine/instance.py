@@ -31,6 +31,7 @@ from collections.abc import Callable
 import simpy
 
 from infralab.sim.config import EngineConfig
+from infralab.sim.engine.hf_scheduler import HF_SCHEDULERS
 from infralab.sim.engine.reference_scheduler import ReferenceScheduler
 from infralab.sim.engine.request_state import Seq
 from infralab.sim.engine.scheduler import Scheduler
@@ -45,8 +46,9 @@ MAX_QUIET_STEPS = 256
 # Step ends computed ahead of `allows` at first (then twice as many each time): runs are short
 # when requests come and go often, so this bounds the ends computed in vain.
 FIRST_BATCH = 8
-# `engine.scheduler` -> the policy class (both take the keyword arguments of `Instance.__init__`).
-SCHEDULERS: dict[str, Callable[..., SchedulerPolicy]] = {"fast": Scheduler, "reference": ReferenceScheduler}
+# `engine.scheduler` -> the policy class (each takes the keyword arguments of `Instance.__init__`,
+# plus `engine.policy_options()`).
+SCHEDULERS: dict[str, Callable[..., SchedulerPolicy]] = {"fast": Scheduler, "reference": ReferenceScheduler, **HF_SCHEDULERS}
 
 
 class Instance:
@@ -81,6 +83,7 @@ class Instance:
             capacity_blocks=capacity_blocks,
             prefix_cache=engine.prefix_cache,
             prefix_block_tokens=engine.prefix_block_tokens,
+            **engine.policy_options(),
         )
         self._check = check_invariants
         # Time of the next request arrival anywhere (s): a run of quiet steps stops there.

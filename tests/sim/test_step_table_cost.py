@@ -1,0 +1,192 @@
+"""Step costs from a real engine's step profile (`sim/step_table_cost.py`) and the calibration
+lookup's grid rule it uses (`CalibrationTable.lookup(..., grid=True)`, rule 1b): exact rows, the
+multilinear interpolation inside the grid, missing corners, no extrapolation (an InputError naming
+the table), and a whole `sim run` with the engine mirror timed from a table."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from infralab.calibration_table import CalibrationRow, render_table
+from infralab.cli import main
+from infralab.errors import InputError
+from infralab.sim.calibration import CalibrationTable, load_calibration
+from infralab.sim.config import HostOverheadConfig, load_config
+from infralab.sim.cost_model import StepWork
+from infralab.sim.step_table_cost import StepTableCost, step_shape
+
+Q, KV, SEQS = (1, 4, 16, 64), (1, 16, 256, 1024), (1, 4, 16)
+
+
+def forward_s(q: float, kv: float, seqs: float) -> float:
+    """A made-up step time, multilinear in the three fields (so interpolation is exact on it)."""
+    return 1e-3 + 2e-5 * q + 1e-9 * q * kv + 3e-4 * seqs
+
+
+def prepare_s(q: float, kv: float, seqs: float) -> float:
+    return 2e-4 + 1e-6 * q + 5e-6 * seqs
+
+
+def _rows(keep=lambda q, kv, s: True) -> list[CalibrationRow]:
+    rows = []
+    for q, kv, s in itertools.product(Q, KV, SEQS):
+        if not keep(q, kv, s):
+            continue
+        shape = (("q_tokens", q), ("kv_tokens", kv), ("seqs", s))
+        for kernel, seconds in (("engine_step", forward_s(q, kv, s)), ("engine_prepare", prepare_s(q, kv, s))):
+            rows.append(CalibrationRow(kernel=kernel, variant="sdpa", shape=shape, dtype="fp32", device="cpu",
+                                       median_s=seconds, bytes=0, flops=0, achieved_gbps=0.0, achieved_tflops=0.0))
+    return rows
+
+
+def _table(path: Path, keep=lambda q, kv, s: True) -> Path:
+    path.write_text(render_table(_rows(keep), ["made-up step profile for tests"]))
+    return path
+
+
+@given(q=st.integers(1, 64), kv=st.integers(1, 1024), seqs=st.integers(1, 16))
+def test_inside_a_full_grid_a_multilinear_time_is_interpolated_exactly(q: int, kv: int, seqs: int) -> None:
+    table = CalibrationTable(_rows())
+    shape = {"q_tokens": q, "kv_tokens": kv, "seqs": seqs}
+    assert table.lookup("engine_step", "fp32", "cpu", shape, grid=True) == pytest.approx(forward_s(q, kv, seqs))
+
+
+def test_a_corner_the_producer_could_not_run_drops_out_and_the_others_are_renormalized() -> None:
+    # No row with more sequences than query tokens (the engine cannot run them).
+    table = CalibrationTable(_rows(keep=lambda q, kv, s: s <= q))
+    shape = {"q_tokens": 2, "kv_tokens": 256, "seqs": 2}  # box q in [1, 4], seqs in [1, 4]; (1, 4) is missing
+    weights = {(1, 1): 2 / 3 * 2 / 3, (4, 1): 1 / 3 * 2 / 3, (4, 4): 1 / 3 * 1 / 3}
+    expected = sum(w * forward_s(q, 256, s) for (q, s), w in weights.items()) / sum(weights.values())
+    assert table.lookup("engine_step", "fp32", "cpu", shape, grid=True) == pytest.approx(expected)
+
+
+def test_without_grid_the_lookup_is_unchanged() -> None:
+    # Rule 1b is asked for; other tables (kernel benches, Vidur) keep their rules and outputs.
+    table = CalibrationTable(_rows())
+    shape = {"q_tokens": 2, "kv_tokens": 100, "seqs": 2}
+    assert table.lookup("engine_step", "fp32", "cpu", shape) != pytest.approx(forward_s(2, 100, 2))
+    assert table.inside_grid("engine_step", "fp32", "cpu", {"q_tokens": 65, "kv_tokens": 100, "seqs": 2}) is None
+    assert table.measured_range("engine_step", "fp32", "cpu") == {"q_tokens": (1, 64), "kv_tokens": (1, 1024),
+                                                                   "seqs": (1, 16)}
+
+
+def test_a_step_is_keyed_by_query_tokens_keys_and_sequences() -> None:
+    work = StepWork.decode(3, 3 * 40) + StepWork.prefill_chunk(20, 10) + StepWork.prefill(5)
+    assert step_shape(work) == {"q_tokens": 3 + 20 + 5, "kv_tokens": 120 + 30 + 5, "seqs": 5}
+
+
+def test_a_step_costs_its_forward_plus_host_time(tmp_path: Path) -> None:
+    table = load_calibration(_table(tmp_path / "profile.csv"))
+    host = HostOverheadConfig(per_step_s=1e-4, per_request_s=1e-5)
+    cost = StepTableCost(table, "fp32", kv_capacity_tokens=2048, host=host)
+    work = StepWork.decode(4, 4 * 100)  # q 4, keys 400, 4 sequences
+    step = cost.step(work)
+    # The table's cells carry six significant digits.
+    assert step.device_s == pytest.approx(forward_s(4, 400, 4), rel=1e-5)
+    assert step.host_s == pytest.approx(prepare_s(4, 400, 4) + 1e-4 + 4e-5, rel=1e-5)
+    assert step.total_s == pytest.approx(step.device_s + step.host_s)
+    assert cost.decode_step_s(4, 400) == step.total_s
+    assert cost.kv_capacity_tokens(0.9) == 2048
+
+
+def test_a_step_outside_the_profile_is_an_input_error_naming_the_table(tmp_path: Path) -> None:
+    path = _table(tmp_path / "profile.csv")
+    cost = StepTableCost(load_calibration(path), "fp32", kv_capacity_tokens=2048)
+    with pytest.raises(InputError) as info:
+        cost.step(StepWork.prefill(100))
+    assert str(path) in info.value.where and "q_tokens=100 (profiled 1-64)" in info.value.problem
+
+
+def test_a_table_without_step_rows_of_the_dtype_is_an_input_error(tmp_path: Path) -> None:
+    path = _table(tmp_path / "profile.csv")
+    with pytest.raises(InputError, match="no engine_step rows of dtype bf16"):
+        StepTableCost(load_calibration(path), "bf16", kv_capacity_tokens=2048)
+
+
+CONFIG = """\
+model = "small-llama-cpu"
+
+[run]
+name = "mirror"
+seed = 3
+
+[hardware]
+accelerator = "H100"
+
+[workload]
+kind = "synthetic"
+num_requests = 12
+
+[workload.arrival]
+kind = "poisson"
+rate = 20.0
+
+[workload.prompt]
+kind = "uniform"
+low = 8
+high = {prompt_high}
+
+[workload.output]
+kind = "uniform"
+low = 1
+high = 12
+
+[cost]
+dtype = "fp32"
+step_table = "profile.csv"
+
+[engine]
+scheduler = "hf_fifo"
+max_batched_tokens = 64
+max_num_seqs = 16
+block_size = 32
+num_blocks = 32
+prefix_cache = false
+"""
+
+
+def _config(tmp_path: Path, prompt_high: int = 120, **replace: str) -> Path:
+    _table(tmp_path / "profile.csv")
+    text = CONFIG.format(prompt_high=prompt_high)
+    for old, new in replace.items():
+        text = text.replace(old, new)
+    path = tmp_path / "mirror.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_run_with_the_engine_mirror_and_a_step_table(tmp_path: Path) -> None:
+    out = tmp_path / "res"
+    assert main(["sim", "run", str(_config(tmp_path)), "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["requests"] == {"total": 12, "completed": 12}
+    again = tmp_path / "again"
+    assert main(["sim", "run", str(_config(tmp_path)), "--out", str(again)]) == 0
+    assert (out / "requests.csv").read_bytes() == (again / "requests.csv").read_bytes()
+
+
+def test_a_profile_that_does_not_cover_the_run_stops_it_with_no_folder(tmp_path: Path, capsys) -> None:
+    # A 64-token budget keeps every step inside the grid (q_tokens up to 64); a 128-token budget does not.
+    cfg = _config(tmp_path, **{"max_batched_tokens = 64": "max_batched_tokens = 128"})
+    out = tmp_path / "res"
+    assert main(["sim", "run", str(cfg), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "profile.csv" in err and "q_tokens 1-128 (profiled 1-64)" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("old", "new", "field"), [
+    ("num_blocks = 32\n", "", "engine.num_blocks"),
+    ("prefix_cache = false", "prefix_cache = true", "engine.prefix_cache"),
+    ('scheduler = "hf_fifo"', 'scheduler = "fast"\nsafety_margin = 0.1', "engine.safety_margin"),
+])
+def test_mirror_fields_are_checked_with_the_config(tmp_path: Path, old: str, new: str, field: str) -> None:
+    with pytest.raises(InputError) as info:
+        load_config(_config(tmp_path, **{old: new}))
+    assert field in info.value.where
