@@ -9,7 +9,8 @@ validator, `infralab explain` and the reports use:
 - a rate per second of run duration has no suffix: `goodput` (requests within the SLOs per
   second), `request_throughput` (req/s), `output_throughput` and `total_token_throughput` (tok/s);
 - counts: `completed`, `total_requests`; fractions: `max_instance_busy`, `max_link_busy` (busy
-  fraction of the busiest instance or link); a flag: `saturated`;
+  fraction of the busiest instance or link); a flag: `saturated`; the backlog beside it (`Backlog`):
+  `peak_queue`, `final_queue` (requests) and `queue_growth_per_s` (requests per second);
 - only when the caller knows the layout (`instances`, `accelerators` given): `instances`,
   `accelerators` and each rate divided by them, `<rate>_per_instance`, `<rate>_per_accelerator`.
 A statistic of an empty distribution (no finished request) is None.
@@ -36,6 +37,9 @@ METRIC_NAMES: tuple[str, ...] = (
     "total_requests",
     "duration_s",
     "saturated",
+    "peak_queue",
+    "final_queue",
+    "queue_growth_per_s",
     *RATES,
     *(f"{lat}_{stat}_s" for lat in LATENCIES for stat in LATENCY_STATS),
     "max_instance_busy",
@@ -181,10 +185,35 @@ class Saturation:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Backlog:
+    """Requests queued cluster-wide over time: waiting for their first scheduled step, or (in
+    disaggregated layouts) between the end of their prefill and their first decode step (for
+    decode blocks, their KV or a decode slot). `peak`: most queued at once; `final`: queued at the
+    last arrival; `quarter_means`: time-averaged queue over each quarter of the arrival window
+    (first arrival to last arrival); `growth_per_s`: (last quarter's mean - first quarter's) /
+    (3/4 of that window), requests per second (0 when the window has no length)."""
+
+    peak: int
+    final: int
+    quarter_means: tuple[float, ...]
+    growth_per_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"peak": self.peak, "final": self.final, "quarter_means": list(self.quarter_means),
+                "growth_per_s": self.growth_per_s}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Backlog:
+        return cls(data["peak"], data["final"], tuple(data["quarter_means"]), data["growth_per_s"])
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class RunSummary:
     """What one simulation run did: counts, rates, latencies, resources, saturation.
 
-    `run` holds what was run (config name, seed, arm, ...) as plain JSON data, or None."""
+    `run` holds what was run (config name, seed, arm, ...) as plain JSON data, or None.
+    `first_token_side`: who stamps token 1 ("instance" colocated; "decode" or "prefill" in a
+    disaggregated layout, `cluster.transfer.first_token`); None when not known."""
 
     requests: RequestCounts
     duration_s: float
@@ -198,6 +227,8 @@ class RunSummary:
     saturation: Saturation
     simulated_end_s: float
     run: Mapping[str, Any] | None = None
+    backlog: Backlog | None = None
+    first_token_side: str | None = None
 
     def with_run(self, facts: Mapping[str, Any]) -> RunSummary:
         return dataclasses.replace(self, run=dict(facts))
@@ -222,6 +253,9 @@ class RunSummary:
             "total_requests": self.requests.total,
             "duration_s": self.duration_s,
             "saturated": bool(self.saturation.saturated),
+            "peak_queue": self.backlog.peak if self.backlog else None,
+            "final_queue": self.backlog.final if self.backlog else None,
+            "queue_growth_per_s": self.backlog.growth_per_s if self.backlog else None,
         }
         for name in RATES:
             out[name] = self.rate(name)
@@ -260,6 +294,10 @@ class RunSummary:
             "saturation": self.saturation.to_json(),
             "simulated_end_s": self.simulated_end_s,
         }
+        if self.backlog is not None:
+            out["backlog"] = self.backlog.to_json()
+        if self.first_token_side is not None:
+            out["first_token_side"] = self.first_token_side
         if self.run is not None:
             out["run"] = dict(self.run)
         return out
@@ -291,6 +329,8 @@ class RunSummary:
                 saturation=Saturation.from_json(data["saturation"]),
                 simulated_end_s=data["simulated_end_s"],
                 run=data.get("run"),
+                backlog=Backlog.from_json(data["backlog"]) if "backlog" in data else None,
+                first_token_side=data.get("first_token_side"),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise InputError(source, f"not a run summary ({type(exc).__name__}: {exc})",

@@ -68,8 +68,9 @@ class BlockPool:
 
     def cache_full_prompt_blocks(self, seq: Seq) -> None:
         """Turn `seq`'s freshly computed whole prompt blocks into (pinned) prefix-cache entries, in
-        order, stopping at the first one already cached by someone else; their blocks move from the
-        request to the cache and `seq.base` advances past them."""
+        order, stopping at the first one already cached by someone else (or, for a hybrid model,
+        at the first whose state snapshot finds no blocks); their blocks move from the request to
+        the cache and `seq.base` advances past them."""
         cache = self.cache
         if not cache.enabled:
             return
@@ -79,8 +80,21 @@ class BlockPool:
             index = seq.base // size
             if index >= len(seq.hashes) or seq.hashes[index] in cache:
                 return
+            # A hybrid model's entry also keeps a recurrent-state snapshot: its blocks come from the
+            # pool (evicting as any allocation does); without them the block stays private.
+            if not self.allocate(cache.snapshot_blocks):
+                return
             cache.insert_pinned(seq.hashes[index])
             seq.pinned.append(seq.hashes[index])
             seq.blocks -= cache.entry_blocks
-            self.move_to_cache(cache.entry_blocks)
+            self.move_to_cache(cache.held_blocks)
             seq.base += size
+
+
+def state_snapshot_blocks(state_bytes: int, kv_bytes_per_token: int, block_size: int) -> int:
+    """KV blocks that one recurrent-state snapshot of `state_bytes` bytes takes (rounded up), with
+    blocks of `block_size` tokens of `kv_bytes_per_token` bytes (the instance's, all ranks): 0 for
+    a model without linear-attention state, or without full-attention KV (whose pool never limits)."""
+    if state_bytes <= 0 or kv_bytes_per_token <= 0:
+        return 0
+    return -(-state_bytes // (kv_bytes_per_token * block_size))

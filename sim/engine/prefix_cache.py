@@ -1,7 +1,10 @@
 """A prefix cache over prompt-block hashes (Mooncake `hash_ids`), with LRU eviction.
 
 Each entry is one `block_tokens`-token prompt block (512 by default) identified by its hash, and
-holds `entry_blocks` paged KV blocks of the instance's pool. Hashes chain (equal hash at index i
+holds `entry_blocks` paged KV blocks of the instance's pool, plus, for hybrid (linear-attention)
+models, `snapshot_blocks` more: a snapshot of the request's recurrent state at the entry's end, so
+that a hit on it can resume the linear-attention layers there (the state's bytes charged in KV
+blocks; see docs/sim.md, "Hybrid models"). Hashes chain (equal hash at index i
 means an equal prefix up to block i), so a request's hit is the longest run of its leading hashes
 present here. An entry is pinned while running requests use it (a reference count) and is
 evictable, least recently released first, once no request does.
@@ -16,9 +19,11 @@ class PrefixCache:
     """Entries keyed by block hash; sizes in KV blocks. `enabled=False` makes every call a no-op
     (no hits, nothing stored), so the engine needs no special cases."""
 
-    def __init__(self, block_tokens: int, entry_blocks: int, enabled: bool = True) -> None:
+    def __init__(self, block_tokens: int, entry_blocks: int, enabled: bool = True, snapshot_blocks: int = 0) -> None:
         self.block_tokens = block_tokens
-        self.entry_blocks = entry_blocks
+        self.entry_blocks = entry_blocks  # KV blocks of the entry's tokens
+        self.snapshot_blocks = snapshot_blocks  # blocks of its recurrent-state snapshot (hybrid models)
+        self.held_blocks = entry_blocks + snapshot_blocks  # what one entry takes from the pool
         self.enabled = enabled
         self._refs: dict[int, int] = {}  # hash -> number of running requests using it
         self._lru: OrderedDict[int, None] = OrderedDict()  # unpinned hashes, oldest first
@@ -26,11 +31,11 @@ class PrefixCache:
     @property
     def blocks(self) -> int:
         """KV blocks held by all entries, pinned or not."""
-        return len(self._refs) * self.entry_blocks
+        return len(self._refs) * self.held_blocks
 
     @property
     def pinned_blocks(self) -> int:
-        return (len(self._refs) - len(self._lru)) * self.entry_blocks
+        return (len(self._refs) - len(self._lru)) * self.held_blocks
 
     def __contains__(self, block_hash: int) -> bool:
         return block_hash in self._refs
@@ -81,5 +86,5 @@ class PrefixCache:
         while freed < blocks_wanted and self._lru:
             h, _ = self._lru.popitem(last=False)
             del self._refs[h]
-            freed += self.entry_blocks
+            freed += self.held_blocks
         return freed
