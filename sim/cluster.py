@@ -155,7 +155,8 @@ def _policy_options(cfg: SimConfig, cost: StepCostModel) -> dict[str, object]:
     sequence slot, and the KV blocks a prefix-cache entry's recurrent-state snapshot takes."""
     snapshot = 0
     if cfg.engine.prefix_cache:
-        snapshot = state_snapshot_blocks(cost.linear_state_bytes_per_seq(), cost.kv_bytes_per_token(), cfg.engine.block_size)
+        state, kv = cost.linear_state_bytes_per_seq(), cost.kv_bytes_per_token()
+        snapshot = state_snapshot_blocks(state, kv, cfg.engine.block_size)
     return {"reservation_takes_slot": cfg.cluster.transfer.reservation_takes_slot, "snapshot_blocks": snapshot}
 
 

@@ -199,12 +199,14 @@ class Backlog:
     growth_per_s: float
 
     def to_json(self) -> dict[str, Any]:
-        return {"peak": self.peak, "final": self.final, "quarter_means": list(self.quarter_means),
-                "growth_per_s": self.growth_per_s}
+        quarters = {f"q{i + 1}": mean for i, mean in enumerate(self.quarter_means)}
+        return {"peak": self.peak, "final": self.final, "quarter_means": quarters, "growth_per_s": self.growth_per_s}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Backlog:
-        return cls(data["peak"], data["final"], tuple(data["quarter_means"]), data["growth_per_s"])
+        quarters = data["quarter_means"]
+        means = tuple(quarters[f"q{i + 1}"] for i in range(len(quarters)))
+        return cls(data["peak"], data["final"], means, data["growth_per_s"])
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -17,8 +17,8 @@ still gets its own cost evaluation and end time, so token times are those of sin
 stops at the first step end at or after the next arrival, and any outside event (`_kick`)
 interrupts it at the step end in progress, exactly where a single step would have noticed the
 event. Block growth inside a run is applied at the run's end, and "kv_used_blocks" sampled then at
-the start of each step that grew (`StepResult.kv_used_at`), as single steps would have. Step ends are accumulated as t_end = t_start +
-duration (the instance keeps its own clock, so SimPy's rounding of relative delays never moves a
+the start of each step that grew (`StepResult.kv_used_at`), as single steps would have. Step ends
+are accumulated as t_end = t_start + duration (the instance keeps its own clock, so SimPy's rounding of relative delays never moves a
 recorded time), and the instance waits until SimPy's clock reads each end exactly
 (`_hold`), so that what others do at a step boundary happens at the same time whether the
 step was timed alone or in a run.

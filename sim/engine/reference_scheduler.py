@@ -43,7 +43,7 @@ class ReferenceScheduler:
         self.decoding: dict[int, Seq] = {}  # running, prompt complete; in the order they started
         self.held: dict[int, Seq] = {}  # prefill-pool instance: prompt done, KV kept until sent
         self.inbound: deque[tuple[Seq, simpy.Event]] = deque()  # decode pool: reservations asked
-        self.reserved: dict[int, Seq] = {}  # granted: blocks and a slot held until the KV arrives
+        self.reserved: dict[int, Seq] = {}  # granted, not running yet (blocks; a slot if reservation_takes_slot)
         self.ready: deque[Seq] = deque()  # reserved and KV arrived, not running yet (delivery order)
         self.step_no = 0
         self.preemptions = 0

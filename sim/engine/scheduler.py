@@ -133,7 +133,7 @@ class Scheduler:
         self.decoding: dict[int, Seq] = {}  # running, emitting one token per step
         self.held: dict[int, Seq] = {}  # prefill done, KV kept until its transfer ends
         self.inbound: deque[tuple[Seq, simpy.Event]] = deque()  # reservations not yet granted
-        self.reserved: dict[int, Seq] = {}  # granted, not yet decoding (they hold blocks and a slot)
+        self.reserved: dict[int, Seq] = {}  # granted, not running yet (blocks; a slot if reservation_takes_slot)
         self.ready: deque[Seq] = deque()  # reserved and KV arrived, not running yet (delivery order)
         self.step_no = 0
         self.step_end = array("d")  # end time of step n, s
