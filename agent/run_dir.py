@@ -33,7 +33,9 @@ _FLOAT_FIELDS = tuple(
     for f in fields(RequestRecord)
     if f.name not in _INT_FIELDS + _STR_FIELDS + ("token_times_s",)
 )
-REQUIRED_COLUMNS = _INT_FIELDS + _STR_FIELDS + _FLOAT_FIELDS
+# Columns added after run folders were first written (the P/D hand-off times): unset when absent.
+_OPTIONAL_COLUMNS = ("prefill_end_s", "decode_scheduled_s")
+REQUIRED_COLUMNS = tuple(c for c in _INT_FIELDS + _STR_FIELDS + _FLOAT_FIELDS if c not in _OPTIONAL_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -174,7 +176,7 @@ def load_requests(path: Path) -> tuple[RequestRecord, ...]:
             for name in _INT_FIELDS:
                 values[name] = _number(row[name], f"{where}, column {name}", int)
             for name in _FLOAT_FIELDS:
-                values[name] = _number(row[name], f"{where}, column {name}", float)
+                values[name] = _number(row.get(name, ""), f"{where}, column {name}", float)
             out.append(RequestRecord(**values))
     return tuple(out)
 

@@ -70,7 +70,7 @@ class BlockPool:
         """Turn `seq`'s freshly computed whole prompt blocks into (pinned) prefix-cache entries, in
         order, stopping at the first one already cached by someone else (or, for a hybrid model,
         at the first whose state snapshot finds no blocks); their blocks move from the request to
-        the cache and `seq.base` advances past them."""
+        the cache (a snapshot's are allocated) and `seq.base` advances past them."""
         cache = self.cache
         if not cache.enabled:
             return
@@ -80,14 +80,16 @@ class BlockPool:
             index = seq.base // size
             if index >= len(seq.hashes) or seq.hashes[index] in cache:
                 return
-            # A hybrid model's entry also keeps a recurrent-state snapshot: its blocks come from the
-            # pool (evicting as any allocation does); without them the block stays private.
-            if not self.allocate(cache.snapshot_blocks):
+            # A hybrid model's entry at a snapshot boundary also keeps the recurrent state: its
+            # blocks come from the pool (evicting as any allocation does); without them the block
+            # stays private.
+            snapshot = cache.snapshot_blocks_at(index)
+            if not self.allocate(snapshot):
                 return
-            cache.insert_pinned(seq.hashes[index])
+            cache.insert_pinned(seq.hashes[index], snapshot)
             seq.pinned.append(seq.hashes[index])
             seq.blocks -= cache.entry_blocks
-            self.move_to_cache(cache.held_blocks)
+            self.move_to_cache(cache.entry_blocks + snapshot)
             seq.base += size
 
 

@@ -71,19 +71,22 @@ def test_a_resumed_request_hits_its_own_cached_prompt_blocks():
     assert resumed.cached_tokens == 16  # the whole prompt: only generated tokens are computed again
 
 
-def test_hybrid_prefix_cache_entries_hold_a_state_snapshot():
-    """KV 1000 B/token, 16-token blocks (16 kB); a 40 kB recurrent state takes 3 blocks per entry."""
+def test_hybrid_prefix_cache_keeps_state_snapshots_and_hits_end_at_one():
+    """KV 1000 B/token, 16-token blocks (16 kB): a 40 kB recurrent state takes 3 blocks. Entries of
+    32 tokens take 2 blocks, so a snapshot is kept every ceil(3 / 2) = 2 entries, and a hit ends at
+    the last snapshot it reaches."""
     assert state_snapshot_blocks(40_000, 1000, 16) == 3
     assert state_snapshot_blocks(0, 1000, 16) == 0 and state_snapshot_blocks(40_000, 0, 16) == 0
     cfg = sim_config(engine=EngineConfig(block_size=16, prefix_block_tokens=32))
     requests = [Request(0, 0.0, 100, 2, (11, 12, 13)), Request(1, 1.0, 100, 2, (11, 12, 13))]
-    cached = {}
+    cached, hits = {}, {}
     for state in (0, 40_000):
         record = simulate(cfg, requests, FakeCost(10**5, state_bytes_per_seq=state))
-        samples = [c.value for c in record.counters if c.name == "kv_cached_blocks"]
-        cached[state] = max(samples)
-        assert record.requests[1].cached_tokens == 96  # the hit is the same
-    assert cached == {0: 3 * 2, 40_000: 3 * (2 + 3)}
+        cached[state] = max(c.value for c in record.counters if c.name == "kv_cached_blocks")
+        hits[state] = record.requests[1].cached_tokens
+    # Three entries; with state, the second (index 1) keeps a snapshot.
+    assert cached == {0: 3 * 2, 40_000: 3 * 2 + 3}
+    assert hits == {0: 96, 40_000: 64}
 
 
 @pytest.mark.parametrize("mode", ["layerwise", "after_prefill"])
