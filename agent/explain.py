@@ -119,13 +119,15 @@ def request_phases(req: RequestRecord) -> dict[str, float]:
     """A finished request's life split into PHASES (seconds); they sum to E2E exactly.
 
     queue: arrival -> first scheduled step (the simulator's queue phase, `queue_end_s`); prefill:
-    -> first token; kv_wait: -> KV transfer start, when it starts after the first token;
-    kv_transfer: -> KV transfer end (the part after the first token: a layerwise transfer hidden
-    under prefill costs no latency); decode: -> finish. Boundaries are clamped to be
-    non-decreasing, so a missing (NaN) time gives a zero phase.
+    -> end of prefill (the first token, or in a disaggregated layout the prefill instance's last
+    step, `prefill_end_s`); kv_wait: -> KV transfer start, when it starts after that;
+    kv_transfer: -> KV transfer end (the part after prefill: a layerwise transfer hidden under
+    prefill costs no latency); decode: -> finish. Boundaries are clamped to be non-decreasing, so a
+    missing (NaN) time gives a zero phase.
     """
     marks = [req.arrival_s, max(req.arrival_s, queue_end_s(req))]
-    for t in (req.first_token_s, req.kv_transfer_start_s, req.kv_transfer_end_s, req.finish_s):
+    prefill_end = req.first_token_s if math.isnan(req.prefill_end_s) else req.prefill_end_s
+    for t in (prefill_end, req.kv_transfer_start_s, req.kv_transfer_end_s, req.finish_s):
         marks.append(marks[-1] if math.isnan(t) else max(marks[-1], t))
     return {name: marks[i + 1] - marks[i] for i, name in enumerate(PHASES)}
 

@@ -127,10 +127,11 @@ def load_summary(path: Path) -> dict[str, Any]:
     return data
 
 
-# Keys of summary.json whose values are text (names, the percentile method, the saturation rule);
+# Keys of summary.json whose values are text (names, the percentile method, the saturation rule,
+# who stamps the first token);
 # every other value is a number, a flag or null (a latency of a run that completed no request);
 # per-resource figures (instances, links) are never null.
-_SUMMARY_TEXT = ("run", "role", "percentile_method", "rule")
+_SUMMARY_TEXT = ("run", "role", "percentile_method", "rule", "first_token_side")
 _SUMMARY_RESOURCES = ("instances", "links")
 
 

@@ -4,9 +4,11 @@
   per request on arrival.
 - "disaggregated": a prefill pool (`cluster.prefill_instances`, picked by `cluster.router`) and a
   decode pool (`cluster.decode_instances`, picked by `cluster.decode_router`); the KV moves between
-  them over links (`infralab.sim.kv_transfer`): one per prefill instance's NIC
-  ("per_prefill_nic", link "nic-prefill-<i>") or one for the whole cluster ("shared", link
-  "kv-shared").
+  them over links (`infralab.sim.kv_transfer`): the prefill instance's NICs ("per_prefill_nic",
+  link "nic-prefill-<i>": one NIC per accelerator, so an instance with hardware.tp = t has t of
+  them, each rank sending its share of the KV over its own; modelled as one link of t x the link
+  spec's bandwidth) or one fabric link for the whole cluster ("shared", link "kv-shared", at the
+  spec's bandwidth).
 
 Every instance has the same hardware: KV capacity = cost.kv_capacity_tokens(gpu_memory_utilization,
 max_num_seqs, max_batched_tokens) // block_size blocks. The run is deterministic: virtual time only, no randomness, ties broken by
@@ -23,6 +25,7 @@ from infralab.errors import InputError
 from infralab.sim.concurrency_gate import ConcurrencyGate, concurrency_gate
 from infralab.sim.config import EngineConfig, SimConfig
 from infralab.sim.engine.instance import Instance
+from infralab.sim.engine.kv_blocks import state_snapshot_blocks
 from infralab.sim.engine.request_state import Seq
 from infralab.sim.kv_transfer import KVTransfer
 from infralab.sim.link import Link
@@ -63,9 +66,13 @@ def simulate(
 
     arrivals = _ArrivalClock()
 
+    policy = _policy_options(cfg, cost)
+
     def instance(name: str, index: int, role: str, listener: StepListener | None = None) -> Instance:
         horizon = None if role == "decode" else arrivals.next_s
-        return Instance(env, name, index, role, engine, cost, capacity, record, listener, check_invariants, horizon)
+        return Instance(
+            env, name, index, role, engine, cost, capacity, record, listener, check_invariants, horizon, policy
+        )
 
     cluster = cfg.cluster
     if cluster.layout == "colocated":
@@ -79,14 +86,21 @@ def simulate(
             shared = Link(env, transfer_link, "kv-shared", record)
             links = {name: shared for name in prefill_names}
         else:
-            links = {name: Link(env, transfer_link, f"nic-{name}", record) for name in prefill_names}
+            nics = cfg.hardware.tp  # one NIC per accelerator
+            links = {name: Link(env, transfer_link, f"nic-{name}", record, lanes=nics) for name in prefill_names}
         transfer = KVTransfer(env, cluster.transfer, cost, links, decode_pool, make_router(cluster.decode_router))
         front = [instance(name, i, "prefill", transfer) for i, name in enumerate(prefill_names)]
-    record.resources["cluster"] = {"layout": cluster.layout, "kv_capacity_blocks_per_instance": capacity}
+    record.resources["cluster"] = {
+        "layout": cluster.layout,
+        "kv_capacity_blocks_per_instance": capacity,
+        # who stamps token 1 (the summary labels TTFT with it)
+        "first_token": cluster.transfer.first_token if cluster.layout == "disaggregated" else "instance",
+    }
     pools = [*front, *(decode_pool if cluster.layout == "disaggregated" else [])]
     arrivals.gate = concurrency_gate(env, cfg.workload.max_concurrency, pools)  # closed loop, or None
 
-    env.process(_arrivals(env, requests, records, make_router(cluster.router), front, arrivals))
+    decode_emits_first = cluster.layout == "disaggregated" and cluster.transfer.first_token == "decode"
+    env.process(_arrivals(env, requests, records, make_router(cluster.router), front, arrivals, decode_emits_first))
     env.run()
 
     unfinished = [rec.id for rec in records if math.isnan(rec.finish_s)]
@@ -126,8 +140,11 @@ def _arrivals(
     router: Router,
     front: list[Instance],
     clock: _ArrivalClock,
+    decode_emits_first: bool,
 ):
-    """Hand each request to the front pool at its arrival time (ties: input order)."""
+    """Hand each request to the front pool at its arrival time (ties: input order). With
+    `decode_emits_first`, a prefill instance's tokens of a request that goes on to a decode
+    instance are not the client's."""
     order: Sequence[int] = range(len(requests))
     if any(requests[i].arrival_s > requests[i + 1].arrival_s for i in range(len(requests) - 1)):
         order = sorted(order, key=lambda i: requests[i].arrival_s)  # stable: in order, as given
@@ -142,7 +159,21 @@ def _arrivals(
         rec.prefill_instance = target.name
         if target.role == "colocated":
             rec.decode_instance = target.name
-        target.submit(Seq(request, rec, decodes_here=target.role != "prefill"))
+        seq = Seq(request, rec, decodes_here=target.role != "prefill")
+        seq.streams_tokens = not (decode_emits_first and target.role == "prefill" and request.output_tokens > 1)
+        target.submit(seq)
+
+
+def _policy_options(cfg: SimConfig, cost: StepCostModel) -> dict[str, object]:
+    """Scheduler-policy options beyond the engine config: whether a granted KV reservation holds a
+    sequence slot, and the KV blocks a prefix-cache entry's recurrent-state snapshot takes."""
+    if cfg.engine.scheduler not in ("fast", "reference"):
+        return {}  # the mirrored engine (hf_*) serves colocated instances without a prefix cache
+    snapshot = 0
+    if cfg.engine.prefix_cache:
+        state, kv = cost.linear_state_bytes_per_seq(), cost.kv_bytes_per_token()
+        snapshot = state_snapshot_blocks(state, kv, cfg.engine.block_size)
+    return {"reservation_takes_slot": cfg.cluster.transfer.reservation_takes_slot, "snapshot_blocks": snapshot}
 
 
 def _with_batch_defaults(engine: EngineConfig, cost: StepCostModel) -> EngineConfig:

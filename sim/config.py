@@ -312,6 +312,13 @@ class TransferConfig:
     # "shared": one link for the whole cluster.
     topology: Literal["per_prefill_nic", "shared"] = "per_prefill_nic"
     layer_groups: Int(gt=0, le=1024) = 4  # layerwise mode: KV sent in this many flows per prefill step
+    # Who emits token 1 to the client: "decode" (its first step after the KV arrived, as vLLM's and
+    # SGLang's P/D paths report it) or "prefill" (the end of prefill; TTFT then omits the transfer
+    # and the decode admission).
+    first_token: Literal["decode", "prefill"] = "decode"
+    # Does a granted reservation for incoming KV hold a max_num_seqs slot until the KV arrives?
+    # False: vLLM v1 (a request waiting for remote KV sits in the waiting queue with its blocks).
+    reservation_takes_slot: Bool = False
 
 
 @dataclass(frozen=True, config=STRICT)

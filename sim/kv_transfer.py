@@ -1,17 +1,31 @@
 """KV-cache transfer from prefill-pool to decode-pool instances (disaggregated layouts).
 
+What moves: every rank's share of the request's KV (`cost.kv_bytes_per_token()`: the instance's
+bytes per token, TP replicas included, e.g. an MLA latent replicated on each rank) and, for hybrid
+models, its linear-attention state (`cost.linear_state_bytes_per_seq()`), each rank's part over its
+own NIC (the link, see `infralab.sim.cluster`).
+
 Per request (only those with more than one output token; a one-token request is complete when its
 prefill is):
 - "after_prefill": when its prefill completes, the decode router picks a decode instance, which
-  reserves blocks for the prompt's KV (the request waits for them); then one flow of
-  `cost.kv_transfer_bytes(prompt)` bytes crosses the prefill instance's link.
+  reserves blocks for the prompt's KV (the request waits for them); then one flow of the prompt's
+  KV and the state crosses the prefill instance's link.
 - "layerwise": the decode instance is picked and asked for blocks at the request's first prefill
   step. Each prefill step's new KV (the first step of an admission also carries its prefix-cache
   hit) is sent as `layer_groups` equal flows, group i released at
-  step_start + (i + 1) * step_duration / layer_groups, so transfer overlaps the prefill. A group
-  released before the reservation is granted waits for it.
+  step_start + (i + 1) * step_duration / layer_groups, so transfer overlaps the prefill. The
+  recurrent state of a hybrid model is final only when the prompt is: it is sent once, with the
+  last prefill step's groups (not with every chunk). A group released before the reservation is
+  granted waits for it.
 The transfer ends when the prefill is complete and every flow has arrived; then the prefill
-instance frees the request's blocks and the decode instance decodes it from its next step.
+instance frees the request's blocks and the decode instance takes the request:
+- `first_token = "decode"` (the default): as vLLM's P/D connectors do, the decode instance holds
+  the prompt's KV but the last token's and computes that token in its next step it can admit the
+  request to (a slot and budget permitting), whose end emits token 1 to the client; the prefill
+  instance's own first token is not the client's. TTFT thus includes the transfer and the decode
+  admission.
+- `first_token = "prefill"`: token 1 is stamped at the end of the prefill step (labelled so in the
+  summary) and the decode instance starts decoding token 2.
 `kv_transfer_start_s` is when the first flow starts, `kv_transfer_end_s` when the last one ends.
 """
 
@@ -60,7 +74,9 @@ class KVTransfer:
         self.env = env
         self.layerwise = cfg.mode == "layerwise"
         self.groups = cfg.layer_groups
-        self.cost = cost
+        self.first_token_on_decode = cfg.first_token == "decode"
+        self.kv_bytes_per_token = cost.kv_bytes_per_token()
+        self.state_bytes = cost.linear_state_bytes_per_seq()
         self.links = links  # prefill instance name -> the link its KV leaves on
         self.decode_pool = decode_pool
         self.router = decode_router
@@ -77,8 +93,11 @@ class KVTransfer:
             job = self._jobs.get(seq.id) or self._open(instance, seq)
             # The first chunk of an admission also carries the KV served by the prefix cache.
             tokens = new + (seq.computed if seq.computed == seq.cached else 0)
+            # The recurrent state, once, with the step that completes the prompt.
+            state = self.state_bytes if seq.computed + new == seq.target else 0
             job.unsent += self.groups
-            self.env.process(self._send_groups(job, self.cost.kv_transfer_bytes(tokens), start_s, duration_s))
+            nbytes = tokens * self.kv_bytes_per_token + state
+            self.env.process(self._send_groups(job, nbytes, start_s, duration_s))
 
     def prefill_done(self, instance: Instance, seq: Seq) -> None:
         if self.layerwise:
@@ -96,9 +115,13 @@ class KVTransfer:
         target = self.router.choose(seq.request, self.decode_pool)
         seq.rec.decode_instance = target.name
         decode_seq = Seq(seq.request, seq.rec, decodes_here=True)
-        # On arrival its KV holds the prompt and the first token has been emitted.
-        decode_seq.target = decode_seq.computed = seq.prompt
-        decode_seq.generated = 1
+        decode_seq.hashes = ()  # received KV does not enter the decode instance's prefix cache
+        decode_seq.target = seq.prompt
+        if self.first_token_on_decode:
+            decode_seq.computed = seq.prompt - 1  # the last prompt token is computed there again
+        else:  # its KV holds the prompt and the first token has been emitted
+            decode_seq.computed = seq.prompt
+            decode_seq.generated = 1
         granted = target.reserve(decode_seq)
         job = _Job(seq, source, decode_seq, target, granted, self.links[source.name])
         self._jobs[seq.id] = job
@@ -107,7 +130,7 @@ class KVTransfer:
     def _send_after_prefill(self, job: _Job):
         if not job.granted.processed:
             yield job.granted
-        nbytes = self.cost.kv_transfer_bytes(job.prefill_seq.prompt)
+        nbytes = job.prefill_seq.prompt * self.kv_bytes_per_token + self.state_bytes
         job.in_flight += 1
         self._flow(job, nbytes)
 
@@ -141,5 +164,7 @@ class KVTransfer:
         pseq.rec.kv_transfer_end_s = self.env.now
         del self._jobs[pseq.id]
         job.source.release(pseq)
-        job.decode_seq.prefill_total = pseq.prefill_total
-        job.target.deliver(job.decode_seq)
+        dseq = job.decode_seq
+        # The last prompt token computed again on the decode instance is no recompute.
+        dseq.prefill_total = pseq.prefill_total - (dseq.target - dseq.computed)
+        job.target.deliver(dseq)

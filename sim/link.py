@@ -41,12 +41,19 @@ class _Flow:
 class Link:
     """A link whose bandwidth is shared fairly (processor sharing) among concurrent flows.
 
-    `spec` needs `.bandwidth` (bytes/s) and `.latency` (s). With a `record`, every flow becomes an
-    Interval on track "link/<name>" and every change of the number of flows in their byte phase a
-    CounterSample "active_flows" on that track.
+    `spec` needs `.bandwidth` (bytes/s) and `.latency` (s). `lanes` identical links side by side
+    (e.g. one NIC per accelerator of a TP group) whose every flow is split evenly across them, each
+    part moving at the same time: exactly one link of `lanes` x bandwidth with the same latency,
+    which is how it is modelled. With a `record`, every flow becomes an Interval on track
+    "link/<name>" and every change of the number of flows in their byte phase a CounterSample
+    "active_flows" on that track.
     """
 
-    def __init__(self, env: simpy.Environment, spec: LinkRate, name: str, record: RunRecord | None = None) -> None:
+    def __init__(
+        self, env: simpy.Environment, spec: LinkRate, name: str, record: RunRecord | None = None, lanes: int = 1
+    ) -> None:
+        if lanes < 1:
+            raise ValueError(f"link {name}: lanes must be >= 1, got {lanes!r}")
         if not spec.bandwidth > 0:
             raise ValueError(f"link {name}: bandwidth must be > 0 bytes/s, got {spec.bandwidth!r}")
         if not spec.latency >= 0:
@@ -56,7 +63,7 @@ class Link:
         self.name = name
         self.track = f"link/{name}"
         self._record = record
-        self._bandwidth = float(spec.bandwidth)
+        self._bandwidth = float(spec.bandwidth) * lanes
         self._latency = float(spec.latency)
         # (finish_v, sequence, flow): the sequence breaks ties in start order.
         self._heap: list[tuple[float, int, _Flow]] = []
@@ -68,9 +75,10 @@ class Link:
         self._completed_bytes = 0.0
         self._busy_s = 0.0
         if record is not None:
-            record.resources.setdefault(
-                self.track, {"kind": "link", "bandwidth_Bps": self._bandwidth, "latency_s": self._latency}
-            )
+            facts = {"kind": "link", "bandwidth_Bps": self._bandwidth, "latency_s": self._latency}
+            if lanes > 1:
+                facts["lanes"] = lanes
+            record.resources.setdefault(self.track, facts)
 
     # ---- public ------------------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from infralab.sim.pooled_stats import PooledSample
 from infralab.sim.records import RequestRecord, RunRecord, token_time_pieces
 from infralab.sim.summary import (
     PERCENTILES,
+    Backlog,
     CounterStats,
     Distribution,
     Goodput,
@@ -89,14 +90,19 @@ def queue_phase_s(req: RequestRecord) -> float:
     return queue_end_s(req) - req.arrival_s
 
 
+def decode_wait_s(req: RequestRecord) -> float:
+    """Disaggregated layouts: seconds from the end of its prefill to its first step on the decode
+    instance: the wait for decode blocks (the reservation), for the KV to arrive and for a decode
+    slot; 0 for a request that never went to a decode instance."""
+    if math.isnan(req.decode_scheduled_s) or math.isnan(req.prefill_end_s):
+        return 0.0
+    return max(0.0, req.decode_scheduled_s - req.prefill_end_s)
+
+
 def queueing_delay_s(req: RequestRecord) -> float:
-    """Time a request waited for service: its queue phase (`queue_phase_s`), plus, in
-    disaggregated layouts, the wait between its KV arriving and its second token (which includes
-    one decode step, bounded while the decode pool keeps up)."""
-    delay = queue_phase_s(req)
-    if not math.isnan(req.kv_transfer_end_s) and len(req.token_times_s) > 1:
-        delay += max(0.0, req.token_times_s[1] - req.kv_transfer_end_s)
-    return delay
+    """Time a request waited for service: its queue phase (`queue_phase_s`) plus, in
+    disaggregated layouts, its decode-side wait (`decode_wait_s`: blocks, KV, slot)."""
+    return queue_phase_s(req) + decode_wait_s(req)
 
 
 def distribution(values: np.ndarray, qs: Sequence[float] = PERCENTILES) -> Distribution:
@@ -268,6 +274,44 @@ def saturation(arrivals: np.ndarray, delays: np.ndarray) -> Saturation:
     )
 
 
+def queued_spans(requests: Sequence[RequestRecord]) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) in seconds of every span in which a request was queued: arrival -> first
+    scheduled step, and, in disaggregated layouts, prefill end -> first decode step (`decode_wait_s`)."""
+    arrivals = _column(requests, "arrival_s")
+    starts = [arrivals, _column(requests, "prefill_end_s")]
+    ends = [np.fromiter((queue_end_s(r) for r in requests), dtype=float, count=len(requests)),
+            _column(requests, "decode_scheduled_s")]
+    start, end = np.concatenate(starts), np.concatenate(ends)
+    keep = end > start  # NaN compares False: spans that did not happen drop out
+    return start[keep], end[keep]
+
+
+def backlog(requests: Sequence[RequestRecord]) -> Backlog:
+    """The cluster-wide queue over time (`Backlog`), exact: the step function of the number of
+    requests in a `queued_spans` span, with every change at one instant applied together."""
+    if not requests:
+        return Backlog(0, 0, (0.0,) * 4, 0.0)
+    start, end = queued_spans(requests)
+    times = np.concatenate([start, end])
+    order = np.argsort(times, kind="stable")
+    t = times[order]
+    level = np.cumsum(np.concatenate([np.ones(len(start)), -np.ones(len(end))])[order])
+    last_at_time = np.append(t[1:] != t[:-1], True) if len(t) else np.empty(0, dtype=bool)
+    t, level = t[last_at_time], level[last_at_time]
+    arrivals = _column(requests, "arrival_s")
+    lo, hi = float(arrivals.min()), float(arrivals.max())
+    at_last = int(np.searchsorted(t, hi, side="right")) - 1
+    final = int(level[at_last]) if at_last >= 0 else 0
+    if len(t) == 0:
+        return Backlog(0, 0, (0.0,) * 4, 0.0)
+    edges = np.linspace(lo, hi, 5)
+    quarters = tuple(
+        counter_stats(t, level, a, b).mean if b > a else float(final) for a, b in zip(edges[:-1], edges[1:])
+    )
+    growth = (quarters[-1] - quarters[0]) / (0.75 * (hi - lo)) if hi > lo else 0.0
+    return Backlog(peak=int(level.max()), final=final, quarter_means=quarters, growth_per_s=growth)
+
+
 def _resource_stats(
     run: RunRecord, lo: float, hi: float
 ) -> tuple[dict[str, ResourceStats], dict[str, ResourceStats]]:
@@ -341,6 +385,8 @@ def summarize(run: RunRecord, slo: SLOConfig, percentiles: Sequence[float] = PER
         links=links,
         saturation=saturation(arrivals, delays),
         simulated_end_s=run.end_s,
+        backlog=backlog(run.requests),
+        first_token_side=run.resources.get("cluster", {}).get("first_token"),
     )
 
 
@@ -370,8 +416,11 @@ def print_summary(summary: RunSummary, file: TextIO = sys.stdout) -> None:
     line("  SLOs: TTFT, TPOT (ms):", f"{good.slo_ttft_s * 1e3:g}, {good.slo_tpot_s * 1e3:g}")
     line("Output token throughput (tok/s):", f"{summary.throughput.output:.2f}")
     line("Total Token throughput (tok/s):", f"{summary.throughput.total_token:.2f}")
+    ttft_title = "Time to First Token"
+    if summary.first_token_side == "prefill":
+        ttft_title += " (stamped at prefill end)"
     for latency, title, short in (
-        ("ttft", "Time to First Token", "TTFT"),
+        ("ttft", ttft_title, "TTFT"),
         ("tpot", "Time per Output Token (excl. 1st token)", "TPOT"),
         ("itl", "Inter-token Latency", "ITL"),
         ("e2e", "End-to-end Latency", "E2EL"),
@@ -396,4 +445,9 @@ def print_summary(summary: RunSummary, file: TextIO = sys.stdout) -> None:
         )
     verdict = "YES (queues grow without bound)" if summary.saturation.saturated else "no"
     line("Saturated:", verdict)
+    if summary.backlog is not None:
+        b = summary.backlog
+        line("Queued requests: peak, at last arrival:", f"{b.peak}, {b.final}")
+        line("Queue mean by quarter of arrivals:", ", ".join(f"{q:.1f}" for q in b.quarter_means))
+        line("Queue growth (req/s):", f"{b.growth_per_s:+.3f}")
     print("=" * width, file=file)

@@ -69,6 +69,14 @@ class StepCostModel(Protocol):
         """Bytes to move one sequence's cache of `tokens` tokens to another instance."""
         ...
 
+    def kv_bytes_per_token(self) -> int:
+        """KV bytes one token takes on the whole instance (all TP ranks, replicas included)."""
+        ...
+
+    def linear_state_bytes_per_seq(self) -> int:
+        """Linear-attention (recurrent) state bytes one sequence holds on the whole instance."""
+        ...
+
 
 class LinkRate(Protocol):
     """A link's figures (`infralab.sim.specs.LinkSpec`): bytes/s per direction, s per message."""

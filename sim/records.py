@@ -126,13 +126,15 @@ class RequestRecord:
     prefill_instance: str = ""
     decode_instance: str = ""
     first_scheduled_s: float = math.nan  # start of the first step that computed any of its prompt
-    first_token_s: float = math.nan  # end of the step that produced output token 1
+    first_token_s: float = math.nan  # end of the step that produced output token 1 for the client
     # End time of every output token, first included; len == output_tokens once finished. The
     # engine fills a TokenTimes (pieces of its step end times); records made by hand may hold an
     # array('d').
     token_times_s: TokenTimes | array = field(default_factory=TokenTimes)
     kv_transfer_start_s: float = math.nan  # disaggregated layouts only
     kv_transfer_end_s: float = math.nan
+    prefill_end_s: float = math.nan  # disaggregated: end of the step that completed its prompt there
+    decode_scheduled_s: float = math.nan  # disaggregated: start of its first decode-instance step
     finish_s: float = math.nan
     preemptions: int = 0
     recomputed_tokens: int = 0  # prompt + output tokens computed again after preemptions

@@ -10,7 +10,8 @@ validator, `infralab explain` and the reports use:
 - a rate per second of run duration has no suffix: `goodput` (requests within the SLOs per
   second), `request_throughput` (req/s), `output_throughput` and `total_token_throughput` (tok/s);
 - counts: `completed`, `total_requests`; fractions: `max_instance_busy`, `max_link_busy` (busy
-  fraction of the busiest instance or link); a flag: `saturated`;
+  fraction of the busiest instance or link); a flag: `saturated`; the backlog beside it (`Backlog`):
+  `peak_queue`, `final_queue` (requests) and `queue_growth_per_s` (requests per second);
 - only when the caller knows the layout (`instances`, `accelerators` given): `instances`,
   `accelerators` and each rate divided by them, `<rate>_per_instance`, `<rate>_per_accelerator`.
 A statistic of an empty distribution (no finished request) is None.
@@ -38,6 +39,9 @@ METRIC_NAMES: tuple[str, ...] = (
     "total_requests",
     "duration_s",
     "saturated",
+    "peak_queue",
+    "final_queue",
+    "queue_growth_per_s",
     *RATES,
     *(f"{lat}_{stat}_s" for lat in LATENCIES for stat in LATENCY_STATS),
     "max_instance_busy",
@@ -201,10 +205,37 @@ class Saturation:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Backlog:
+    """Requests queued cluster-wide over time: waiting for their first scheduled step, or (in
+    disaggregated layouts) between the end of their prefill and their first decode step (for
+    decode blocks, their KV or a decode slot). `peak`: most queued at once; `final`: queued at the
+    last arrival; `quarter_means`: time-averaged queue over each quarter of the arrival window
+    (first arrival to last arrival); `growth_per_s`: (last quarter's mean - first quarter's) /
+    (3/4 of that window), requests per second (0 when the window has no length)."""
+
+    peak: int
+    final: int
+    quarter_means: tuple[float, ...]
+    growth_per_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        quarters = {f"q{i + 1}": mean for i, mean in enumerate(self.quarter_means)}
+        return {"peak": self.peak, "final": self.final, "quarter_means": quarters, "growth_per_s": self.growth_per_s}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Backlog:
+        quarters = data["quarter_means"]
+        means = tuple(quarters[f"q{i + 1}"] for i in range(len(quarters)))
+        return cls(data["peak"], data["final"], means, data["growth_per_s"])
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class RunSummary:
     """What one simulation run did: counts, rates, latencies, resources, saturation.
 
-    `run` holds what was run (config name, seed, arm, ...) as plain JSON data, or None."""
+    `run` holds what was run (config name, seed, arm, ...) as plain JSON data, or None.
+    `first_token_side`: who stamps token 1 ("instance" colocated; "decode" or "prefill" in a
+    disaggregated layout, `cluster.transfer.first_token`); None when not known."""
 
     requests: RequestCounts
     duration_s: float
@@ -223,6 +254,8 @@ class RunSummary:
     timeline: Mapping[str, Any] | None = None
     # KV capacity of one instance, {"kv_blocks", "block_size", "kv_tokens"}, when the caller knows it
     kv_cache: Mapping[str, int] | None = None
+    backlog: Backlog | None = None
+    first_token_side: str | None = None
 
     def with_run(self, facts: Mapping[str, Any]) -> RunSummary:
         return dataclasses.replace(self, run=dict(facts))
@@ -255,6 +288,9 @@ class RunSummary:
             "total_requests": self.requests.total,
             "duration_s": self.duration_s,
             "saturated": bool(self.saturation.saturated),
+            "peak_queue": self.backlog.peak if self.backlog else None,
+            "final_queue": self.backlog.final if self.backlog else None,
+            "queue_growth_per_s": self.backlog.growth_per_s if self.backlog else None,
         }
         for name in RATES:
             out[name] = self.rate(name)
@@ -294,6 +330,10 @@ class RunSummary:
             "saturation": self.saturation.to_json(),
             "simulated_end_s": self.simulated_end_s,
         }
+        if self.backlog is not None:
+            out["backlog"] = self.backlog.to_json()
+        if self.first_token_side is not None:
+            out["first_token_side"] = self.first_token_side
         if self.run is not None:
             out["run"] = dict(self.run)
         if self.timeline is not None:
@@ -331,6 +371,8 @@ class RunSummary:
                 run=data.get("run"),
                 timeline=data.get("timeline"),
                 kv_cache=data.get("kv_cache"),
+                backlog=Backlog.from_json(data["backlog"]) if "backlog" in data else None,
+                first_token_side=data.get("first_token_side"),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise InputError(source, f"not a run summary ({type(exc).__name__}: {exc})",

@@ -6,7 +6,10 @@ The instance sleeps on an event while it has nothing to run (no polling); `submi
 `deliver` and `release` wake it. Each step is one `env.timeout`, one "batch" Interval on track
 `instance/<name>` (without a timeline only its busy span, folded into the run's tally), and
 CounterSamples ("waiting", "running", "kv_used_blocks", "kv_cached_blocks") whenever a value
-changed.
+changed. Counters are sampled wherever the state can change: at a step's start
+(after its admissions), at its end, and when a request or its KV arrives from outside, so each
+counter is the exact step function of the state and its time-weighted mean the exact time average
+(a request admitted and finished within one step counts as running for that step).
 
 Speed: a run of identical decode-only steps that the policy offers (`SchedulerPolicy.repeats`; the
 fast scheduler's `QuietRun`: nothing to admit, block growth covered by free blocks, no finish before
@@ -15,9 +18,9 @@ still gets its own end time, bit for bit what a single step would get (the cost 
 run's ends in one call, `decode_run_ends`), so token times are those of single steps. The run
 stops at the first step end at or after the next arrival, and any outside event (`_kick`)
 interrupts it at the step end in progress, exactly where a single step would have noticed the
-event. Block growth inside a run is applied, and counters sampled, at the run's end (so
-"kv_used_blocks" may step up a few steps late). Step ends are accumulated as t_end = t_start +
-duration (the instance keeps its own clock, so SimPy's rounding of relative delays never moves a
+event. Block growth inside a run is applied at the run's end, and "kv_used_blocks" sampled then at
+the start of each step that grew (`StepResult.kv_used_at`), as single steps would have. Step ends
+are accumulated as t_end = t_start + duration (the instance keeps its own clock, so SimPy's rounding of relative delays never moves a
 recorded time), and the instance waits until SimPy's clock reads each end exactly
 (`_hold`), so that what others do at a step boundary happens at the same time whether the
 step was timed alone or in a run.
@@ -67,6 +70,7 @@ class Instance:
         listener: StepListener | None = None,
         check_invariants: bool = False,
         next_arrival_s: Callable[[], float] | None = None,
+        scheduler_options: dict[str, object] | None = None,
     ) -> None:
         self.env = env
         self.name = name
@@ -84,6 +88,7 @@ class Instance:
             prefix_cache=engine.prefix_cache,
             prefix_block_tokens=engine.prefix_block_tokens,
             **engine.policy_options(),
+            **(scheduler_options or {}),
         )
         self._check = check_invariants
         # Time of the next request arrival anywhere (s): a run of quiet steps stops there.
@@ -127,12 +132,14 @@ class Instance:
     def submit(self, seq: Seq) -> None:
         """Queue a request for prefill (and, unless this is a prefill instance, decode)."""
         self.scheduler.add_waiting(seq)
+        self._sample_counters(self.env.now)
         self._kick()
 
     def reserve(self, seq: Seq) -> simpy.Event:
         """Ask for blocks for `seq.target` tokens of incoming KV; the event fires when granted."""
         granted = self.env.event()
         self.scheduler.add_reservation(seq, granted)
+        self._sample_counters(self.env.now)
         self._kick()
         return granted
 
@@ -144,6 +151,7 @@ class Instance:
     def release(self, seq: Seq) -> None:
         """A handed-off request's KV transfer ended: free its blocks here."""
         self.scheduler.release(seq)
+        self._sample_counters(self.env.now)
         self._kick()
 
     # ---- the process ------------------------------------------------------------------------
@@ -175,6 +183,7 @@ class Instance:
                 self._wake = None
                 start = max(env.now, clock)
                 continue
+            self._sample_counters(start)
             ends = self._step_ends(plan, start, sched.repeats(plan))
             if self.listener is not None and plan.chunks:
                 self.listener.step_started(self, plan, start, ends[0] - start)
@@ -183,6 +192,8 @@ class Instance:
             clock = ends[-1]
             result = sched.finish(plan, ends)
             self._record_batch(plan, start, ends, result)
+            for t, used in result.kv_used_at:
+                self._sample_counter(2, t, used)
             self._sample_counters(clock)
             if self._check:
                 sched.check_invariants()
@@ -280,4 +291,9 @@ class Instance:
             if value != last[i]:
                 last[i] = value
                 self.record.counters.append(CounterSample(self.track, COUNTERS[i], now, value))
+
+    def _sample_counter(self, i: int, now: float, value: float) -> None:
+        if value != self._last_counters[i]:
+            self._last_counters[i] = value
+            self.record.counters.append(CounterSample(self.track, COUNTERS[i], now, value))
 

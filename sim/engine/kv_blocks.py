@@ -68,8 +68,12 @@ class BlockPool:
 
     def cache_full_prompt_blocks(self, seq: Seq) -> None:
         """Turn `seq`'s freshly computed whole prompt blocks into (pinned) prefix-cache entries, in
-        order, stopping at the first one already cached by someone else; their blocks move from the
-        request to the cache and `seq.base` advances past them."""
+        order (stopping, for a hybrid model, at the first whose state snapshot finds no blocks);
+        their blocks move from the request to the cache (a snapshot's are allocated) and
+        `seq.base` advances past them. A block someone else cached meanwhile (or one a hybrid
+        model's hit could not use, the hit ending at a snapshot) is deduplicated as vLLM's block
+        pool does: the request frees its copy and pins the cached entry, and goes on caching the
+        blocks after it."""
         cache = self.cache
         if not cache.enabled:
             return
@@ -77,10 +81,32 @@ class BlockPool:
         limit = min(seq.computed, seq.prompt)
         while seq.base + size <= limit:
             index = seq.base // size
-            if index >= len(seq.hashes) or seq.hashes[index] in cache:
+            if index >= len(seq.hashes):
                 return
-            cache.insert_pinned(seq.hashes[index])
+            if seq.hashes[index] in cache:
+                cache.pin([seq.hashes[index]])
+                seq.pinned.append(seq.hashes[index])
+                seq.blocks -= cache.entry_blocks
+                self.release(cache.entry_blocks)
+                seq.base += size
+                continue
+            # A hybrid model's entry at a snapshot boundary also keeps the recurrent state: its
+            # blocks come from the pool (evicting as any allocation does); without them the block
+            # stays private.
+            snapshot = cache.snapshot_blocks_at(index)
+            if not self.allocate(snapshot):
+                return
+            cache.insert_pinned(seq.hashes[index], snapshot)
             seq.pinned.append(seq.hashes[index])
             seq.blocks -= cache.entry_blocks
-            self.move_to_cache(cache.entry_blocks)
+            self.move_to_cache(cache.entry_blocks + snapshot)
             seq.base += size
+
+
+def state_snapshot_blocks(state_bytes: int, kv_bytes_per_token: int, block_size: int) -> int:
+    """KV blocks that one recurrent-state snapshot of `state_bytes` bytes takes (rounded up), with
+    blocks of `block_size` tokens of `kv_bytes_per_token` bytes (the instance's, all ranks): 0 for
+    a model without linear-attention state, or without full-attention KV (whose pool never limits)."""
+    if state_bytes <= 0 or kv_bytes_per_token <= 0:
+        return 0
+    return -(-state_bytes // (kv_bytes_per_token * block_size))

@@ -29,19 +29,22 @@ class ReferenceScheduler:
     """Queues and KV accounting of one instance (`SchedulerPolicy`). Units: tokens, KV blocks."""
 
     def __init__(self, *, max_num_seqs: int, max_batched_tokens: int, block_size: int, capacity_blocks: int,
-                 prefix_cache: bool, prefix_block_tokens: int) -> None:
+                 prefix_cache: bool, prefix_block_tokens: int, reservation_takes_slot: bool = False,
+                 snapshot_blocks: int = 0) -> None:
         self.max_seqs = min(max_num_seqs, max_batched_tokens)  # every running request decodes each step
         self.max_tokens = max_batched_tokens
         self.block_size = block_size
-        self.cache = PrefixCache(prefix_block_tokens, prefix_block_tokens // block_size, prefix_cache)
+        self.reservation_takes_slot = reservation_takes_slot
+        self.cache = PrefixCache(prefix_block_tokens, prefix_block_tokens // block_size, prefix_cache,
+                                 snapshot_blocks)
         self.pool = BlockPool(capacity_blocks, self.cache)
         self.waiting: deque[Seq] = deque()
         self.running: dict[int, Seq] = {}  # admission order: the last one is preempted first
         self.decoding: dict[int, Seq] = {}  # running, prompt complete; in the order they started
         self.held: dict[int, Seq] = {}  # prefill-pool instance: prompt done, KV kept until sent
         self.inbound: deque[tuple[Seq, simpy.Event]] = deque()  # decode pool: reservations asked
-        self.reserved: dict[int, Seq] = {}  # granted: blocks and a slot held until the KV arrives
-        self.ready: list[Seq] = []  # reserved and KV arrived: decode from the next step
+        self.reserved: dict[int, Seq] = {}  # granted, not running yet (blocks; a slot if reservation_takes_slot)
+        self.ready: deque[Seq] = deque()  # reserved and KV arrived, not running yet (delivery order)
         self.step_no = 0
         self.preemptions = 0
         self._preempted = 0  # during the last plan
@@ -77,11 +80,14 @@ class ReferenceScheduler:
     def plan(self, now: float) -> StepPlan | None:
         """Rules 1-5 of `scheduler.py`'s docstring, in order, for a step starting at `now` (s)."""
         preempted_before = self.preemptions
-        for seq in self.ready:  # 1. KV arrived from a prefill instance
+        # 1. KV arrived from a prefill instance with the first token
+        while self.ready and self.ready[0].computed == self.ready[0].target and self._ready_slot_free():
+            seq = self.ready.popleft()
             del self.reserved[seq.id]
             self.running[seq.id] = seq
             self.decoding[seq.id] = seq
-        self.ready.clear()
+            if math.isnan(seq.rec.decode_scheduled_s):
+                seq.rec.decode_scheduled_s = now
         for seq in list(self.decoding.values()):  # 2. a block when the context outgrows its blocks
             if seq.id in self.decoding and seq.computed + 1 > seq.base + seq.blocks * self.block_size:
                 if self._allocate_or_preempt(seq, 1):
@@ -98,12 +104,25 @@ class ReferenceScheduler:
             if self._allocate_or_preempt(seq, need):
                 seq.blocks += need
                 chunks.append((seq, new))
-        while self.waiting and len(self.running) + len(self.reserved) < self.max_seqs:  # 4. admit
+        # 4. admit, unless this step preempted (and is not empty without admissions)
+        admits = self.preemptions == preempted_before or not (chunks or self.decoding)
+        # KV that arrived without the first token first: its last prompt token, blocks reserved
+        while admits and self.ready and self._ready_slot_free():
+            budget = self.max_tokens - len(self.decoding) - sum(new for _, new in chunks)
+            if budget <= 0:
+                break
+            seq = self.ready.popleft()
+            del self.reserved[seq.id]
+            self.running[seq.id] = seq
+            chunks.append((seq, min(seq.target - seq.computed, budget)))
+            if math.isnan(seq.rec.decode_scheduled_s):
+                seq.rec.decode_scheduled_s = now
+        while admits and self.waiting and self._slot_free():
             budget = self.max_tokens - len(self.decoding) - sum(new for _, new in chunks)
             if budget <= 0 or not self._admit(self.waiting[0], budget, chunks):
                 break
             self.waiting.popleft()
-        while self.inbound and len(self.running) + len(self.reserved) < self.max_seqs:  # 5. reserve
+        while admits and self.inbound and self._slot_free():  # 5. reserve
             seq, granted = self.inbound[0]
             need = -(-seq.target // self.block_size)
             if not self.pool.allocate(need):
@@ -152,6 +171,7 @@ class ReferenceScheduler:
             elif not seq.decodes_here:
                 del self.running[seq.id]
                 self.held[seq.id] = seq
+                seq.rec.prefill_end_s = end_s
                 handed_off.append(seq)
             else:
                 self.decoding[seq.id] = seq
@@ -197,8 +217,19 @@ class ReferenceScheduler:
         self.preemptions += 1
         self.waiting.appendleft(seq)
 
+    def _slot_free(self) -> bool:
+        held = len(self.reserved) if self.reservation_takes_slot else 0
+        return len(self.running) + held < self.max_seqs
+
+    def _ready_slot_free(self) -> bool:
+        """May a request whose KV arrived start running? It holds its own slot already when
+        reservations take one."""
+        return self.reservation_takes_slot or len(self.running) < self.max_seqs
+
     def _emit(self, seq: Seq, end_s: float) -> None:
         seq.generated += 1
+        if not seq.streams_tokens:
+            return  # a prefill instance's token that the decode instance emits again
         seq.rec.token_times_s.append(end_s)
         if math.isnan(seq.rec.first_token_s):
             seq.rec.first_token_s = end_s
@@ -212,11 +243,12 @@ class ReferenceScheduler:
     # ---- what the instance samples and checks -----------------------------------------------
 
     def counters(self) -> tuple[int, int, int, int]:
-        return len(self.waiting) + len(self.inbound), len(self.running), self.pool.used, self.cache.blocks
+        waiting = len(self.waiting) + len(self.inbound) + len(self.reserved)
+        return waiting, len(self.running), self.pool.used, self.cache.blocks
 
     def check_invariants(self) -> None:
         holders = (*self.running.values(), *self.held.values(), *self.reserved.values())
         assert sum(s.blocks for s in holders) == self.pool.private
         assert self.pool.private + self.cache.blocks <= self.pool.capacity
         assert all(s.id in self.running and s.computed == s.target for s in self.decoding.values())
-        assert len(self.running) + len(self.reserved) <= self.max_seqs
+        assert len(self.running) + (len(self.reserved) if self.reservation_takes_slot else 0) <= self.max_seqs

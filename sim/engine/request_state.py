@@ -23,6 +23,9 @@ class Seq:
       the fast `Scheduler` brings token counters up to date only when it stops decoding (the
       `ReferenceScheduler` keeps them current and ignores `dec_step0`, `dec_gen0` and `epoch`).
     - `decodes_here`: False on a prefill-pool instance (the request leaves after its prefill).
+    - `streams_tokens`: whether the tokens sampled here reach the client (are recorded). False on a
+      prefill-pool instance when the decode instance emits the first token
+      (`cluster.transfer.first_token = "decode"`): its prefill's token is then not the client's.
     - `epoch` bumps whenever the request stops running or decoding, which invalidates the
       per-step reminders (block growth, finish) filed for it.
     """
@@ -34,6 +37,7 @@ class Seq:
         "output",
         "hashes",
         "decodes_here",
+        "streams_tokens",
         "target",
         "computed",
         "cached",
@@ -54,6 +58,7 @@ class Seq:
         self.output: int = request.output_tokens
         self.hashes: tuple[int, ...] = request.block_hashes
         self.decodes_here = decodes_here
+        self.streams_tokens = True
         self.target = self.prompt
         self.computed = 0
         self.cached = 0

@@ -2,7 +2,9 @@
 preemption: the decisions of one instance, step by step, without SimPy (see `instance.py`).
 
 One step (vLLM-like; `plan` then `finish`):
-1. Requests whose KV arrived from a prefill instance (`deliver`) start decoding.
+1. Requests whose KV arrived from a prefill instance (`deliver`) with their first token (the
+   prefill-side first token, `cluster.transfer.first_token = "prefill"`) start decoding, in delivery
+   order, while a sequence slot is free.
 2. Every decoding request takes one token of the step's budget (`max_batched_tokens`). One whose
    context crosses into a new KV block gets a block; if none can be had, the most recently
    admitted running request is preempted (recompute: its blocks are freed, it goes back to the
@@ -10,13 +12,23 @@ One step (vLLM-like; `plan` then `finish`):
    That victim may be the request itself.
 3. Partially prefilled running requests, oldest first, take prompt chunks of what is left of the
    budget (blocks allocated per chunk, preempting as in 2).
-4. Waiting requests are admitted in order while budget, a sequence slot (`max_num_seqs`) and KV
+4. Unless this step preempted (vLLM v1 schedules no waiting request in a step that preempted;
+   here, unless the step would then be empty, which stands for an empty step of no time),
+   requests whose KV arrived without their first token (the decode-side first token, the default)
+   are admitted in delivery order, each with one token to compute: the last prompt token, whose
+   logits give token 1 (vLLM's P/D connectors load all prompt KV but that token's). They hold
+   their blocks already, so they go before the waiting queue (vLLM keeps one FCFS queue, where a
+   preempted request at its head can wait forever for blocks that such requests hold). Then
+   waiting requests are admitted in order while budget, a sequence slot (`max_num_seqs`) and KV
    blocks are available; admission never preempts. A prefix-cache hit (the longest run of the
    request's leading whole-prompt block hashes in the cache) counts as computed; at least one token
    is always computed, to produce the logits. Blocks come from free ones first, then by evicting
    unpinned cache entries (LRU); a failed allocation changes nothing.
-5. On a decode-pool instance, reservations for incoming KV are granted in order when a sequence
-   slot and the prompt's blocks are free.
+5. On a decode-pool instance (again unless this step preempted), reservations for incoming KV
+   are granted in order when the prompt's blocks are free and a sequence slot is free. Whether a
+   granted reservation then holds its slot until its KV arrives is `reservation_takes_slot`: False
+   (the default, vLLM v1: a request waiting for remote KV holds blocks in the waiting queue, not a
+   running slot; a grant needs only a free slot at that moment) or True (it holds one).
 A request whose prompt is complete emits an output token at the step's end; decoding requests emit
 one token at each step's end. Whole prompt blocks become (pinned) prefix-cache entries as soon as a
 chunk completes them; they are unpinned when the request finishes or is preempted. The token
@@ -85,6 +97,12 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _stamp_decode_start(seq: Seq, now: float) -> None:
+    """`now` (s) starts the first decode-instance step of a handed-off request."""
+    if math.isnan(seq.rec.decode_scheduled_s):
+        seq.rec.decode_scheduled_s = now
+
+
 class Scheduler:
     """The queues and KV accounting of one instance. Units: tokens, KV blocks, step numbers."""
 
@@ -97,12 +115,17 @@ class Scheduler:
         capacity_blocks: int,
         prefix_cache: bool,
         prefix_block_tokens: int,
+        reservation_takes_slot: bool = False,
+        snapshot_blocks: int = 0,
     ) -> None:
         # Every running request decodes each step, so the token budget also caps the running set.
         self.max_seqs = min(max_num_seqs, max_batched_tokens)
         self.max_tokens = max_batched_tokens
         self.block_size = block_size
-        self.cache = PrefixCache(prefix_block_tokens, prefix_block_tokens // block_size, prefix_cache)
+        self.reservation_takes_slot = reservation_takes_slot
+        self.cache = PrefixCache(
+            prefix_block_tokens, prefix_block_tokens // block_size, prefix_cache, snapshot_blocks
+        )
         self.pool = BlockPool(capacity_blocks, self.cache)
         self.waiting: deque[Seq] = deque()
         self.running: dict[int, Seq] = {}  # admission order: the last one is preempted first
@@ -110,8 +133,8 @@ class Scheduler:
         self.decoding: dict[int, Seq] = {}  # running, emitting one token per step
         self.held: dict[int, Seq] = {}  # prefill done, KV kept until its transfer ends
         self.inbound: deque[tuple[Seq, simpy.Event]] = deque()  # reservations not yet granted
-        self.reserved: dict[int, Seq] = {}  # granted, not yet decoding (they hold blocks and a slot)
-        self.ready: list[Seq] = []  # reserved and KV arrived: start decoding at the next step
+        self.reserved: dict[int, Seq] = {}  # granted, not running yet (blocks; a slot if reservation_takes_slot)
+        self.ready: deque[Seq] = deque()  # reserved and KV arrived, not running yet (delivery order)
         self.step_no = 0
         self.step_end = array("d")  # end time of step n, s
         # Per-step reminders: (seq, epoch) whose context needs a new block / who emit their last
@@ -159,16 +182,16 @@ class Scheduler:
         """Decide the next step (see the module docstring); None when there is nothing to run."""
         n = self.step_no
         preempted_before = self.preemptions
-        for seq in self.ready:
-            del self.reserved[seq.id]
-            self.running[seq.id] = seq
-            self._start_decode(seq, n)
-        self.ready.clear()
+        self._start_ready(n, now)
         self._grow_decodes(n)
         chunks: list[tuple[Seq, int]] = []
         taken = self._continue_prefills(n, chunks)
-        self._admit_waiting(now, chunks, taken)
-        self._grant_reservations()
+        # A step that preempted admits nothing, unless it would be empty: then it is as if an empty
+        # step of no time had passed.
+        if self.preemptions == preempted_before or not (chunks or self.decoding):
+            taken = self._admit_ready(now, chunks, taken)
+            self._admit_waiting(now, chunks, taken)
+            self._grant_reservations()
         if not chunks and not self.decoding:
             return None
         prefill_tokens = attn_pairs = context = completing = 0
@@ -199,7 +222,8 @@ class Scheduler:
         """`QuietRun.allows` for the run of decode-only repeats that may follow `plan`, or None
         when the plan is not decode-only."""
         self._run = None
-        if plan.chunks or self.ready:
+        # After a step that preempted (and so admitted nothing), the next one may admit.
+        if plan.chunks or self.ready or self._planned_preemptions:
             return None
         n = plan.step_no
         bounds = self._bounds
@@ -220,6 +244,7 @@ class Scheduler:
         self.step_end.extend(ends_s)
         last_step = n + k - 1
         end_s = ends_s[-1]
+        kv_used_at: list[tuple[float, int]] = []
         if k > 1:
             # A run ends at the first step with a finish, so only growth happens inside it.
             for m in run.growth_steps:
@@ -230,6 +255,7 @@ class Scheduler:
                         assert self.pool.allocate(1), "QuietRun promised free blocks"
                         seq.blocks += 1
                         self._file_growth(seq, m)
+                kv_used_at.append((self.step_end[m - 1], self.pool.used))  # as at step m's start
         self.step_no = last_step + 1
         finished: list[Seq] = []
         handed_off: list[Seq] = []
@@ -250,11 +276,12 @@ class Scheduler:
                 continue
             del self.prefilling[seq.id]
             seq.generated += 1
-            # The token ends with this step: a reference into the step ends, not a copy (a
-            # following decode run continues the same piece, see TokenTimes).
-            seq.rec.token_times_s.add_steps(self.step_end, last_step, last_step)
-            if seq.generated == 1 and math.isnan(seq.rec.first_token_s):
-                seq.rec.first_token_s = end_s
+            if seq.streams_tokens:
+                # The token ends with this step: a reference into the step ends, not a copy (a
+                # following decode run continues the same piece, see TokenTimes).
+                seq.rec.token_times_s.add_steps(self.step_end, last_step, last_step)
+                if seq.generated == 1 and math.isnan(seq.rec.first_token_s):
+                    seq.rec.first_token_s = end_s
             if seq.generated == seq.output:
                 del self.running[seq.id]
                 self._complete(seq, end_s)
@@ -262,11 +289,12 @@ class Scheduler:
             elif not seq.decodes_here:
                 del self.running[seq.id]
                 self.held[seq.id] = seq
+                seq.rec.prefill_end_s = end_s
                 handed_off.append(seq)
             else:
                 self._start_decode(seq, n + 1)
         self.outstanding -= computed + plan.decode_seqs * k
-        return StepResult(finished, handed_off, self._planned_preemptions)
+        return StepResult(finished, handed_off, self._planned_preemptions, tuple(kv_used_at))
 
     # ---- planning steps -------------------------------------------------------------------------
 
@@ -294,11 +322,52 @@ class Scheduler:
                 taken += new
         return taken
 
-    def _admit_waiting(self, now: float, chunks: list[tuple[Seq, int]], taken: int) -> None:
-        while self.waiting and len(self.running) + len(self.reserved) < self.max_seqs:
+    def _slot_free(self) -> bool:
+        """Is a sequence slot free (granted reservations count when `reservation_takes_slot`)?"""
+        held = len(self.reserved) if self.reservation_takes_slot else 0
+        return len(self.running) + held < self.max_seqs
+
+    def _ready_slot_free(self) -> bool:
+        """May a request whose KV arrived start running? It holds its own slot already when
+        reservations take one."""
+        return self.reservation_takes_slot or len(self.running) < self.max_seqs
+
+    def _start_ready(self, n: int, now: float) -> None:
+        """Delivered requests that arrived with their first token start decoding at step `n`."""
+        ready = self.ready
+        while ready and ready[0].computed == ready[0].target and self._ready_slot_free():
+            seq = ready.popleft()
+            del self.reserved[seq.id]
+            self.running[seq.id] = seq
+            _stamp_decode_start(seq, now)
+            self._start_decode(seq, n)
+
+    def _admit_ready(self, now: float, chunks: list[tuple[Seq, int]], taken: int) -> int:
+        """Delivered requests that still compute their last prompt token (decode-side first token)
+        join the step, in delivery order, while a slot and budget last; their blocks are reserved.
+        Returns the step's prefill tokens so far."""
+        ready = self.ready
+        while ready and ready[0].computed < ready[0].target and self._ready_slot_free():
             budget = self.max_tokens - len(self.decoding) - taken
             if budget <= 0:
                 return
+            seq = ready.popleft()
+            new = min(seq.target - seq.computed, budget)
+            assert _ceil_div(seq.computed + new - seq.base, self.block_size) <= seq.blocks
+            del self.reserved[seq.id]
+            self.running[seq.id] = seq
+            self.prefilling[seq.id] = seq
+            _stamp_decode_start(seq, now)
+            chunks.append((seq, new))
+            taken += new
+        return taken
+
+    def _admit_waiting(self, now: float, chunks: list[tuple[Seq, int]], taken: int) -> int:
+        """Admit waiting requests (rule 4); returns the step's prefill tokens so far."""
+        while self.waiting and self._slot_free():
+            budget = self.max_tokens - len(self.decoding) - taken
+            if budget <= 0:
+                return taken
             seq = self.waiting[0]
             hit = self.cache.match(seq.hashes, self.cache.max_hit_entries(seq.prompt, seq.target))
             hit_hashes = list(seq.hashes[:hit])
@@ -308,7 +377,7 @@ class Scheduler:
             self.cache.pin(hit_hashes)  # before allocating, so eviction cannot take them
             if not self.pool.allocate(need):
                 self.cache.unpin(hit_hashes)
-                return
+                return taken
             self.waiting.popleft()
             seq.pinned = hit_hashes
             seq.blocks = need
@@ -319,9 +388,10 @@ class Scheduler:
             self.prefilling[seq.id] = seq
             chunks.append((seq, new))
             taken += new
+        return taken
 
     def _grant_reservations(self) -> None:
-        while self.inbound and len(self.running) + len(self.reserved) < self.max_seqs:
+        while self.inbound and self._slot_free():
             seq, granted = self.inbound[0]
             need = _ceil_div(seq.target, self.block_size)
             if not self.pool.allocate(need):
@@ -405,7 +475,10 @@ class Scheduler:
     # ---- what the instance samples and checks --------------------------------------------------
 
     def counters(self) -> tuple[int, int, int, int]:
-        return len(self.waiting) + len(self.inbound), len(self.running), self.pool.used, self.cache.blocks
+        """waiting (queued here: for admission, for a reservation, or for their KV or a slot after
+        one), running, KV blocks in use, KV blocks held by the prefix cache."""
+        waiting = len(self.waiting) + len(self.inbound) + len(self.reserved)
+        return waiting, len(self.running), self.pool.used, self.cache.blocks
 
     # ---- checks (tests) -------------------------------------------------------------------------
 
@@ -424,4 +497,4 @@ class Scheduler:
         work += sum(s.remaining_work() for s, _ in self.inbound)
         work += sum(s.remaining_work() for s in self.reserved.values())
         assert work == self.outstanding, (work, self.outstanding)
-        assert len(self.running) + len(self.reserved) <= self.max_seqs
+        assert len(self.running) + (len(self.reserved) if self.reservation_takes_slot else 0) <= self.max_seqs

@@ -26,3 +26,5 @@ class StepResult:
     finished: list[Seq]
     handed_off: list[Seq]  # prefill-pool instance: prompt done, KV ready to move
     preempted: int  # during this step's planning
+    # (step start s, KV blocks in use) after block growth inside a run of quiet steps, in order
+    kv_used_at: tuple[tuple[float, int], ...] = ()

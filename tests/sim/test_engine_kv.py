@@ -138,3 +138,16 @@ def test_a_failed_allocation_evicts_nothing():
     assert 1 in cache and pool.free == 6
     assert pool.allocate(8)  # evicts the entry to make room
     assert 1 not in cache and pool.free == 2 and pool.used == 8
+
+
+def test_a_block_cached_meanwhile_is_shared_and_the_blocks_after_it_still_cached():
+    # A and B prefill in the same step, so neither finds the shared blocks (1, 2) cached when it
+    # starts. A caches them first; B then frees its copies, pins A's entries and still caches its
+    # own block 4, so C later hits three blocks (1, 2, 4), not two.
+    a = Request(0, 0.0, 1600, 2, (1, 2, 3))
+    b = Request(1, 0.0, 1600, 2, (1, 2, 4))
+    c = Request(2, 10.0, 2100, 2, (1, 2, 4, 5))
+    record = simulate(config(max_batched_tokens=8192), [a, b, c], FakeCost(100_000), check_invariants=True)
+    first_step = [iv for iv in record.intervals if iv.name == "batch"][0]
+    assert dict(first_step.args)["prefill_tokens"] == 3200  # both prompts whole, no hit
+    assert [r.cached_tokens for r in record.requests] == [0, 0, 1536]

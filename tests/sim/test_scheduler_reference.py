@@ -69,6 +69,8 @@ class _FixedCapacity:
         self.decode_step_s = cost.decode_step_s
         self.decode_run_ends = cost.decode_run_ends
         self.kv_transfer_bytes = cost.kv_transfer_bytes
+        self.kv_bytes_per_token = cost.kv_bytes_per_token
+        self.linear_state_bytes_per_seq = cost.linear_state_bytes_per_seq
 
     def kv_capacity_tokens(self, gpu_memory_utilization: float, max_num_seqs: int = 0, max_batched_tokens: int = 0) -> int:
         return self._capacity

@@ -46,12 +46,22 @@ def test_runs_keep_their_invariants(scenario):
         assert 0 <= rec.cached_tokens < req.prompt_tokens or (rec.cached_tokens == req.prompt_tokens and rec.preemptions)
         assert rec.recomputed_tokens >= 0
         if cfg.cluster.layout == "disaggregated" and req.output_tokens > 1:
-            assert rec.first_token_s <= rec.kv_transfer_end_s <= times[1]
+            assert rec.prefill_end_s <= rec.kv_transfer_end_s <= rec.decode_scheduled_s
+            if cfg.cluster.transfer.first_token == "prefill":
+                assert rec.first_token_s == rec.prefill_end_s and rec.decode_scheduled_s < times[1]
+            else:  # the decode instance's first step emits it
+                assert rec.decode_scheduled_s < rec.first_token_s
             assert rec.kv_transfer_start_s <= rec.kv_transfer_end_s
             assert rec.decode_instance.startswith("decode-")
-    # Prompt tokens computed by the steps = prompt - cached + recomputed, over all requests.
+    # Prompt tokens computed by the steps = prompt - cached + recomputed, over all requests, plus,
+    # when the decode side emits the first token, the last prompt token computed there again (and
+    # the prefill side's token, which no client sees).
+    handed_over = 0
+    if cfg.cluster.layout == "disaggregated" and cfg.cluster.transfer.first_token == "decode":
+        handed_over = sum(1 for r in requests if r.output_tokens > 1)
     computed = sum(dict(iv.args)["prefill_tokens"] for iv in record.intervals if iv.name == "batch")
-    assert computed == sum(r.prompt_tokens - r.cached_tokens + r.recomputed_tokens for r in record.requests)
+    expected = sum(r.prompt_tokens - r.cached_tokens + r.recomputed_tokens for r in record.requests)
+    assert computed == expected + handed_over
     # Steps on one instance never overlap or go back in time; decode output is conserved.
     last_end = defaultdict(float)
     for iv in record.intervals:
@@ -60,7 +70,7 @@ def test_runs_keep_their_invariants(scenario):
             assert iv.start_s >= last_end[iv.track]
             last_end[iv.track] = iv.end_s
     emitted = sum(dict(iv.args)["output_tokens"] for iv in record.intervals if iv.name == "batch")
-    assert emitted == sum(r.output_tokens for r in requests)
+    assert emitted == sum(r.output_tokens for r in requests) + handed_over
     # KV blocks within [0, capacity]; counters in time order per track.
     blocks = capacity // cfg.engine.block_size
     last_t = defaultdict(float)

@@ -42,7 +42,7 @@ class FakeCost:
     + per_attn_pair_s * prefill attention pairs + per_decode_seq_s * decode sequences
     + per_context_token_s * decode context tokens, summed in that order (so a term whose rate is 0
     adds exactly nothing). Defaults: 1 ms per step, 10 us per prefill token, 0.1 ms per decode
-    sequence, no attention or context term, 1000 bytes of KV per token."""
+    sequence, no attention or context term, 1000 bytes of KV per token, no recurrent state."""
 
     capacity_tokens: int
     _: KW_ONLY
@@ -52,6 +52,7 @@ class FakeCost:
     per_decode_seq_s: float = 1e-4
     per_context_token_s: float = 0.0
     transfer_bytes_per_token: int = 1000
+    state_bytes_per_seq: int = 0  # a hybrid model's recurrent state (bytes per sequence)
 
     def step(self, work: StepWork) -> FakeStepCost:
         return FakeStepCost(
@@ -78,6 +79,12 @@ class FakeCost:
     def kv_transfer_bytes(self, tokens: int) -> int:
         """Bytes of KV moved for `tokens` tokens."""
         return self.transfer_bytes_per_token * tokens
+
+    def kv_bytes_per_token(self) -> int:
+        return self.transfer_bytes_per_token
+
+    def linear_state_bytes_per_seq(self) -> int:
+        return self.state_bytes_per_seq
 
 
 def sim_config(**overrides: Any) -> SimConfig:

@@ -1,6 +1,7 @@
 """Random small clusters and workloads for the simulator's property tests (hypothesis): engines
 with tight KV memory (so preemptions happen), prompts whose block hashes come from a tiny alphabet
-(so prefix-cache hits happen), colocated and disaggregated layouts, every router and transfer mode."""
+(so prefix-cache hits happen), colocated and disaggregated layouts, every router, transfer mode, first-token side and reservation
+rule."""
 
 from __future__ import annotations
 
@@ -51,6 +52,8 @@ def scenarios(draw) -> tuple[SimConfig, list[Request], int]:
             mode=draw(st.sampled_from(["after_prefill", "layerwise"])),
             topology=draw(st.sampled_from(["per_prefill_nic", "shared"])),
             layer_groups=draw(st.integers(1, 3)),
+            first_token=draw(st.sampled_from(["decode", "prefill"])),
+            reservation_takes_slot=draw(st.booleans()),
         ),
     )
     n = draw(st.integers(1, 12))
