@@ -40,7 +40,7 @@ def test_decode_starved_run_is_saturated_and_its_backlog_grows():
     prefill_only = saturation(arrivals, np.array([queue_phase_s(r) for r in record.requests]))
     assert not prefill_only.saturated
     # TTFT carries the decode-side wait (decode-side first token, the default).
-    assert summary.latency.ttft_s.p90 > 1.0
+    assert summary.latency.ttft_s.stat("p90") > 1.0
     backlog = summary.backlog
     assert backlog.growth_per_s > 1.0 and backlog.final > 0.5 * backlog.peak > 20
     assert list(backlog.quarter_means) == sorted(backlog.quarter_means)
@@ -51,7 +51,7 @@ def test_prefill_side_stamp_hides_the_starvation_from_ttft_but_not_from_saturati
     _, decode = pd_run(rate=40.0)
     _, prefill = pd_run(rate=40.0, first_token="prefill")
     assert prefill.first_token_side == "prefill" and decode.first_token_side == "decode"
-    assert prefill.latency.ttft_s.p90 < 0.01 < 1.0 < decode.latency.ttft_s.p90
+    assert prefill.latency.ttft_s.stat("p90") < 0.01 < 1.0 < decode.latency.ttft_s.stat("p90")
     assert prefill.saturation.saturated
 
 
