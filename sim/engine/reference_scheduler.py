@@ -80,6 +80,25 @@ class ReferenceScheduler:
     def plan(self, now: float) -> StepPlan | None:
         """Rules 1-5 of `scheduler.py`'s docstring, in order, for a step starting at `now` (s)."""
         preempted_before = self.preemptions
+        while True:
+            chunks, admits = self._plan_pass(now)
+            if admits or chunks or self.decoding:
+                break
+            # It preempted and would be empty: an empty step of no time; plan again from rule 1.
+        if not chunks and not self.decoding:
+            return None
+        decode_context = sum(seq.computed + 1 for seq in self.decoding.values())
+        work = StepWork.decode(len(self.decoding), decode_context)
+        for seq, new in chunks:
+            work += StepWork.prefill_chunk(new, seq.computed, finishes=seq.computed + new == seq.target)
+            if math.isnan(seq.rec.first_scheduled_s):
+                seq.rec.first_scheduled_s = now
+        self._preempted = self.preemptions - preempted_before
+        return StepPlan(self.step_no, chunks, len(self.decoding), work)
+
+    def _plan_pass(self, now: float) -> tuple[list[tuple[Seq, int]], bool]:
+        """Rules 1-5 once: the step's prompt chunks, and whether it admitted (no preemption)."""
+        preempted_before = self.preemptions
         # 1. KV arrived from a prefill instance with the first token
         while self.ready and self.ready[0].computed == self.ready[0].target and self._ready_slot_free():
             seq = self.ready.popleft()
@@ -104,10 +123,11 @@ class ReferenceScheduler:
             if self._allocate_or_preempt(seq, need):
                 seq.blocks += need
                 chunks.append((seq, new))
-        # 4. admit, unless this step preempted (and is not empty without admissions)
-        admits = self.preemptions == preempted_before or not (chunks or self.decoding)
+        # 4. admit, unless this pass preempted
+        admits = self.preemptions == preempted_before
         # KV that arrived without the first token first: its last prompt token, blocks reserved
-        while admits and self.ready and self._ready_slot_free():
+        while admits and self.ready and self.ready[0].computed < self.ready[0].target \
+                and self._ready_slot_free():
             budget = self.max_tokens - len(self.decoding) - sum(new for _, new in chunks)
             if budget <= 0:
                 break
@@ -131,16 +151,7 @@ class ReferenceScheduler:
             seq.blocks = need
             self.reserved[seq.id] = seq
             granted.succeed()
-        if not chunks and not self.decoding:
-            return None
-        decode_context = sum(seq.computed + 1 for seq in self.decoding.values())
-        work = StepWork.decode(len(self.decoding), decode_context)
-        for seq, new in chunks:
-            work += StepWork.prefill_chunk(new, seq.computed, finishes=seq.computed + new == seq.target)
-            if math.isnan(seq.rec.first_scheduled_s):
-                seq.rec.first_scheduled_s = now
-        self._preempted = self.preemptions - preempted_before
-        return StepPlan(self.step_no, chunks, len(self.decoding), work)
+        return chunks, admits
 
     def repeats(self, plan: StepPlan) -> Callable[[int], bool] | None:
         return None  # one step at a time

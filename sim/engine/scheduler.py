@@ -13,7 +13,8 @@ One step (vLLM-like; `plan` then `finish`):
 3. Partially prefilled running requests, oldest first, take prompt chunks of what is left of the
    budget (blocks allocated per chunk, preempting as in 2).
 4. Unless this step preempted (vLLM v1 schedules no waiting request in a step that preempted;
-   here, unless the step would then be empty, which stands for an empty step of no time),
+   a step that would then be empty stands for an empty step of no time: planning starts again at
+   1, where the slots that the preemptions freed may start delivered requests),
    requests whose KV arrived without their first token (the decode-side first token, the default)
    are admitted in delivery order, each with one token to compute: the last prompt token, whose
    logits give token 1 (vLLM's P/D connectors load all prompt KV but that token's). They hold
@@ -182,16 +183,23 @@ class Scheduler:
         """Decide the next step (see the module docstring); None when there is nothing to run."""
         n = self.step_no
         preempted_before = self.preemptions
-        self._start_ready(n, now)
-        self._grow_decodes(n)
-        chunks: list[tuple[Seq, int]] = []
-        taken = self._continue_prefills(n, chunks)
-        # A step that preempted admits nothing, unless it would be empty: then it is as if an empty
-        # step of no time had passed.
-        if self.preemptions == preempted_before or not (chunks or self.decoding):
-            taken = self._admit_ready(now, chunks, taken)
-            self._admit_waiting(now, chunks, taken)
-            self._grant_reservations()
+        while True:
+            preempted_in_pass = self.preemptions
+            self._start_ready(n, now)
+            self._grow_decodes(n)
+            chunks: list[tuple[Seq, int]] = []
+            taken = self._continue_prefills(n, chunks)
+            if self.preemptions == preempted_in_pass:
+                taken = self._admit_ready(now, chunks, taken)
+                self._admit_waiting(now, chunks, taken)
+                self._grant_reservations()
+                break
+            if chunks or self.decoding:
+                break  # a step that preempted admits nothing
+            # Empty: as if an empty step of no time had passed, plan again from rule 1 (the slots
+            # the preemptions freed may start delivered requests; otherwise a preempted request
+            # could be readmitted, and preempt itself, forever against their reserved blocks).
+            # Nothing runs now, so a further pass preempts only requests it started: it ends.
         if not chunks and not self.decoding:
             return None
         prefill_tokens = attn_pairs = context = completing = 0
@@ -350,7 +358,7 @@ class Scheduler:
         while ready and ready[0].computed < ready[0].target and self._ready_slot_free():
             budget = self.max_tokens - len(self.decoding) - taken
             if budget <= 0:
-                return
+                return taken
             seq = ready.popleft()
             new = min(seq.target - seq.computed, budget)
             assert _ceil_div(seq.computed + new - seq.base, self.block_size) <= seq.blocks

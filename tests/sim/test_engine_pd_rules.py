@@ -1,14 +1,21 @@
 """Engine and transfer rules of issue 10: no admission in a step that preempted (vLLM v1); a
 resumed request hits its own cached prompt blocks; a hybrid model's prefix-cache entries keep a
 recurrent-state snapshot (memory charged in KV blocks); its recurrent state crosses the link once
-per request; a granted reservation holds a sequence slot only when configured to."""
+per request; a granted reservation holds a sequence slot only when configured to; a slot that a
+preemption frees in an otherwise empty step goes to a request whose KV has arrived (no livelock)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
+import simpy
 from support.sim_fakes import FakeCost, sim_config
+from support.sim_scenarios import LINK as SCENARIO_LINK
+from support.sim_scenarios import fake_cost
+
+import infralab.sim.engine.instance as instance_module
 
 from infralab.sim.cluster import simulate
 from infralab.sim.config import ClusterConfig, EngineConfig, TransferConfig
@@ -121,3 +128,78 @@ def test_a_reservation_holds_a_slot_only_when_configured(takes_slot):
         assert second.kv_transfer_start_s == second.prefill_end_s
         assert second.decode_scheduled_s == first.finish_s  # it still waits for the slot to run
     assert not math.isnan(second.first_token_s)
+
+
+def delivered_with_first_token(request: Request) -> Seq:
+    """A decode-instance request whose KV arrived with its first token (first_token = "prefill")."""
+    seq = seq_of(request)
+    seq.computed = seq.target = request.prompt_tokens
+    seq.generated = 1
+    seq.rec.first_token_s = request.arrival_s  # stamped by the prefill instance
+    seq.rec.token_times_s.append(request.arrival_s)
+    return seq
+
+
+@pytest.mark.parametrize("policy", [Scheduler, ReferenceScheduler])
+def test_a_slot_freed_by_preemption_starts_a_delivered_request(policy):
+    """One slot, 73 blocks of 2 tokens. Both reservations are granted (41 + 31 blocks); A runs,
+    outgrows the 1 free block and preempts itself. A step that would then be empty is an empty
+    step of no time: planning starts again, and B (delivered, holding its blocks) takes the freed
+    slot. Before, A was readmitted at once, and with B's blocks held it preempted itself again
+    forever (a livelock: steps without end, found by test_scheduler_reference's hypothesis run)."""
+    sched = policy(max_num_seqs=1, max_batched_tokens=42, block_size=2, capacity_blocks=73,
+                   prefix_cache=False, prefix_block_tokens=2)
+    env = simpy.Environment()
+    a = delivered_with_first_token(Request(0, 0.0, 82, 18))
+    b = delivered_with_first_token(Request(1, 0.0, 61, 8))
+    for seq in (a, b):
+        sched.add_reservation(seq, env.event())
+    assert sched.plan(0.0) is None  # grants both; nothing has arrived yet
+    sched.deliver(a)
+    sched.deliver(b)
+    t, b_started_after_preemption = 0.0, False
+    for _ in range(1000):  # both need 17 + 7 decode steps and one recompute of A
+        before = sched.preemptions
+        plan = sched.plan(t)
+        if plan is None:
+            break
+        if sched.preemptions > before:
+            b_started_after_preemption |= b.id in sched.running
+        t += 0.01
+        sched.finish(plan, [t])
+    assert plan is None and not (sched.running or sched.waiting or sched.ready)
+    assert not math.isnan(a.rec.finish_s) and not math.isnan(b.rec.finish_s)
+    assert a.rec.preemptions >= 1 and b_started_after_preemption
+    assert b.rec.finish_s < a.rec.finish_s
+
+
+def bounded(policy: type, max_plans: int = 20_000) -> type:
+    """`policy` that fails instead of looping without end (a livelock advances virtual time)."""
+
+    class Bounded(policy):
+        def plan(self, now: float):
+            self.plans = getattr(self, "plans", 0) + 1
+            assert self.plans <= max_plans, "the scheduler plans steps without end"
+            return super().plan(now)
+
+    return Bounded
+
+
+def test_the_hypothesis_livelock_case_finishes_with_identical_records(monkeypatch):
+    """The concrete case (shrunk) that looped forever: one prefill and one decode instance, one
+    decode slot, the prefill-side first token, tight KV. Both schedulers finish, with identical
+    records."""
+    cfg = sim_config(
+        engine=EngineConfig(max_num_seqs=1, max_batched_tokens=42, block_size=2, prefix_cache=False,
+                            prefix_block_tokens=2),
+        cluster=ClusterConfig(layout="disaggregated", prefill_instances=1, decode_instances=1,
+                              transfer=TransferConfig(first_token="prefill")),
+    )
+    requests = [Request(8, 0.171, 82, 18), Request(10, 0.173, 61, 8)]
+    records = {}
+    for name, policy in (("fast", Scheduler), ("reference", ReferenceScheduler)):
+        monkeypatch.setitem(instance_module.SCHEDULERS, name, bounded(policy))
+        run_cfg = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, scheduler=name))
+        records[name] = simulate(run_cfg, requests, fake_cost(146), SCENARIO_LINK, check_invariants=True)
+    assert all(not math.isnan(r.finish_s) for r in records["fast"].requests)
+    assert repr(records["fast"].requests) == repr(records["reference"].requests)
