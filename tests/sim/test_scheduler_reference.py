@@ -9,20 +9,24 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, given, settings
-from support.sim_fakes import sim_config
-from support.sim_scenarios import LINK, fake_cost, scenarios
+from support.sim_scenarios import (
+    LINK,
+    PRESSURE_LINK,
+    fake_cost,
+    kv_pressure_configs,
+    kv_pressure_requests,
+    scenarios,
+)
 
 import infralab.sim.engine.instance as instance_module
 from infralab.errors import InputError
 from infralab.sim.cluster import simulate
-from infralab.sim.config import ClusterConfig, CostConfig, EngineConfig, load_config
+from infralab.sim.config import CostConfig, EngineConfig, load_config
 from infralab.sim.cost_model import CostModel
 from infralab.sim.run import simulate_config
-from infralab.sim.specs import LinkSpec, load_accelerator, load_link, load_model
-from infralab.sim.workloads.request import Request
+from infralab.sim.specs import load_accelerator, load_link, load_model
 
 
 def with_scheduler(cfg, scheduler: str):
@@ -152,21 +156,10 @@ def test_an_unknown_scheduler_is_an_input_error(tmp_path):
 
 def test_fast_scheduler_gives_the_reference_records_under_kv_pressure():
     """A larger fixed case: hundreds of requests, prefix hits, preemptions, both layouts."""
-    rng = np.random.default_rng(5)
-    arrivals = np.cumsum(rng.exponential(0.01, 200))
-    requests = [
-        Request(i, float(arrivals[i]), int(rng.integers(50, 3000)), int(rng.integers(1, 300)),
-                tuple(int(h) for h in np.cumsum(rng.integers(1, 3, size=5))))
-        for i in range(200)
-    ]
-    engine = EngineConfig(max_num_seqs=32, max_batched_tokens=1024)
-    for layout in ("colocated", "disaggregated"):
-        cluster = ClusterConfig(layout=layout, instances=2, prefill_instances=2, decode_instances=1,
-                                router="least_outstanding_tokens")
-        cfg = sim_config(engine=engine, cluster=cluster)
-        link = LinkSpec(name="test", bandwidth=5e9, latency=1e-5)
-        fast = simulate(cfg, requests, fake_cost(8000), link)
-        reference = simulate(with_scheduler(cfg, "reference"), requests, fake_cost(8000), link)
+    requests = kv_pressure_requests(200)
+    for cfg in kv_pressure_configs():
+        fast = simulate(cfg, requests, fake_cost(8000), PRESSURE_LINK)
+        reference = simulate(with_scheduler(cfg, "reference"), requests, fake_cost(8000), PRESSURE_LINK)
         assert sum(r.preemptions for r in reference.requests) > 0
         assert sum(r.cached_tokens for r in reference.requests) > 0
         assert repr(fast.requests) == repr(reference.requests)

@@ -8,16 +8,18 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-import numpy as np
 from hypothesis import HealthCheck, event, given, settings
-from support.sim_fakes import sim_config
-from support.sim_scenarios import LINK, fake_cost, scenarios
+from support.sim_scenarios import (
+    LINK,
+    PRESSURE_LINK,
+    fake_cost,
+    kv_pressure_configs,
+    kv_pressure_requests,
+    scenarios,
+)
 
 import infralab.sim.engine.instance as instance_module
 from infralab.sim.cluster import simulate
-from infralab.sim.config import ClusterConfig, EngineConfig
-from infralab.sim.specs import LinkSpec
-from infralab.sim.workloads.request import Request
 
 
 def run(scenario):
@@ -107,26 +109,15 @@ def test_runs_of_quiet_steps_change_no_request(scenario):
 
 def test_runs_of_quiet_steps_change_no_request_under_kv_pressure():
     """A larger fixed case: hundreds of requests, prefix hits, preemptions, both layouts."""
-    rng = np.random.default_rng(5)
-    arrivals = np.cumsum(rng.exponential(0.01, 300))
-    requests = [
-        Request(i, float(arrivals[i]), int(rng.integers(50, 3000)), int(rng.integers(1, 300)),
-                tuple(int(h) for h in np.cumsum(rng.integers(1, 3, size=5))))
-        for i in range(300)
-    ]
-    engine = EngineConfig(max_num_seqs=32, max_batched_tokens=1024)
-    for layout in ("colocated", "disaggregated"):
-        cluster = ClusterConfig(layout=layout, instances=2, prefill_instances=2, decode_instances=1,
-                                router="least_outstanding_tokens")
-        cfg = sim_config(engine=engine, cluster=cluster)
-        link = LinkSpec(name="test", bandwidth=5e9, latency=1e-5)
-        together = simulate(cfg, requests, fake_cost(8000), link)
+    requests = kv_pressure_requests(300)
+    for cfg in kv_pressure_configs():
+        together = simulate(cfg, requests, fake_cost(8000), PRESSURE_LINK)
         assert sum(r.preemptions for r in together.requests) > 0
         assert sum(r.cached_tokens for r in together.requests) > 0
         saved = instance_module.MAX_QUIET_STEPS
         instance_module.MAX_QUIET_STEPS = 1
         try:
-            single = simulate(cfg, requests, fake_cost(8000), link)
+            single = simulate(cfg, requests, fake_cost(8000), PRESSURE_LINK)
         finally:
             instance_module.MAX_QUIET_STEPS = saved
         assert repr(together.requests) == repr(single.requests)

@@ -72,3 +72,34 @@ def scenarios(draw) -> tuple[SimConfig, list[Request], int]:
     need = max(-(-(r.prompt_tokens + r.output_tokens - 1) // block_size) for r in requests)
     capacity = block_size * draw(st.integers(need, 2 * need))  # tight: preemptions happen
     return sim_config(engine=engine, cluster=cluster), requests, capacity
+
+
+# ---- one larger fixed case ---------------------------------------------------------------------
+
+PRESSURE_LINK = LinkSpec(name="test", bandwidth=5e9, latency=1e-5)
+
+
+def kv_pressure_requests(n: int) -> list[Request]:
+    """`n` Poisson-ish requests (seed 5) with prompts of 50-3000 tokens, outputs of 1-300 and
+    5-block hash chains from a tiny alphabet: with `kv_pressure_configs` and `fake_cost(8000)`
+    they preempt and hit the prefix cache."""
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    arrivals = np.cumsum(rng.exponential(0.01, n))
+    return [
+        Request(i, float(arrivals[i]), int(rng.integers(50, 3000)), int(rng.integers(1, 300)),
+                tuple(int(h) for h in np.cumsum(rng.integers(1, 3, size=5))))
+        for i in range(n)
+    ]
+
+
+def kv_pressure_configs() -> list[SimConfig]:
+    """The same engine (32 sequences, 1,024-token budget) colocated (2 instances) and
+    disaggregated (2 prefill, 1 decode), least-outstanding-tokens routing."""
+    engine = EngineConfig(max_num_seqs=32, max_batched_tokens=1024)
+    return [
+        sim_config(engine=engine, cluster=ClusterConfig(layout=layout, instances=2, prefill_instances=2,
+                                                        decode_instances=1, router="least_outstanding_tokens"))
+        for layout in ("colocated", "disaggregated")
+    ]
