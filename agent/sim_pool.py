@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from infralab.config_io import validate
 from infralab.errors import InputError
 from infralab.locations import is_data_path
+from infralab.overrides import set_path
 from infralab.sim.config import (
     SimConfig,
     applicable_fields,
@@ -113,11 +114,10 @@ def layout_switch_note(config_path: Path, knobs: Iterable[tuple[str, Any]], cfg:
         return None
     doc = config_doc(config_path)
     for knob, value in knobs:
-        *parents, leaf = knob.split(".")
-        node = doc
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
+        # `pools` writes both pool sizes (apply_knob); only which fields are written matters here
+        paths = ["cluster.prefill_instances", "cluster.decode_instances"] if knob == POOLS else [knob]
+        for path in paths:
+            set_path(doc, path.split("."), value, knob)
     return layout_defaults_note(doc, cfg)
 
 

@@ -65,15 +65,21 @@ def apply_overrides(doc: dict[str, Any], assignments: Sequence[str], source: str
     result = copy.deepcopy(doc)
     for assignment in assignments:
         parts, value = parse_assignment(assignment, source)
-        table = result
-        for depth, part in enumerate(parts[:-1]):
-            node = table.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise InputError(
-                    f"{source} {assignment!r}",
-                    f"{'.'.join(parts[: depth + 1])} is {node!r}, not a table",
-                    "a key inside a table of the config",
-                )
-            table = node
-        table[parts[-1]] = value
+        set_path(result, parts, value, f"{source} {assignment!r}")
     return result
+
+
+def set_path(doc: dict[str, Any], parts: Sequence[str], value: Any, where: str) -> None:
+    """Set `doc[parts[0]][parts[1]]...` to `value` in place, making the tables on the way; a path
+    through a value that is not a table raises InputError naming `where`."""
+    table = doc
+    for depth, part in enumerate(parts[:-1]):
+        node = table.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise InputError(
+                where,
+                f"{'.'.join(parts[: depth + 1])} is {node!r}, not a table",
+                "a key inside a table of the config",
+            )
+        table = node
+    table[parts[-1]] = value

@@ -321,3 +321,12 @@ def test_a_knob_the_point_s_layout_does_not_read_is_an_error(tmp_path):
     with pytest.raises(InputError) as info:
         load_space(write_space(tmp_path, space))
     assert "cluster.instances" in info.value.where and "not read by the disaggregated layout" in info.value.problem
+
+
+def test_a_layout_switch_note_leaves_out_the_pool_sizes_a_pools_axis_sets(tmp_path, capsys):
+    space = LAYOUT_SPACE.replace('"cluster.layout" = ["colocated", "disaggregated"]',
+                                 '"cluster.layout" = ["disaggregated"]\npools = ["2:1"]')
+    load_space(write_space(tmp_path, space))
+    err = capsys.readouterr().err
+    assert "note: the disaggregated layout uses defaults" in err
+    assert "decode_instances" not in err and "prefill_instances" not in err
