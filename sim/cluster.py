@@ -10,7 +10,11 @@
   spec's bandwidth) or one fabric link for the whole cluster ("shared", link "kv-shared", at the
   spec's bandwidth).
 
-Every instance has the same hardware: KV capacity = cost.kv_capacity_tokens(gpu_memory_utilization,
+- "epd": the disaggregated layout with an encode pool (`cluster.encode_instances`, picked by
+  `cluster.encode_router`) in front, for requests with images (`infralab.sim.encode_pool`).
+
+Every instance of a pool has the same hardware (`infralab.sim.pool_hardware`: a pool may differ
+from `[hardware]`); its KV capacity = cost.kv_capacity_tokens(gpu_memory_utilization,
 max_num_seqs, max_batched_tokens) // block_size blocks. The run is deterministic: virtual time only, no randomness, ties broken by
 arrival order and instance index.
 """
@@ -18,17 +22,19 @@ arrival order and instance index.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 import simpy
 
 from infralab.errors import InputError
 from infralab.sim.concurrency_gate import ConcurrencyGate, concurrency_gate
 from infralab.sim.config import EngineConfig, SimConfig
+from infralab.sim.encode_pool import EncodeInstance, EncodePool, EncodeRecord, InlineEncoder, encode_records
 from infralab.sim.engine.instance import Instance
 from infralab.sim.engine.kv_blocks import state_snapshot_blocks
 from infralab.sim.engine.request_state import Seq
 from infralab.sim.kv_transfer import KVTransfer
 from infralab.sim.link import Link
+from infralab.sim.pool_hardware import ClusterPools
 from infralab.sim.protocols import LinkRate, Router, ServedRequest, StepCostModel, StepListener
 from infralab.sim.records import RequestRecord, RunRecord
 from infralab.sim.routers import make_router
@@ -43,6 +49,7 @@ def simulate(
     check_invariants: bool = False,
     timeline: bool = True,
     max_timeline_events: int | None = None,
+    pools: ClusterPools | None = None,
 ) -> RunRecord:
     """Run `requests` (each with id, arrival_s, prompt_tokens, output_tokens, block_hashes) through
     the cluster `cfg.cluster`, each step timed by `cost.step(work).total_s` (s); returns the run's
@@ -52,11 +59,17 @@ def simulate(
     keeps no intervals or counter samples; `max_timeline_events`: only those a timeline of that
     many events shows (`RunRecord.with_timeline`; the summary is the same either way).
 
+    `pools` (`infralab.sim.pool_hardware.ClusterPools`): per-pool cost models where a pool's
+    hardware differs, and the multimodal requests' images and encoder (`infralab.sim.encode_pool`).
+
     Raises InputError for an engine config or request the cluster can never serve.
     """
+    costs = pools.costs if pools is not None else {}
+    engines = {role: _with_batch_defaults(cfg.engine, c) for role, c in costs.items()}
+    capacities = {role: _kv_capacity_blocks(c, engines[role]) for role, c in costs.items()}
     engine = _with_batch_defaults(cfg.engine, cost)
     capacity = _kv_capacity_blocks(cost, engine)
-    _check_requests(requests, engine, capacity)
+    _check_requests(requests, engine, min([capacity, *capacities.values()]))
     env = simpy.Environment()
     record = RunRecord.with_timeline(timeline, max_timeline_events)
     records = [
@@ -67,12 +80,19 @@ def simulate(
     arrivals = _ArrivalClock()
 
     policy = _policy_options(cfg, cost)
+    policies = {role: _policy_options(cfg, c) for role, c in costs.items()}
+    encodes = encode_records(requests, pools.images, pools.image_tokens) if pools and pools.encoder else None
+    inline = pools is not None and pools.encoder is not None and cfg.cluster.layout != "epd"
 
     def instance(name: str, index: int, role: str, listener: StepListener | None = None) -> Instance:
         horizon = None if role == "decode" else arrivals.next_s
-        return Instance(
-            env, name, index, role, engine, cost, capacity, record, listener, check_invariants, horizon, policy
+        made = Instance(
+            env, name, index, role, engines.get(role, engine), costs.get(role, cost), capacities.get(role, capacity),
+            record, listener, check_invariants, horizon, policies.get(role, policy)
         )
+        if inline and role != "decode":
+            made.extra_step_s = InlineEncoder(name, pools.encoder, encodes)
+        return made
 
     cluster = cfg.cluster
     if cluster.layout == "colocated":
@@ -86,27 +106,38 @@ def simulate(
             shared = Link(env, transfer_link, "kv-shared", record)
             links = {name: shared for name in prefill_names}
         else:
-            nics = cfg.hardware.tp  # one NIC per accelerator
+            # One NIC per accelerator; between pools of different tp, the side with fewer NICs bounds the flow.
+            nics = min(getattr(costs.get(role), "tp", cfg.hardware.tp) for role in ("prefill", "decode"))
             links = {name: Link(env, transfer_link, f"nic-{name}", record, lanes=nics) for name in prefill_names}
-        transfer = KVTransfer(env, cluster.transfer, cost, links, decode_pool, make_router(cluster.decode_router))
+        # The bytes that cross are the decode instance's KV layout (what its ranks hold).
+        transfer = KVTransfer(env, cluster.transfer, costs.get("decode", cost), links, decode_pool,
+                              make_router(cluster.decode_router))
         front = [instance(name, i, "prefill", transfer) for i, name in enumerate(prefill_names)]
     record.resources["cluster"] = {
         "layout": cluster.layout,
         "kv_capacity_blocks_per_instance": capacity,
         # who stamps token 1 (the summary labels TTFT with it)
-        "first_token": cluster.transfer.first_token if cluster.layout == "disaggregated" else "instance",
+        "first_token": cluster.transfer.first_token if cluster.layout != "colocated" else "instance",
     }
-    pools = [*front, *(decode_pool if cluster.layout == "disaggregated" else [])]
-    arrivals.gate = concurrency_gate(env, cfg.workload.max_concurrency, pools)  # closed loop, or None
+    if capacities:
+        record.resources["cluster"]["kv_capacity_blocks_per_pool"] = {
+            role: capacities.get(role, capacity) for role in ("prefill", "decode")}
+    lm_pools = [*front, *(decode_pool if cluster.layout != "colocated" else [])]
+    arrivals.gate = concurrency_gate(env, cfg.workload.max_concurrency, lm_pools)  # closed loop, or None
 
-    decode_emits_first = cluster.layout == "disaggregated" and cluster.transfer.first_token == "decode"
-    env.process(_arrivals(env, requests, records, make_router(cluster.router), front, arrivals, decode_emits_first))
+    decode_emits_first = cluster.layout != "colocated" and cluster.transfer.first_token == "decode"
+    admit = _admission(make_router(cluster.router), front, decode_emits_first)
+    if cluster.layout == "epd":
+        assert pools is not None and pools.encoder is not None and pools.embedding_link is not None
+        admit = _encode_pool(env, cfg, pools, encodes, record, admit).admit
+    env.process(_arrivals(env, requests, records, admit, arrivals))
     env.run()
 
     unfinished = [rec.id for rec in records if math.isnan(rec.finish_s)]
     if unfinished:
         raise RuntimeError(f"simulation stalled with {len(unfinished)} unfinished requests, e.g. {unfinished[:5]}")
     record.requests = records
+    record.encodes = None if encodes is None else [encodes[r.id] for r in requests]
     record.close()
     # The last recorded time (SimPy's own clock can differ from it by the rounding of a delay).
     last_interval_end = record.tally().last_end_s
@@ -137,14 +168,10 @@ def _arrivals(
     env: simpy.Environment,
     requests: Sequence[ServedRequest],
     records: list[RequestRecord],
-    router: Router,
-    front: list[Instance],
+    admit: Callable[[ServedRequest, RequestRecord], None],
     clock: _ArrivalClock,
-    decode_emits_first: bool,
 ):
-    """Hand each request to the front pool at its arrival time (ties: input order). With
-    `decode_emits_first`, a prefill instance's tokens of a request that goes on to a decode
-    instance are not the client's."""
+    """Hand each request to `admit` (the front pool) at its arrival time (ties: input order)."""
     order: Sequence[int] = range(len(requests))
     if any(requests[i].arrival_s > requests[i + 1].arrival_s for i in range(len(requests) - 1)):
         order = sorted(order, key=lambda i: requests[i].arrival_s)  # stable: in order, as given
@@ -155,6 +182,14 @@ def _arrivals(
             yield env.timeout(request.arrival_s - env.now)
         yield from clock.wait_for_slot(rec)
         clock.next = requests[order[pos + 1]].arrival_s if pos + 1 < len(order) else math.inf
+        admit(request, rec)
+
+
+def _admission(router: Router, front: list[Instance], decode_emits_first: bool) -> Callable[[ServedRequest, RequestRecord], None]:
+    """Submit a request to the front instance `router` picks. With `decode_emits_first`, a
+    prefill instance's tokens of a request that goes on to a decode instance are not the client's."""
+
+    def admit(request: ServedRequest, rec: RequestRecord) -> None:
         target = router.choose(request, front)
         rec.prefill_instance = target.name
         if target.role == "colocated":
@@ -162,6 +197,22 @@ def _arrivals(
         seq = Seq(request, rec, decodes_here=target.role != "prefill")
         seq.streams_tokens = not (decode_emits_first and target.role == "prefill" and request.output_tokens > 1)
         target.submit(seq)
+
+    return admit
+
+
+def _encode_pool(env: simpy.Environment, cfg: SimConfig, pools: ClusterPools, encodes: dict[int, EncodeRecord],
+                 record: RunRecord, to_prefill: Callable[[ServedRequest, RequestRecord], None]) -> EncodePool:
+    """The EPD layout's encode pool, each instance with its NIC link ("nic-encode-<i>", one lane
+    per accelerator) for the embeddings."""
+    assert pools.encoder is not None
+    lanes = pools.encoder.cost.tp
+    instances = [
+        EncodeInstance(env, i, pools.encoder, Link(env, pools.embedding_link, f"nic-encode-{i}", record, lanes=lanes),
+                       record, to_prefill)
+        for i in range(cfg.cluster.encode_instances)
+    ]
+    return EncodePool(instances, make_router(cfg.cluster.encode_router), encodes, to_prefill)
 
 
 def _policy_options(cfg: SimConfig, cost: StepCostModel) -> dict[str, object]:

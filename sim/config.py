@@ -36,6 +36,7 @@ from infralab.field_types import (
     Tokens,
 )
 from infralab.overrides import apply_overrides
+from infralab.sim.epd_schema import EmbeddingTransferConfig, MultimodalConfig, PoolHardwareSet, check_epd_fields
 
 # Every field is strict and bounded (infralab.field_types; the limits are listed in docs/sim.md).
 Rate = Number(ge=MIN_RATE, le=MAX_RATE)  # requests per second
@@ -122,6 +123,7 @@ class TraceWorkload:
     max_prompt_tokens: Tokens | None = None  # clip prompts (e.g. to the model's context)
     # Closed loop: at most this many requests in flight (infralab.sim.concurrency_gate); None: open loop.
     max_concurrency: Int(gt=0, le=MAX_REQUESTS) | None = None
+    multimodal: MultimodalConfig | None = None  # a share of requests with images (sim.epd_schema)
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -132,6 +134,7 @@ class SyntheticWorkload:
     prompt: LengthSpec
     output: LengthSpec
     max_concurrency: Int(gt=0, le=MAX_REQUESTS) | None = None  # closed loop, as in TraceWorkload
+    multimodal: MultimodalConfig | None = None  # as in TraceWorkload
 
 
 WorkloadSpec = Annotated[Union[TraceWorkload, SyntheticWorkload], Field(discriminator="kind")]
@@ -323,13 +326,18 @@ class TransferConfig:
 
 @dataclass(frozen=True, config=STRICT)
 class ClusterConfig:
-    layout: Literal["colocated", "disaggregated"] = "colocated"
+    layout: Literal["colocated", "disaggregated", "epd"] = "colocated"
     instances: Int(gt=0, le=MAX_INSTANCES) = 1  # colocated
     prefill_instances: Int(gt=0, le=MAX_INSTANCES) = 1  # disaggregated
     decode_instances: Int(gt=0, le=MAX_INSTANCES) = 1
     router: Literal["round_robin", "least_outstanding_tokens", "prefix_aware"] = "round_robin"
     decode_router: Literal["round_robin", "least_outstanding_tokens"] = "least_outstanding_tokens"
     transfer: TransferConfig = TransferConfig()
+    # Layout "epd" (sim.encode_pool): an encode pool in front of the prefill pool, for image requests.
+    encode_instances: Int(gt=0, le=MAX_INSTANCES) = 1
+    encode_router: Literal["round_robin", "least_outstanding_tokens"] = "least_outstanding_tokens"
+    embedding_transfer: EmbeddingTransferConfig = EmbeddingTransferConfig()
+    pool_hardware: PoolHardwareSet | None = None  # per-pool accelerator / tp / pp (sim.pool_hardware)
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -404,6 +412,8 @@ def config_from_doc(doc: dict[str, Any], source: str, base_dir: Path) -> SimConf
 LAYOUT_FIELDS: dict[str, tuple[str, ...]] = {
     "colocated": ("instances",),
     "disaggregated": ("prefill_instances", "decode_instances", "decode_router", "transfer"),
+    "epd": ("encode_instances", "prefill_instances", "decode_instances", "encode_router", "decode_router", "transfer",
+            "embedding_transfer"),
 }
 # [cluster.transfer] fields that only one transfer mode reads.
 TRANSFER_MODE_FIELDS: dict[str, tuple[str, ...]] = {"layerwise": ("layer_groups",)}
@@ -414,14 +424,15 @@ def check_layout_fields(doc: dict[str, Any], cfg: SimConfig, source: str) -> Non
     transfer mode) does not read, e.g. `cluster.instances` in a disaggregated layout."""
     cluster = doc.get("cluster", {})
     layout = cfg.cluster.layout
-    for other, fields in LAYOUT_FIELDS.items():
-        for name in fields if other != layout else ():
-            if name in cluster:
-                raise InputError(
-                    f"{source}: cluster.{name}", f"does not apply to layout = {layout!r} (only {other!r} reads it)",
-                    f"no cluster.{name} with this layout: {_layout_hint(layout)}",
-                )
-    transfer = cluster.get("transfer", {}) if layout == "disaggregated" else {}
+    for name in _other_layouts_fields(layout):
+        if name in cluster:
+            readers = [repr(other) for other, fields in LAYOUT_FIELDS.items() if name in fields]
+            raise InputError(
+                f"{source}: cluster.{name}",
+                f"does not apply to layout = {layout!r} (only {' or '.join(readers)} read{'s' * (len(readers) == 1)} it)",
+                f"no cluster.{name} with this layout: {_layout_hint(layout)}",
+            )
+    transfer = cluster.get("transfer", {}) if "transfer" in LAYOUT_FIELDS[layout] else {}
     for mode, fields in TRANSFER_MODE_FIELDS.items():
         for name in fields if mode != cfg.cluster.transfer.mode else ():
             if name in transfer:
@@ -430,6 +441,12 @@ def check_layout_fields(doc: dict[str, Any], cfg: SimConfig, source: str) -> Non
                     f"does not apply to transfer mode = {cfg.cluster.transfer.mode!r} (only {mode!r} reads it)",
                     f"no cluster.transfer.{name} with this mode",
                 )
+
+
+def _other_layouts_fields(layout: str) -> list[str]:
+    """The [cluster] fields other layouts read and `layout` does not, in LAYOUT_FIELDS order."""
+    names = dict.fromkeys(name for fields in LAYOUT_FIELDS.values() for name in fields)
+    return [name for name in names if name not in LAYOUT_FIELDS[layout]]
 
 
 def _layout_hint(layout: str) -> str:
@@ -441,9 +458,8 @@ def applicable_fields(cfg: SimConfig) -> dict[str, Any]:
     (every default filled in; None for an unset optional field)."""
     doc = TypeAdapter(SimConfig).dump_python(cfg)
     cluster = doc["cluster"]
-    for other, fields in LAYOUT_FIELDS.items():
-        for name in fields if other != cfg.cluster.layout else ():
-            cluster.pop(name, None)
+    for name in _other_layouts_fields(cfg.cluster.layout):
+        cluster.pop(name, None)
     if "transfer" in cluster:
         for mode, fields in TRANSFER_MODE_FIELDS.items():
             for name in fields if mode != cfg.cluster.transfer.mode else ():
@@ -463,7 +479,7 @@ def layout_defaults(doc: dict[str, Any], cfg: SimConfig) -> list[str]:
     for name in LAYOUT_FIELDS[cfg.cluster.layout]:
         if isinstance(resolved[name], dict):
             inner = written.get(name, {})
-            out += [f"cluster.{name}.{k} = {v!r}" for k, v in resolved[name].items() if k not in inner]
+            out += [f"cluster.{name}.{k} = {v!r}" for k, v in resolved[name].items() if k not in inner and v is not None]
         elif name not in written:
             out.append(f"cluster.{name} = {resolved[name]!r}")
     return out
@@ -581,6 +597,8 @@ def check_config(cfg: SimConfig, source: str, base_dir: Path) -> None:
     if cfg.cost.vidur_profile is not None:
         _require_folder(cfg.cost.vidur_profile, base_dir, f"{source}: cost.vidur_profile", "Vidur profile")
     check_engine_mirror(cfg, source, base_dir)
+    check_epd_fields(cfg, source, lambda value, where: looks_like_path(value) and _require_file(
+        value, base_dir, f"{source}: {where}", "spec TOML"))
     for where, value in (
         ("model", cfg.model),
         ("hardware.accelerator", cfg.hardware.accelerator),

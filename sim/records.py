@@ -332,6 +332,8 @@ class RunRecord:
     # the most a timeline of this record may show.
     events_total: int | None = None
     max_events: int | None = None
+    # Multimodal runs: one EncodeRecord per request, in `requests`' order (infralab.sim.encode_pool).
+    encodes: list[Any] | None = None
 
     def __post_init__(self) -> None:
         # Counters share the intervals' tally when both are logs made here.

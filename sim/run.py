@@ -44,7 +44,9 @@ from infralab.sim.config import (
     resolved_config_text,
 )
 from infralab.sim.cost_model import CostModel
+from infralab.sim.encode_metrics import ENCODE_COLUMNS, encode_summary, encode_values
 from infralab.sim.metrics import is_finished, print_summary, request_metrics, summarize
+from infralab.sim.pool_hardware import cluster_accelerators, pool_facts, prepare_pools, reports_pools
 from infralab.sim.protocols import StepCostModel
 from infralab.sim.records import RequestRecord, RunRecord
 from infralab.sim.summary import RunSummary
@@ -86,6 +88,7 @@ class PreparedRun:
     requests: Sequence[Any]  # a RequestTable from build_workload
     cost: StepCostModel
     transfer_link: Any | None
+    pools: Any | None = None  # infralab.sim.pool_hardware.ClusterPools, or None
 
 
 def simulate_config(
@@ -115,6 +118,7 @@ def simulate_config(
             prepared.transfer_link,
             timeline=timeline,
             max_timeline_events=max_timeline_events,
+            pools=prepared.pools,
         )
 
 
@@ -126,14 +130,18 @@ def prepare_run(cfg: SimConfig, base_dir: Path, source: str = "<config>") -> Pre
     accel = _load_spec(load_accelerator, cfg.hardware.accelerator, base_dir, source, "hardware.accelerator")
     tp_link = _load_spec(load_link, cfg.hardware.tp_link, base_dir, source, "hardware.tp_link")
     transfer_link = None
-    if cfg.cluster.layout == "disaggregated":
+    if cfg.cluster.layout != "colocated":
         transfer_link = _load_spec(
             load_link, cfg.cluster.transfer.link, base_dir, source, "cluster.transfer.link"
         )
     with _config_fields_of(source):
         requests = build_workload(cfg.workload, base_dir, cfg.run.seed, model.context_length)
         cost = _cost_model(cfg, base_dir, model, accel, tp_link, requests)
-    return PreparedRun(cfg, requests, cost, transfer_link)
+        requests, pools = prepare_pools(
+            cfg, base_dir, source, requests, model.context_length, _load_spec,
+            lambda pool_cfg, pool_accel, pool_link: _cost_model(pool_cfg, base_dir, model, pool_accel, pool_link, requests),
+            cost)
+    return PreparedRun(cfg, requests, cost, transfer_link, pools)
 
 
 def _cost_model(cfg: SimConfig, base_dir: Path, model: Any, accel: Any, tp_link: Any, requests: Sequence[Any]) -> StepCostModel:
@@ -179,6 +187,7 @@ def _request_rows(run: RunRecord) -> Iterator[list[Any]]:
     fields = operator.attrgetter(*REQUEST_FIELDS)
     formats = [_csv_time if name in _FLOAT_FIELDS else _csv_value for name in REQUEST_FIELDS]
     no_latencies = ["", "", ""]
+    encodes = dict(zip((r.id for r in run.requests), run.encodes)) if run.encodes is not None else None
     for req in sorted(run.requests, key=operator.attrgetter("id")):
         row = [fmt(v) for fmt, v in zip(formats, fields(req))]
         if is_finished(req):
@@ -186,6 +195,8 @@ def _request_rows(run: RunRecord) -> Iterator[list[Any]]:
             row += [_csv_time(m.ttft_s), "" if m.tpot_s is None else _csv_time(m.tpot_s), _csv_time(m.e2e_s)]
         else:
             row += no_latencies
+        if encodes is not None:  # multimodal runs: the encode stage's columns (infralab.sim.encode_pool)
+            row += [_csv_value(v) for v in encode_values(encodes[req.id])]
         yield row
 
 
@@ -193,7 +204,7 @@ def write_requests_csv(run: RunRecord, path: Path) -> None:
     """One row per request (ordered by id): its record fields and derived latencies (seconds)."""
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(REQUEST_FIELDS + DERIVED_FIELDS)
+        writer.writerow(REQUEST_FIELDS + DERIVED_FIELDS + (ENCODE_COLUMNS if run.encodes is not None else ()))
         writer.writerows(_request_rows(run))
 
 
@@ -287,6 +298,8 @@ def run_summary(run: RunRecord, cfg: SimConfig, config_path: Path) -> RunSummary
     """The summary of a finished run as `sim run` writes it: metrics, what was run, and one
     instance's KV capacity when the cluster recorded it."""
     summary = summarize(run, cfg.slo, cfg.metrics.percentiles).with_run(run_facts(cfg, config_path))
+    if run.encodes is not None:
+        summary = summary.with_encode(encode_summary(run, summary.instances, cfg.metrics.percentiles))
     blocks = run.resources.get("cluster", {}).get("kv_capacity_blocks_per_instance")
     return summary if blocks is None else summary.with_kv_cache(blocks, cfg.engine.block_size)
 
@@ -301,6 +314,8 @@ def run_facts(cfg: SimConfig, config_path: Path) -> dict[str, Any]:
         "accelerator": cfg.hardware.accelerator,
         "tp": cfg.hardware.tp,
         "layout": cfg.cluster.layout,
+        # Only with the multimodal / EPD / per-pool knobs, so that other summaries stay as they were.
+        **({"accelerators": cluster_accelerators(cfg), "pools": pool_facts(cfg)} if reports_pools(cfg) else {}),
     }
 
 

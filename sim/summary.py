@@ -256,12 +256,18 @@ class RunSummary:
     kv_cache: Mapping[str, int] | None = None
     backlog: Backlog | None = None
     first_token_side: str | None = None
+    # Multimodal runs: the encode stage (infralab.sim.encode_metrics.encode_summary); else None.
+    encode: Mapping[str, Any] | None = None
 
     def with_run(self, facts: Mapping[str, Any]) -> RunSummary:
         return dataclasses.replace(self, run=dict(facts))
 
     def with_timeline(self, facts: Mapping[str, Any]) -> RunSummary:
         return dataclasses.replace(self, timeline=dict(facts))
+
+    def with_encode(self, block: Mapping[str, Any]) -> RunSummary:
+        return dataclasses.replace(self, encode=dict(block))
+
     def with_kv_cache(self, blocks: int, block_size: int) -> RunSummary:
         """This summary with one instance's KV capacity: `blocks` blocks of `block_size` tokens."""
         return dataclasses.replace(
@@ -340,6 +346,8 @@ class RunSummary:
             out["timeline"] = dict(self.timeline)
         if self.kv_cache is not None:
             out["kv_cache"] = dict(self.kv_cache)
+        if self.encode is not None:
+            out["encode"] = dict(self.encode)
         return out
 
     @classmethod
@@ -373,6 +381,7 @@ class RunSummary:
                 kv_cache=data.get("kv_cache"),
                 backlog=Backlog.from_json(data["backlog"]) if "backlog" in data else None,
                 first_token_side=data.get("first_token_side"),
+                encode=data.get("encode"),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise InputError(source, f"not a run summary ({type(exc).__name__}: {exc})",

@@ -101,6 +101,9 @@ class Instance:
         self._last_counters: list[float] = [-1.0] * len(COUNTERS)
         # Told when a request completes here (the closed-loop gate, infralab.sim.concurrency_gate).
         self.on_finished: Callable[[Seq], None] | None = None
+        # Seconds a step with prefill chunks spends before its forward pass (a multimodal request's
+        # encoder, infralab.sim.encode_pool.InlineEncoder), from (plan, start_s); None: none.
+        self.extra_step_s: Callable[[StepPlan, float], float] | None = None
         self._tally_only = isinstance(record.intervals, IntervalLog) and record.intervals.tally_only
         record.resources[self.track] = {
             "kind": "instance",
@@ -211,6 +214,8 @@ class Instance:
         The ends are computed in growing batches (`StepCostModel.decode_run_ends`, one call for
         many steps) and then offered to `allows` step by step, as one step at a time would."""
         if allows is None:
+            if self.extra_step_s is not None:
+                return [start + self.cost.step(plan.work).total_s + self.extra_step_s(plan, start)]
             return [start + self.cost.step(plan.work).total_s]
         # A decode-only plan: its first step is decode_step_s's too (== step(work).total_s).
         horizon = self._horizon()

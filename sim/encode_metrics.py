@@ -1,0 +1,57 @@
+"""The encode stage in a multimodal run's results: requests.csv's encode columns and the
+summary's "encode" block (docs/sim.md, "EPD and per-pool hardware").
+
+- requests.csv (after ttft_s, tpot_s, e2e_s): `images`, `image_tokens`, `encode_instance`,
+  `encode_start_s`, `encode_end_s`, `embeddings_ready_s` (`EncodeRecord`), and `encode_s`: the
+  seconds the encode stage adds to TTFT (EPD: arrival to embeddings at the prefill instance,
+  queue + compute + transfer; inline: the encoder's compute inside the prefill step).
+- summary.json "encode": where requests were encoded ("encode_pool" or "inline"), counts of image
+  requests, images and image tokens, the distributions (s) of `encode_s`, of the encoder's compute
+  and, with an encode pool, of the queue and the embedding transfer over the finished image
+  requests, and the encode instances' busy fractions (mean, max).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from infralab.sim.encode_pool import ENCODE_DERIVED, ENCODE_FIELDS, EncodeRecord
+from infralab.sim.metrics import distribution, is_finished
+from infralab.sim.records import RunRecord
+from infralab.sim.summary import ResourceStats
+
+ENCODE_COLUMNS = ENCODE_FIELDS + ENCODE_DERIVED
+
+
+def encode_values(enc: EncodeRecord) -> list[Any]:
+    """One request's encode columns (ENCODE_COLUMNS), NaN where undefined."""
+    return [*(getattr(enc, name) for name in ENCODE_FIELDS), enc.encode_s if enc.images else math.nan]
+
+
+def encode_summary(run: RunRecord, instances: Mapping[str, ResourceStats], qs: Sequence[float]) -> dict[str, Any]:
+    """summary.json's "encode" block of a multimodal run (module docstring)."""
+    assert run.encodes is not None
+    done = [enc for req, enc in zip(run.requests, run.encodes) if enc.images and is_finished(req)]
+    pool = any(enc.encode_instance.startswith("encode-") for enc in run.encodes)
+
+    def dist(values: list[float]) -> dict[str, float | None]:
+        return distribution(np.array(values, dtype=float), qs).to_json()
+
+    out: dict[str, Any] = {
+        "placement": "encode_pool" if pool else "inline",
+        "image_requests": sum(1 for enc in run.encodes if enc.images),
+        "images": sum(enc.images for enc in run.encodes),
+        "image_tokens": sum(enc.image_tokens for enc in run.encodes),
+        "encode_s": dist([enc.encode_s for enc in done]),
+        "encode_compute_s": dist([enc.encode_end_s - enc.encode_start_s for enc in done]),
+    }
+    if pool:
+        busy = [s.busy_fraction for s in instances.values() if s.role == "encode"]
+        out["encode_queue_s"] = dist([enc.queue_s for enc in done])
+        out["embedding_transfer_s"] = dist([enc.embeddings_ready_s - enc.encode_end_s for enc in done])
+        out["encode_pool_busy"] = {"mean": float(np.mean(busy)) if busy else 0.0, "max": max(busy, default=0.0)}
+    return out
