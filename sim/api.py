@@ -26,6 +26,7 @@ import numpy as np
 
 from infralab.overrides import apply_overrides
 from infralab.sim.config import SimConfig, config_doc, config_from_doc, layout_defaults, resolved_config_text
+from infralab.sim.encode_metrics import ENCODE_COLUMNS, encode_values
 from infralab.sim.metrics import is_finished, request_metrics
 from infralab.sim.records import RequestRecord, RunRecord
 from infralab.sim.run import DERIVED_FIELDS, REQUEST_FIELDS, run_summary, simulate_config, with_seed
@@ -123,4 +124,10 @@ def request_table(record: RunRecord) -> dict[str, np.ndarray]:
             derived[row] = (m.ttft_s, np.nan if m.tpot_s is None else m.tpot_s, m.e2e_s)
     for column, name in enumerate(DERIVED_FIELDS):
         table[name] = derived[:, column]
+    if record.encodes is not None:  # multimodal runs: requests.csv's encode columns
+        encodes = dict(zip((r.id for r in record.requests), record.encodes))
+        values = [encode_values(encodes[r.id]) for r in reqs]
+        for column, name in enumerate(ENCODE_COLUMNS):
+            kind = str if name == "encode_instance" else np.int64 if name in ("images", "image_tokens") else np.float64
+            table[name] = np.array([row[column] for row in values], dtype=kind)
     return table
