@@ -38,6 +38,7 @@ from infralab.sim.config import (
     load_config,
     looks_like_path,
 )
+from infralab.sim.pool_hardware import cluster_accelerators, pool_sizes
 from infralab.sim.records import RunRecord
 from infralab.sim.summary import Metric, RunSummary
 
@@ -162,14 +163,13 @@ def arm_config(
 
 
 def instance_count(cfg: SimConfig) -> int:
-    """Instances a config runs: all of them (colocated), or both pools (disaggregated)."""
-    c = cfg.cluster
-    return c.instances if c.layout == "colocated" else c.prefill_instances + c.decode_instances
+    """Instances a config runs: all of them (colocated), or every pool's (disaggregated, epd)."""
+    return sum(pool_sizes(cfg).values())
 
 
 def accelerator_count(cfg: SimConfig) -> int:
-    """Accelerators a config uses: instances x tensor-parallel degree."""
-    return instance_count(cfg) * cfg.hardware.tp
+    """Accelerators a config uses: over its pools, instances x tp x pp (`cluster_accelerators`)."""
+    return cluster_accelerators(cfg)
 
 
 # ---- the pool -----------------------------------------------------------------------------------

@@ -516,9 +516,11 @@ def resolved_config_text(cfg: SimConfig, base_dir: Path | None = None) -> str:
 def _rebase_paths(doc: dict[str, Any], base_dir: Path) -> None:
     """Relative file paths in `doc` made absolute against `base_dir` (in place)."""
     tables = [doc, doc["hardware"], doc["workload"], doc["cost"], doc["cluster"].get("transfer", {})]
-    tables += [doc["workload"][k] for k in ("prompt", "output") if isinstance(doc["workload"].get(k), dict)]
+    tables += [doc["workload"][k] for k in ("prompt", "output", "multimodal") if isinstance(doc["workload"].get(k), dict)]
+    pools = doc["cluster"].get("pool_hardware") or {}
+    tables += [doc["cluster"].get("embedding_transfer", {}), *(table for table in pools.values() if table)]
     for table in tables:
-        for key in ("path", "model", "accelerator", "tp_link", "link", "calibration", "step_table"):
+        for key in ("path", "model", "accelerator", "tp_link", "link", "calibration", "step_table", "encoder"):
             value = table.get(key)
             if looks_like_path(value) and not locations.is_data_path(value) and not Path(value).is_absolute():
                 table[key] = str(resolve_path(value, base_dir))

@@ -7,12 +7,16 @@ import copy
 import math
 from typing import Any
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.sim_fakes import sim_config
 
+import infralab.sim.catalog
+from infralab.config_io import dump_toml
 from infralab.errors import InputError
 from infralab.sim import api
 from infralab.sim.cluster import simulate
@@ -249,6 +253,28 @@ def test_pool_hardware_for_a_pool_the_layout_lacks_is_an_error():
     config = doc("colocated")
     config["cluster"]["pool_hardware"] = {"prefill": {"tp": 2}}
     assert "cluster.pool_hardware.prefill" in _error(config).where
+
+
+def test_the_resolved_config_of_an_epd_run_with_spec_files_runs_the_same(tmp_path):
+    """Spec files named by relative paths (encoder, a pool's accelerator, the embedding link) are
+    written as absolute paths, so resolved_config.toml runs the same from another folder."""
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    catalog = Path(infralab.sim.catalog.__file__).parent
+    for kind, name in (("encoders", "clip-vit-l-14-336"), ("accelerators", "H200"), ("links", "rdma-400g")):
+        (specs / f"{name}.toml").write_bytes((catalog / kind / f"{name}.toml").read_bytes())
+    config = doc(share=0.5, n=10, rate=10.0)
+    config["workload"]["multimodal"]["encoder"] = "specs/clip-vit-l-14-336.toml"
+    config["cluster"]["pool_hardware"] = {"decode": {"accelerator": "specs/H200.toml"}}
+    config["cluster"]["embedding_transfer"] = {"link": "specs/rdma-400g.toml"}
+    (tmp_path / "cfg.toml").write_text(dump_toml(config), encoding="utf-8")
+    first = api.run(tmp_path / "cfg.toml")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "resolved.toml").write_text(first.resolved_config, encoding="utf-8")
+    again = api.run(elsewhere / "resolved.toml")
+    for name, column in first.requests.items():
+        assert same_column(column, again.requests[name]), name
 
 
 def test_configs_without_the_new_knobs_report_as_before():
