@@ -4,6 +4,7 @@ hand-worked case, invariants over random small EPD runs (hypothesis), and the in
 from __future__ import annotations
 
 import copy
+import io
 import math
 from typing import Any
 
@@ -24,6 +25,7 @@ from infralab.sim.config import ClusterConfig, CostConfig, EfficiencyConfig, Har
 from infralab.sim.cost_model import CostModel, StepWork
 from infralab.sim.encoder_cost import EncoderCost
 from infralab.sim.pool_hardware import ClusterPools, cluster_accelerators
+from infralab.sim.run import run_config_file
 from infralab.sim.specs import LinkSpec, load_accelerator, load_encoder, load_link, load_model
 from infralab.sim.workloads.request import Request
 
@@ -189,13 +191,23 @@ def test_cluster_accelerators_sum_instances_times_tp_times_pp_over_pools():
 # ---- whole runs (hypothesis) ------------------------------------------------------------------------
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(share=st.sampled_from([0.0, 0.3, 1.0]), images=st.integers(1, 3), encoders=st.integers(1, 3),
+LAYOUT_FIELDS = {
+    "epd": lambda encoders, router: {"encode_instances": encoders, "encode_router": router,
+                                     "prefill_instances": 2, "decode_instances": 2},
+    "disaggregated": lambda encoders, router: {"prefill_instances": 2, "decode_instances": 1},
+    "colocated": lambda encoders, router: {"instances": 2},
+}
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layout=st.sampled_from(sorted(LAYOUT_FIELDS)), share=st.sampled_from([0.0, 0.3, 1.0]),
+       images=st.integers(1, 3), encoders=st.integers(1, 3),
        router=st.sampled_from(["round_robin", "least_outstanding_tokens"]), seed=st.integers(0, 1000),
        n=st.integers(1, 25))
-def test_every_request_finishes_exactly_once_and_runs_repeat(share, images, encoders, router, seed, n):
-    config = doc(share=share, n=n, rate=50.0, encode_instances=encoders, encode_router=router,
-                 prefill_instances=2, decode_instances=2)
+def test_every_request_finishes_exactly_once_and_runs_repeat(layout, share, images, encoders, router, seed, n):
+    """Random small runs, encode pool or inline: every request finishes once, its encode stage
+    lies inside its TTFT, and the same seed gives the same columns and summary."""
+    config = doc(layout, share=share, n=n, rate=50.0, **LAYOUT_FIELDS[layout](encoders, router))
     config["workload"]["multimodal"]["images_per_request"] = images
     config["workload"]["output"]["value"] = 8
     config["run"] = {"seed": seed}
@@ -206,7 +218,11 @@ def test_every_request_finishes_exactly_once_and_runs_repeat(share, images, enco
     has = req["images"] > 0
     assert (req["image_tokens"][has] == images * 576).all()
     assert (req["encode_s"][has] <= req["ttft_s"][has]).all()  # the encode stage is inside TTFT
-    assert (req["embeddings_ready_s"][has] <= req["first_scheduled_s"][has]).all()
+    if layout == "epd":  # encoded before the prefill starts
+        assert (req["embeddings_ready_s"][has] <= req["first_scheduled_s"][has]).all()
+    else:  # encoded in a prefill step, before its first token
+        assert (req["first_scheduled_s"][has] <= req["encode_start_s"][has]).all()
+        assert (req["encode_end_s"][has] <= req["first_token_s"][has]).all()
     for name, column in first.requests.items():
         assert same_column(column, second.requests[name]), name
     assert first.summary.to_json() == second.summary.to_json()
@@ -275,6 +291,23 @@ def test_the_resolved_config_of_an_epd_run_with_spec_files_runs_the_same(tmp_pat
     again = api.run(elsewhere / "resolved.toml")
     for name, column in first.requests.items():
         assert same_column(column, again.requests[name]), name
+
+
+def test_the_same_seed_writes_the_same_bytes(tmp_path):
+    """`sim run` of an EPD config twice: the same requests.csv, summary.json and trace.json, byte for
+    byte; the trace has the encode instance's track and its NIC's."""
+    config = doc(share=0.4, n=30, rate=20.0, encode_instances=2)
+    config["cluster"]["pool_hardware"] = {"decode": {"tp": 2}}
+    (tmp_path / "cfg.toml").write_text(dump_toml(config), encoding="utf-8")
+    outs = [tmp_path / "a", tmp_path / "b"]
+    for out in outs:
+        run_config_file(tmp_path / "cfg.toml", out, stdout=io.StringIO())
+    for name in ("requests.csv", "summary.json", "trace.json"):
+        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
+    trace = (outs[0] / "trace.json").read_text(encoding="utf-8")
+    assert "instance/encode-0" in trace and "link/nic-encode-0" in trace
+    header = (outs[0] / "requests.csv").read_text(encoding="utf-8").splitlines()[0]
+    assert header.endswith("e2e_s,images,image_tokens,encode_instance,encode_start_s,encode_end_s,embeddings_ready_s,encode_s")
 
 
 def test_configs_without_the_new_knobs_report_as_before():
