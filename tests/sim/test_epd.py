@@ -255,6 +255,7 @@ def test_an_encode_pool_without_multimodal_requests_is_an_error():
     (lambda c: c["cluster"].update(pool_hardware={"prefill": {"accelerator": "B200"}}),
      "cluster.pool_hardware.prefill.accelerator"),
     (lambda c: c["cluster"].update(embedding_transfer={"link": "missing.toml"}), "cluster.embedding_transfer.link"),
+    (lambda c: c["cluster"].update(pool_hardware={"encode": {"tp": 32}}), "cluster.pool_hardware.encode.tp"),
 ])
 def test_bad_epd_fields_name_the_field(change, field):
     config = doc(encode_instances=2)
