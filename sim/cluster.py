@@ -64,12 +64,12 @@ def simulate(
 
     Raises InputError for an engine config or request the cluster can never serve.
     """
-    costs = pools.costs if pools is not None else {}
+    # The language model's pools: each with its cost model, vLLM batch defaults and KV capacity.
+    roles = ("colocated",) if cfg.cluster.layout == "colocated" else ("prefill", "decode")
+    costs = {role: pools.costs.get(role, cost) if pools is not None else cost for role in roles}
     engines = {role: _with_batch_defaults(cfg.engine, c) for role, c in costs.items()}
     capacities = {role: _kv_capacity_blocks(c, engines[role]) for role, c in costs.items()}
-    engine = _with_batch_defaults(cfg.engine, cost)
-    capacity = _kv_capacity_blocks(cost, engine)
-    _check_requests(requests, engine, min([capacity, *capacities.values()]))
+    _check_requests(requests, engines[roles[0]], min(capacities.values()))
     env = simpy.Environment()
     record = RunRecord.with_timeline(timeline, max_timeline_events)
     records = [
@@ -79,7 +79,6 @@ def simulate(
 
     arrivals = _ArrivalClock()
 
-    policy = _policy_options(cfg, cost)
     policies = {role: _policy_options(cfg, c) for role, c in costs.items()}
     encodes = encode_records(requests, pools.images, pools.image_tokens) if pools and pools.encoder else None
     inline = pools is not None and pools.encoder is not None and cfg.cluster.layout != "epd"
@@ -87,8 +86,8 @@ def simulate(
     def instance(name: str, index: int, role: str, listener: StepListener | None = None) -> Instance:
         horizon = None if role == "decode" else arrivals.next_s
         made = Instance(
-            env, name, index, role, engines.get(role, engine), costs.get(role, cost), capacities.get(role, capacity),
-            record, listener, check_invariants, horizon, policies.get(role, policy)
+            env, name, index, role, engines[role], costs[role], capacities[role], record, listener, check_invariants,
+            horizon, policies[role]
         )
         if inline and role != "decode":
             made.extra_step_s = InlineEncoder(name, pools.encoder, encodes)
@@ -107,21 +106,20 @@ def simulate(
             links = {name: shared for name in prefill_names}
         else:
             # One NIC per accelerator; between pools of different tp, the side with fewer NICs bounds the flow.
-            nics = min(getattr(costs.get(role), "tp", cfg.hardware.tp) for role in ("prefill", "decode"))
+            nics = min(getattr(costs[role], "tp", cfg.hardware.tp) for role in roles)
             links = {name: Link(env, transfer_link, f"nic-{name}", record, lanes=nics) for name in prefill_names}
         # The bytes that cross are the decode instance's KV layout (what its ranks hold).
-        transfer = KVTransfer(env, cluster.transfer, costs.get("decode", cost), links, decode_pool,
+        transfer = KVTransfer(env, cluster.transfer, costs["decode"], links, decode_pool,
                               make_router(cluster.decode_router))
         front = [instance(name, i, "prefill", transfer) for i, name in enumerate(prefill_names)]
     record.resources["cluster"] = {
         "layout": cluster.layout,
-        "kv_capacity_blocks_per_instance": capacity,
+        "kv_capacity_blocks_per_instance": capacities[roles[0]],
         # who stamps token 1 (the summary labels TTFT with it)
         "first_token": cluster.transfer.first_token if cluster.layout != "colocated" else "instance",
     }
-    if capacities:
-        record.resources["cluster"]["kv_capacity_blocks_per_pool"] = {
-            role: capacities.get(role, capacity) for role in ("prefill", "decode")}
+    if pools is not None and pools.costs:
+        record.resources["cluster"]["kv_capacity_blocks_per_pool"] = capacities
     lm_pools = [*front, *(decode_pool if cluster.layout != "colocated" else [])]
     arrivals.gate = concurrency_gate(env, cfg.workload.max_concurrency, lm_pools)  # closed loop, or None
 
