@@ -39,6 +39,8 @@ from infralab.sim.protocols import LinkRate, Router, ServedRequest, StepCostMode
 from infralab.sim.records import RequestRecord, RunRecord
 from infralab.sim.routers import make_router
 
+Admit = Callable[[ServedRequest, RequestRecord], None]  # hands an arrived request to a pool
+
 
 def simulate(
     cfg: SimConfig,
@@ -166,7 +168,7 @@ def _arrivals(
     env: simpy.Environment,
     requests: Sequence[ServedRequest],
     records: list[RequestRecord],
-    admit: Callable[[ServedRequest, RequestRecord], None],
+    admit: Admit,
     clock: _ArrivalClock,
 ):
     """Hand each request to `admit` (the front pool) at its arrival time (ties: input order)."""
@@ -183,7 +185,7 @@ def _arrivals(
         admit(request, rec)
 
 
-def _admission(router: Router, front: list[Instance], decode_emits_first: bool) -> Callable[[ServedRequest, RequestRecord], None]:
+def _admission(router: Router, front: list[Instance], decode_emits_first: bool) -> Admit:
     """Submit a request to the front instance `router` picks. With `decode_emits_first`, a
     prefill instance's tokens of a request that goes on to a decode instance are not the client's."""
 
@@ -200,7 +202,7 @@ def _admission(router: Router, front: list[Instance], decode_emits_first: bool) 
 
 
 def _encode_pool(env: simpy.Environment, cfg: SimConfig, pools: ClusterPools, encodes: dict[int, EncodeRecord],
-                 record: RunRecord, to_prefill: Callable[[ServedRequest, RequestRecord], None]) -> EncodePool:
+                 record: RunRecord, to_prefill: Admit) -> EncodePool:
     """The EPD layout's encode pool, each instance with its NIC link ("nic-encode-<i>", one lane
     per accelerator) for the embeddings."""
     assert pools.encoder is not None

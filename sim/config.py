@@ -427,9 +427,10 @@ def check_layout_fields(doc: dict[str, Any], cfg: SimConfig, source: str) -> Non
     for name in _other_layouts_fields(layout):
         if name in cluster:
             readers = [repr(other) for other, fields in LAYOUT_FIELDS.items() if name in fields]
+            verb = "reads" if len(readers) == 1 else "read"
             raise InputError(
                 f"{source}: cluster.{name}",
-                f"does not apply to layout = {layout!r} (only {' or '.join(readers)} read{'s' * (len(readers) == 1)} it)",
+                f"does not apply to layout = {layout!r} (only {' or '.join(readers)} {verb} it)",
                 f"no cluster.{name} with this layout: {_layout_hint(layout)}",
             )
     transfer = cluster.get("transfer", {}) if "transfer" in LAYOUT_FIELDS[layout] else {}
@@ -479,7 +480,8 @@ def layout_defaults(doc: dict[str, Any], cfg: SimConfig) -> list[str]:
     for name in LAYOUT_FIELDS[cfg.cluster.layout]:
         if isinstance(resolved[name], dict):
             inner = written.get(name, {})
-            out += [f"cluster.{name}.{k} = {v!r}" for k, v in resolved[name].items() if k not in inner and v is not None]
+            out += [f"cluster.{name}.{k} = {v!r}" for k, v in resolved[name].items()
+                    if k not in inner and v is not None]
         elif name not in written:
             out.append(f"cluster.{name} = {resolved[name]!r}")
     return out

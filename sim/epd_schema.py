@@ -75,7 +75,8 @@ LAYOUT_POOLS: dict[str, tuple[str, ...]] = {
 
 def check_epd_fields(cfg: Any, source: str, require_file: Callable[[str, str], None]) -> None:
     """Cross-field checks of the EPD and pool-hardware knobs of a `SimConfig` (before any work);
-    `require_file(value, field)` checks a spec named by path exists (a catalog name passes). Each error names its field."""
+    `require_file(value, field)` checks a spec named by path exists (a catalog name passes). Each
+    error names its field."""
     cluster, multimodal = cfg.cluster, cfg.workload.multimodal
     if cluster.layout == "epd" and multimodal is None:
         raise InputError(f"{source}: cluster.layout", "'epd' without [workload.multimodal] (no request has images "

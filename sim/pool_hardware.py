@@ -125,10 +125,11 @@ def prepare_pools(cfg: SimConfig, base_dir: Path, source: str, requests: Sequenc
     requests = with_image_tokens(requests, counts, image_tokens, cfg.engine.prefix_block_tokens, context_length)
     images = {r.id: n for r, n in zip(requests, counts) if n}
     per_image = image_tokens // multimodal.images_per_request
-    encode_pool = "encode" if cfg.cluster.layout == "epd" else "prefill" if cfg.cluster.layout == "disaggregated" else ""
-    tp = pool_hardware(cfg, encode_pool).tp if encode_pool else cfg.hardware.tp
-    if spec.num_heads % tp:  # the encoder's heads are split over the ranks of the instance that runs it
-        field = f"cluster.pool_hardware.{encode_pool}.tp" if encode_pool and getattr(sets, encode_pool, None) else "hardware.tp"
+    # The encoder's heads are split over the ranks of the instances that run it.
+    encoding = {"epd": "encode", "disaggregated": "prefill"}.get(cfg.cluster.layout, "colocated")
+    tp = pool_hardware(cfg, encoding).tp
+    if spec.num_heads % tp:
+        field = f"cluster.pool_hardware.{encoding}.tp" if getattr(sets, encoding, None) else "hardware.tp"
         raise InputError(f"{source}: {field}", f"{tp} ranks do not divide the encoder's {spec.num_heads} heads",
                          f"a tp that divides {spec.num_heads} where images are encoded")
     if cfg.cluster.layout == "epd":

@@ -139,7 +139,8 @@ def prepare_run(cfg: SimConfig, base_dir: Path, source: str = "<config>") -> Pre
         cost = _cost_model(cfg, base_dir, model, accel, tp_link, requests)
         requests, pools = prepare_pools(
             cfg, base_dir, source, requests, model.context_length, _load_spec,
-            lambda pool_cfg, pool_accel, pool_link: _cost_model(pool_cfg, base_dir, model, pool_accel, pool_link, requests),
+            lambda pool_cfg, pool_accel, pool_link: _cost_model(
+                pool_cfg, base_dir, model, pool_accel, pool_link, requests),
             cost)
     return PreparedRun(cfg, requests, cost, transfer_link, pools)
 

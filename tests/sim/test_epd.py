@@ -182,7 +182,8 @@ def test_cluster_accelerators_sum_instances_times_tp_times_pp_over_pools():
     result = api.run(config)
     assert cluster_accelerators(result.config) == 3 * 1 + 2 * 2 + 1 * 4 * 2
     run = result.summary.run
-    assert run["accelerators"] == 15 and run["pools"]["decode"] == {"instances": 1, "accelerator": "H200", "tp": 4, "pp": 2}
+    assert run["accelerators"] == 15
+    assert run["pools"]["decode"] == {"instances": 1, "accelerator": "H200", "tp": 4, "pp": 2}
     plain = sim_config(cluster=ClusterConfig(layout="disaggregated", prefill_instances=2, decode_instances=3),
                        hardware=HardwareConfig(accelerator="H100", tp=2))
     assert cluster_accelerators(plain) == 10
@@ -308,7 +309,8 @@ def test_the_same_seed_writes_the_same_bytes(tmp_path):
     trace = (outs[0] / "trace.json").read_text(encoding="utf-8")
     assert "instance/encode-0" in trace and "link/nic-encode-0" in trace
     header = (outs[0] / "requests.csv").read_text(encoding="utf-8").splitlines()[0]
-    assert header.endswith("e2e_s,images,image_tokens,encode_instance,encode_start_s,encode_end_s,embeddings_ready_s,encode_s")
+    assert header.endswith(
+        "e2e_s,images,image_tokens,encode_instance,encode_start_s,encode_end_s,embeddings_ready_s,encode_s")
 
 
 def test_configs_without_the_new_knobs_report_as_before():
