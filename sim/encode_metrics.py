@@ -5,7 +5,8 @@ summary's "encode" block (docs/sim.md, "EPD and per-pool hardware").
   `encode_start_s`, `encode_end_s`, `embeddings_ready_s` (`EncodeRecord`), and `encode_s`: the
   seconds the encode stage adds to TTFT (EPD: arrival to embeddings at the prefill instance,
   queue + compute + transfer; inline: the encoder's compute inside the prefill step).
-- summary.json "encode": where requests were encoded ("encode_pool" or "inline"), counts of image
+- summary.json "encode": whether requests were encoded in an encode pool (`encode_pool`; false:
+  inline), counts of image
   requests, images and image tokens, the distributions (s) of `encode_s`, of the encoder's compute
   and, with an encode pool, of the queue and the embedding transfer over the finished image
   requests, and the encode instances' busy fractions (mean, max).
@@ -42,7 +43,7 @@ def encode_summary(run: RunRecord, instances: Mapping[str, ResourceStats], qs: S
         return distribution(np.array(values, dtype=float), qs).to_json()
 
     out: dict[str, Any] = {
-        "placement": "encode_pool" if pool else "inline",
+        "encode_pool": pool,  # false: encoded inline, in the prefill step
         "image_requests": sum(1 for enc in run.encodes if enc.images),
         "images": sum(enc.images for enc in run.encodes),
         "image_tokens": sum(enc.image_tokens for enc in run.encodes),

@@ -109,7 +109,7 @@ def test_epd_ttft_is_pd_ttft_plus_encode_compute_and_embedding_transfer():
     assert req["ttft_s"][0] == pytest.approx(pd.requests["ttft_s"][0] + compute + transfer, rel=1e-9)
     assert req["tpot_s"][0] == pytest.approx(pd.requests["tpot_s"][0], rel=1e-9)
     encode = epd.summary.encode
-    assert encode["placement"] == "encode_pool" and encode["image_requests"] == 1
+    assert encode["encode_pool"] is True and encode["image_requests"] == 1
     assert encode["encode_s"]["mean"] == pytest.approx(compute + transfer, rel=1e-9)
     assert 0 < encode["encode_pool_busy"]["max"] <= 1
 
@@ -148,7 +148,7 @@ def test_inline_encoding_adds_the_encoder_time_to_the_first_prefill_step():
     req = result.requests
     assert req["encode_instance"][0] == "instance-0" and req["encode_s"][0] == pytest.approx(encode, rel=1e-12)
     assert req["ttft_s"][0] == pytest.approx(encode + cost.step(StepWork.prefill(1576)).total_s, rel=1e-12)
-    assert result.summary.encode["placement"] == "inline"
+    assert result.summary.encode["encode_pool"] is False
 
 
 # ---- per-pool hardware ------------------------------------------------------------------------------
