@@ -40,6 +40,7 @@ from typing import Literal
 
 from infralab.kernels.host_probe.affinity import pinned, skip_reason
 from infralab.kernels.host_probe.build import NativeLibs, load
+from infralab.kernels.host_probe.contention import Contention, CpuSnapshot, thread_sched_ns
 
 PYTHON = "python"
 NATIVE_HOLD = "native-hold-gil"
@@ -87,6 +88,10 @@ class ProbeRun:
     start_ns: int = 0
     prefill_end_ns: int = 0  # main thread done with its last step
     end_ns: int = 0  # transfer thread done too
+    # Other processes on the run's cores from its start to the prefill's end (contention.py).
+    contention: Contention | None = None
+    # Per track: seconds the thread was runnable but waited for a core (None: not measurable).
+    runqueue_wait_s: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def prefill_s(self) -> float:
@@ -155,13 +160,21 @@ class _Recorder:
             self.out.append(ProbeInterval(track, GIL_WAIT, op, stamps[1], back))
 
 
+def _waited_s(start: tuple[int, int] | None) -> float | None:
+    """The calling thread's run-queue wait since `start` (a thread_sched_ns reading)."""
+    now = thread_sched_ns()
+    return None if start is None or now is None else (now[1] - start[1]) * 1e-9
+
+
 def _transfer_loop(libs: NativeLibs, sched: ProbeSchedule, work: queue.Queue, rec: _Recorder,
-                   src: ctypes.Array, dst: ctypes.Array) -> None:
+                   src: ctypes.Array, dst: ctypes.Array, waits: dict[str, float | None]) -> None:
     track = "thread/kv-transfer"
     copy = libs.releasing.infralab_copy
+    start = thread_sched_ns()
     while True:
         chunk = work.get()
         if chunk is None:
+            waits[track] = _waited_s(start)
             return
         if sched.native_descriptors_ns > 0:
             spin = libs.releasing.infralab_spin_ns
@@ -175,11 +188,11 @@ def run_probe(sched: ProbeSchedule, with_transfer: bool, libs: NativeLibs | None
     """Run the schedule once on real threads (on `sched.cores` cores); returns the recorded
     intervals. ValueError when this machine has fewer usable cores than `sched.cores`."""
     libs = libs or load()
-    with pinned(sched.cores):  # before the transfer thread starts: it inherits the mask
-        return _run_probe(sched, with_transfer, libs)
+    with pinned(sched.cores) as cores:  # before the transfer thread starts: it inherits the mask
+        return _run_probe(sched, with_transfer, libs, cores)
 
 
-def _run_probe(sched: ProbeSchedule, with_transfer: bool, libs: NativeLibs) -> ProbeRun:
+def _run_probe(sched: ProbeSchedule, with_transfer: bool, libs: NativeLibs, cores: tuple[int, ...]) -> ProbeRun:
     lib = libs.lib(sched.holds_gil)
     spin = lib.infralab_spin_ns if sched.native_wait == "spin" else lib.infralab_sleep_ns
     run = ProbeRun(sched, with_transfer)
@@ -190,9 +203,12 @@ def _run_probe(sched: ProbeSchedule, with_transfer: bool, libs: NativeLibs) -> P
         src = (ctypes.c_char * sched.chunk_bytes)()
         dst = (ctypes.c_char * sched.chunk_bytes)()
         ctypes.memmove(dst, src, sched.chunk_bytes)  # touch the pages before timing
-        transfer = threading.Thread(target=_transfer_loop, args=(libs, sched, work, rec, src, dst), daemon=True)
+        transfer = threading.Thread(target=_transfer_loop, args=(libs, sched, work, rec, src, dst,
+                                                                 run.runqueue_wait_s), daemon=True)
         transfer.start()
     main = "thread/main"
+    before = CpuSnapshot.take(cores)
+    main_start = thread_sched_ns()
     run.start_ns = time.perf_counter_ns()
     for step in range(sched.steps):
         for layer in range(sched.layers):
@@ -206,6 +222,8 @@ def _run_probe(sched: ProbeSchedule, with_transfer: bool, libs: NativeLibs) -> P
             for layer in range(sched.layers):
                 work.put((step, layer))
     run.prefill_end_ns = time.perf_counter_ns()
+    run.runqueue_wait_s[main] = _waited_s(main_start)
+    run.contention = Contention.between(before, CpuSnapshot.take(cores))
     if transfer is not None:
         work.put(None)
         transfer.join()

@@ -14,7 +14,7 @@ Seconds throughout.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import simpy
@@ -50,6 +50,8 @@ class HostSchedule:
 class HostScheduleRun:
     record: RunRecord
     prefill_s: float
+    # Per thread: seconds runnable without a core until the prefill ended (empty without cores).
+    core_wait_s: dict[str, float] = field(default_factory=dict)
 
 
 def _device_wait(thread: HostThread, duration_s: float, holds_gil: bool, label: str, busy: bool):
@@ -72,6 +74,7 @@ def run_host_schedule(sched: HostSchedule, with_transfer: bool, seed: int = 0) -
     mover = HostThread(env, "kv-transfer", gil, record.intervals, cpu)
     inbox = simpy.Store(env)
     done: dict[str, float] = {}
+    waits: dict[str, float] = {}
 
     def transfer():
         while True:
@@ -100,6 +103,8 @@ def run_host_schedule(sched: HostSchedule, with_transfer: bool, seed: int = 0) -
                 for _ in range(sched.layers):
                     inbox.put("chunk")
         done["prefill"] = env.now
+        if cpu is not None:
+            waits.update(cpu.core_wait_s)
         main.finish()
         inbox.put(None)
 
@@ -108,4 +113,4 @@ def run_host_schedule(sched: HostSchedule, with_transfer: bool, seed: int = 0) -
     env.process(prefill())
     env.run()
     record.end_s = env.now
-    return HostScheduleRun(record, done["prefill"])
+    return HostScheduleRun(record, done["prefill"], waits)
