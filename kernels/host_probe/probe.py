@@ -253,6 +253,8 @@ class HostMeasurements:
     layer_overhead_s: float  # the main loop's own cost per layer (recording, calls) with no work
     wake_delay_s: float  # median wait of a thread woken on a busy core (wake_delay_samples)
     wake_delay_samples_s: tuple[float, ...]
+    # The same by how long the core's holder has had it (wake_delays_by_held); () if not measurable.
+    wake_delays_by_held_s: tuple[tuple[float, tuple[float, ...]], ...] = ()
 
 
 def _median_s(samples_ns: list[int]) -> float:
@@ -387,6 +389,54 @@ def wake_delay_samples(libs: NativeLibs, repeats: int) -> tuple[float, ...]:
     return tuple(sorted(max(ns - usual, 0) * 1e-9 for ns in shared))
 
 
+# Holder ages at which a wake-up on a busy core is timed (wake_delays_by_held), ns; and how long the
+# holder spins on after the wake-up, so that a sleeper it keeps off the core waits past a 4 ms tick.
+WAKE_HELD_NS = (250_000, 500_000, 1_000_000, 2_000_000)
+WAKE_TAIL_NS = 6_000_000
+
+
+def wake_delays_by_held(libs: NativeLibs, repeats: int,
+                        held_ns: tuple[int, ...] = WAKE_HELD_NS) -> tuple[tuple[float, tuple[float, ...]], ...]:
+    """How long a thread woken on a busy core waits before it runs, by how long the core's holder
+    has had it: ((held_s, sorted samples_s), ...), ascending in held_s.
+
+    On ONE core, per trial: a second thread blocks on a lock; main releases it and sleeps `held`
+    ns in native code (GIL released), so that the second thread gets the core as main sleeps (it
+    takes the GIL back and spins in native code with the GIL released, `held` + WAKE_TAIL_NS).
+    Main wakes on time; each sample is its sleep's length less the median length of the same sleep
+    with the core free: 0 when the OS gives the woken thread the core at once."""
+    sleep = libs.releasing.infralab_sleep_ns
+    spin = libs.releasing.infralab_spin_ns
+    stamps = (ctypes.c_uint64 * 2)()
+    out = []
+    with pinned(1):
+        for held in held_ns:
+            alone = []
+            for _ in range(repeats):
+                sleep(held, stamps)
+                alone.append(stamps[1] - stamps[0])
+            usual = statistics.median(alone)
+            shared = []
+            for _ in range(repeats):
+                go = threading.Lock()
+                go.acquire()
+
+                def holder(go: threading.Lock = go, held: int = held) -> None:
+                    own = (ctypes.c_uint64 * 2)()
+                    go.acquire()
+                    spin(held + WAKE_TAIL_NS, own)
+
+                t = threading.Thread(target=holder)
+                t.start()
+                sleep(1_000_000, stamps)  # the holder is blocked on the lock by now
+                go.release()
+                sleep(held, stamps)
+                shared.append(stamps[1] - stamps[0])
+                t.join()
+            out.append((held * 1e-9, tuple(sorted(max(ns - usual, 0) * 1e-9 for ns in shared))))
+    return tuple(out)
+
+
 def microbenchmarks(
     chunk_bytes: int = 4 << 20,
     native_wait: Literal["spin", "sleep"] = "spin",
@@ -400,6 +450,7 @@ def microbenchmarks(
     handoff = handoff_samples(libs, repeats, "sleep")
     handoff_busy = handoff_samples(libs, repeats, "spin")
     wake = wake_delay_samples(libs, 2 * repeats) if skip_reason(1) is None else ()
+    by_held = wake_delays_by_held(libs, max(repeats // 3, 1)) if skip_reason(1) is None else ()
     return HostMeasurements(
         python_unit_s=_time_python_unit(2000, repeats),
         native_call_hold_s=_time_call(libs.holding.infralab_spin_ns, repeats * 20),
@@ -416,4 +467,5 @@ def microbenchmarks(
         layer_overhead_s=_time_layer_overhead(libs, 200),
         wake_delay_s=statistics.median(wake) if wake else float("nan"),
         wake_delay_samples_s=wake,
+        wake_delays_by_held_s=by_held,
     )

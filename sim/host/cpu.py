@@ -22,6 +22,12 @@ holder has had its core for `slice_s` (Linux's EEVDF protects the slice of a tas
 the CPU: a thread freshly woken itself is not preempted by the next wake-up). Without samples only
 quantum ends move threads.
 
+Whether Linux preempts at once depends on how long the holder has had its core (EEVDF compares the
+two threads' virtual deadlines, which move as the holder runs). `wake_delays_by_held_s` gives
+measured samples per holder age: ((held_s, samples), ...), ascending in held_s; a wake-up draws
+from the samples of the largest `held_s` not above the age of the core's longest holder at that
+moment (the first entry below all of them). It replaces `wake_delay_samples_s` when given.
+
 `cores=None` means as many cores as runnable threads (nobody ever waits). Simulated seconds.
 """
 
@@ -55,7 +61,8 @@ class Cpu:
 
     def __init__(self, env: simpy.Environment, cores: int | None = None, quantum_s: float = 4e-3,
                  wake_delay_samples_s: tuple[float, ...] = (), rng: np.random.Generator | None = None,
-                 slice_s: float = 0.0) -> None:
+                 slice_s: float = 0.0,
+                 wake_delays_by_held_s: tuple[tuple[float, tuple[float, ...]], ...] = ()) -> None:
         if cores is not None and cores < 1:
             raise ValueError(f"cores must be >= 1 or None, got {cores!r}")
         if not quantum_s > 0:
@@ -63,7 +70,12 @@ class Cpu:
         self.env = env
         self.cores = cores
         self.quantum_s = quantum_s
+        if any(not samples for _, samples in wake_delays_by_held_s):
+            raise ValueError("every holder age in wake_delays_by_held_s needs samples")
+        if [h for h, _ in wake_delays_by_held_s] != sorted(h for h, _ in wake_delays_by_held_s):
+            raise ValueError("wake_delays_by_held_s must be ascending in the holder's age")
         self._wake_delays = wake_delay_samples_s
+        self._wake_delays_by_held = wake_delays_by_held_s
         self._slice_s = slice_s
         self._rng = rng
         self._threads: dict[str, _Thread] = {}
@@ -226,10 +238,24 @@ class Cpu:
         self._queue.append(who)
         self._fill_cores()
 
+    def _wake_samples(self) -> tuple[float, ...]:
+        """The wake-up delays that apply now: by the age of the core's longest holder, if given."""
+        if not self._wake_delays_by_held:
+            return self._wake_delays
+        since = min((t.on_core_since for t in self._threads.values() if t.on_core_since is not None),
+                    default=self.env.now)
+        age = self.env.now - since
+        chosen = self._wake_delays_by_held[0][1]
+        for held, samples in self._wake_delays_by_held:
+            if held <= age + _DONE:
+                chosen = samples
+        return chosen
+
     def _arm_wake_preemption(self, waiter: _Thread) -> None:
-        if not self._wake_delays or self._rng is None or self.cores is None:
+        samples = self._wake_samples()
+        if not samples or self._rng is None or self.cores is None:
             return
-        delay = float(self._wake_delays[int(self._rng.integers(len(self._wake_delays)))])
+        delay = float(samples[int(self._rng.integers(len(samples)))])
         timer = self.env.timeout(delay)
         timer.callbacks.append(lambda _e: self._wake_preempt(waiter))
 

@@ -196,3 +196,35 @@ def test_a_wake_up_does_not_preempt_a_holder_inside_its_slice() -> None:
     env.run()
     assert ends == pytest.approx({"a": 2.5, "b": 6.0})
     assert cpu.core_wait_s == pytest.approx({"a": 1 * MS, "b": 1 * MS})
+
+
+@pytest.mark.parametrize(("woken_ms", "a_ends_ms"), [(0.5, 1.5), (2.5, 5.0)])
+def test_a_wake_up_delay_is_drawn_by_how_long_the_holder_has_had_its_core(woken_ms, a_ends_ms) -> None:
+    # One core; b has it from 0 for 10 ms of work. Measured: a holder younger than 2 ms is
+    # preempted at once, an older one after 3 ms. a woken at 0.5 ms runs at once (ends at 1.5 ms);
+    # a woken at 2.5 ms would wait until 5.5 ms, but b's quantum ends at 4 ms: a runs 4-5 ms.
+    # Either way b finishes at 11 ms (its 10 ms plus a's 1 ms).
+    env = simpy.Environment()
+    cpu = Cpu(env, 1, 4 * MS, rng=np.random.default_rng(0),
+              wake_delays_by_held_s=((0.0, (0.0,)), (2 * MS, (3 * MS,))))
+    ends: dict[str, float] = {}
+
+    def job(name: str, start: float, work: float):
+        yield env.timeout(start)
+        yield cpu.run(name)
+        yield cpu.compute(name, work)
+        cpu.block(name)
+        ends[name] = env.now / MS
+
+    env.process(job("b", 0.0, 10 * MS))
+    env.process(job("a", woken_ms * MS, 1 * MS))
+    env.run()
+    assert ends == pytest.approx({"a": a_ends_ms, "b": 11.0})
+
+
+def test_wake_delays_by_holder_age_must_be_ascending_and_non_empty() -> None:
+    env = simpy.Environment()
+    with pytest.raises(ValueError):
+        Cpu(env, 1, wake_delays_by_held_s=((2 * MS, (0.0,)), (0.0, (0.0,))))
+    with pytest.raises(ValueError):
+        Cpu(env, 1, wake_delays_by_held_s=((0.0, ()),))
