@@ -234,3 +234,34 @@ def test_the_sim_mirror_of_native_descriptors_moves_the_loop_out_of_python() -> 
     names = {iv.name for iv in run.record.intervals
              if iv.track == "thread/kv-transfer" and dict(iv.args)["op"] == "descriptors"}
     assert names == {"python", "native-release-gil"}
+
+
+def _pair(share: float | None):
+    return probe.ProbePair([], 1.0, [], 1.25, share, {})
+
+
+def test_the_probes_median_is_over_quiet_pairs_when_there_are_enough() -> None:
+    limit = probe.QUIET_FOREIGN_SHARE
+    quiet, noisy, unknown = _pair(0.0), _pair(limit + 0.01), _pair(None)
+    assert quiet.quiet and not noisy.quiet and not unknown.quiet  # unmeasurable is not quiet
+    mixed = [quiet] * probe.MIN_QUIET + [noisy] * 2
+    assert probe._used_pairs(mixed) == ([quiet] * probe.MIN_QUIET, True)
+    few = [quiet] * (probe.MIN_QUIET - 1) + [noisy] * 2
+    assert probe._used_pairs(few) == (few, False)  # all of them, marked noisy
+    under_a_third = [quiet] * probe.MIN_QUIET + [noisy] * (3 * probe.MIN_QUIET)
+    assert probe._used_pairs(under_a_third)[1] is False
+
+
+def _row(cores: int, rel: float, quiet: bool, share: float) -> dict:
+    return {"cores": cores, "rel_err": {"degradation": rel},
+            "probe": {"noise": {"quiet": quiet, "foreign_share_median": share}}}
+
+
+def test_the_agreement_line_counts_quiet_rows_and_says_which_were_noisy() -> None:
+    hook = load_hook(STUDY / "hook.py")
+    rows = [_row(1, 0.1, True, 0.0), _row(1, -0.5, True, 0.02), _row(2, 0.1, False, 0.8), _row(2, 0.9, False, 0.9)]
+    line = hook.probe_agreement({"variants": rows})
+    assert "within 20% on 2 of 4 schedules" in line
+    assert "on the quiet ones: 1 of 2" in line
+    assert "2 of 4 schedules had too few quiet repeats" in line and "90% of the cores" in line
+    assert "too few quiet" not in hook.probe_agreement({"variants": rows[:2]})
