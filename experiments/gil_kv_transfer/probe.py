@@ -118,6 +118,7 @@ def host_schedule(cfg: ProbeConfig, m, seg: ProbeSegments, granularity: str, hol
         wake_delay_samples_s=tuple(m.wake_delay_samples_s),
         slice_s=cfg.slice_us * 1e-6,
         wake_delays_by_held_s=tuple((held, tuple(samples)) for held, samples in m.wake_delays_by_held_s),
+        waker_delay_samples_s=tuple(m.waker_delay_samples_s),
     )
 
 
@@ -256,13 +257,19 @@ def _interleaved_rounds(cfg: ProbeConfig, libs, m, cores: int, arms: list[tuple[
     """`cfg.repeats` rounds over the arms at `cores`; returns the pairs per arm and the
     measurements with the hand-off and wake-up latencies sampled beside the rounds."""
     from infralab.kernels.host_probe.affinity import skip_reason
-    from infralab.kernels.host_probe.probe import handoff_samples, wake_delay_samples, wake_delays_by_held
+    from infralab.kernels.host_probe.probe import (
+        handoff_samples,
+        wake_delay_samples,
+        wake_delays_by_held,
+        waker_delay_samples,
+    )
 
     scheds = {arm: _schedule(cfg, m, cores, *arm) for arm in arms}
     pairs: dict[tuple[str, str, str], list[ProbePair]] = {arm: [] for arm in arms}
     blocking: list[float] = []
     wake: list[float] = []
     by_held: dict[float, list[float]] = {}
+    waker: list[float] = []
     for r in range(cfg.repeats):
         for arm in arms[r % len(arms):] + arms[:r % len(arms)]:
             pairs[arm].append(_probe_pair(scheds[arm], libs))
@@ -272,6 +279,7 @@ def _interleaved_rounds(cfg: ProbeConfig, libs, m, cores: int, arms: list[tuple[
             wake += wake_delay_samples(libs, 2 * HANDOFF_TRIALS)
             for held, samples in wake_delays_by_held(libs, HANDOFF_TRIALS):
                 by_held.setdefault(held, []).extend(samples)
+            waker += waker_delay_samples(libs, HANDOFF_TRIALS)
     here = dataclasses.replace(
         m,
         handoff_s=statistics.median(blocking) if blocking else m.handoff_s,
@@ -279,6 +287,7 @@ def _interleaved_rounds(cfg: ProbeConfig, libs, m, cores: int, arms: list[tuple[
         wake_delay_s=statistics.median(wake) if wake else m.wake_delay_s,
         wake_delay_samples_s=tuple(sorted(wake)) or m.wake_delay_samples_s,
         wake_delays_by_held_s=tuple((h, tuple(sorted(v))) for h, v in sorted(by_held.items())) or m.wake_delays_by_held_s,
+        waker_delay_samples_s=tuple(sorted(waker)) or m.waker_delay_samples_s,
     )
     return pairs, here
 
@@ -346,6 +355,7 @@ def _variant(cfg: ProbeConfig, here, cores: int, granularity: str, mode: str, de
             "handoff_samples": len(here.handoff_samples_s),
             "wake_delay_median_s": _finite_or_none(here.wake_delay_s),
             "wake_delay_samples": len(here.wake_delay_samples_s),
+            "waker_delay_median_s": _median_or_none(list(here.waker_delay_samples_s)),
             "wake_delay_by_held_median_s": {f"{held * 1e3:g} ms": statistics.median(samples)
                                             for held, samples in here.wake_delays_by_held_s},
             "quantum_s": hs.quantum_s,

@@ -255,6 +255,8 @@ class HostMeasurements:
     wake_delay_samples_s: tuple[float, ...]
     # The same by how long the core's holder has had it (wake_delays_by_held); () if not measurable.
     wake_delays_by_held_s: tuple[tuple[float, tuple[float, ...]], ...] = ()
+    # How long a thread woken by the core's holder waits for it (waker_delay_samples); () if not measurable.
+    waker_delay_samples_s: tuple[float, ...] = ()
 
 
 def _median_s(samples_ns: list[int]) -> float:
@@ -314,16 +316,30 @@ def _time_layer_overhead(libs: NativeLibs, layers: int) -> float:
     return min(run_probe(empty, False, libs).prefill_s for _ in range(3)) / layers
 
 
-def handoff_samples(libs: NativeLibs, repeats: int, native_wait: str, cores: int | None = None) -> tuple[float, ...]:
+def handoff_samples(libs: NativeLibs, repeats: int, native_wait: str, cores: int | None = None,
+                    release_ns: int = 1_000_000) -> tuple[float, ...]:
     """A waiter blocked on the GIL while main holds it in a PyDLL spin; main then enters a CDLL
-    spin or sleep (releases). Hand-off = the waiter's first bytecode stamp - that call's start.
-    Trials where the waiter was not yet waiting when main released are discarded. Both threads
-    run on `cores` cores (None: as the process is). Returns the valid samples (seconds), sorted."""
+    spin or sleep of `release_ns` (releases). Hand-off = the waiter's first bytecode stamp - that
+    call's start. Trials where the waiter was not yet waiting when main released are discarded.
+    Both threads run on `cores` cores (None: as the process is). Returns the valid samples
+    (seconds), sorted. On one core with a spin longer than a scheduler tick this is how long a
+    thread woken by the core's holder waits for it (`waker_delay_samples`)."""
     with pinned(cores):
-        return _handoff_samples(libs, repeats, native_wait)
+        return _handoff_samples(libs, repeats, native_wait, release_ns)
 
 
-def _handoff_samples(libs: NativeLibs, repeats: int, native_wait: str) -> tuple[float, ...]:
+# The releasing spin of the waker micro-probe: longer than two 4 ms ticks, so that its samples are
+# not cut short by the spin's end.
+WAKER_RELEASE_NS = 10_000_000
+
+
+def waker_delay_samples(libs: NativeLibs, repeats: int) -> tuple[float, ...]:
+    """On ONE core: how long a GIL waiter, woken by the release of the thread that holds the
+    core and goes on computing, waits to run (seconds, sorted; sim/host/cpu.py's waker rule)."""
+    return handoff_samples(libs, repeats, "spin", cores=1, release_ns=WAKER_RELEASE_NS)
+
+
+def _handoff_samples(libs: NativeLibs, repeats: int, native_wait: str, release_ns: int) -> tuple[float, ...]:
     release = libs.releasing.infralab_spin_ns if native_wait == "spin" else libs.releasing.infralab_sleep_ns
     samples: list[int] = []
     for _ in range(repeats * 4):
@@ -343,7 +359,7 @@ def _handoff_samples(libs: NativeLibs, repeats: int, native_wait: str) -> tuple[
         t.start()
         inside.wait()
         libs.holding.infralab_spin_ns(3_000_000, stamps)  # the waiter waits < switch interval
-        release(1_000_000, stamps)
+        release(release_ns, stamps)
         t.join()
         if back and own[1] < stamps[0] <= back[0]:
             samples.append(back[0] - stamps[0])
@@ -451,6 +467,7 @@ def microbenchmarks(
     handoff_busy = handoff_samples(libs, repeats, "spin")
     wake = wake_delay_samples(libs, 2 * repeats) if skip_reason(1) is None else ()
     by_held = wake_delays_by_held(libs, max(repeats // 3, 1)) if skip_reason(1) is None else ()
+    waker = waker_delay_samples(libs, max(repeats // 3, 1)) if skip_reason(1) is None else ()
     return HostMeasurements(
         python_unit_s=_time_python_unit(2000, repeats),
         native_call_hold_s=_time_call(libs.holding.infralab_spin_ns, repeats * 20),
@@ -468,4 +485,5 @@ def microbenchmarks(
         wake_delay_s=statistics.median(wake) if wake else float("nan"),
         wake_delay_samples_s=wake,
         wake_delays_by_held_s=by_held,
+        waker_delay_samples_s=waker,
     )

@@ -45,6 +45,8 @@ class HostSchedule:
     slice_s: float = 0.0  # a holder that got its core less than this ago is not preempted by a wake-up
     # Measured wake-up delays by the holder's age on its core ((held_s, samples), ...; sim/host/cpu.py).
     wake_delays_by_held_s: tuple[tuple[float, tuple[float, ...]], ...] = ()
+    # Measured waits of a thread woken by the core's holder (a GIL release, a queue put; sim/host/cpu.py).
+    waker_delay_samples_s: tuple[float, ...] = ()
     native_descriptors_s: float = 0.0  # > 0: descriptors built in a GIL-releasing native call this long
 
 
@@ -70,7 +72,7 @@ def run_host_schedule(sched: HostSchedule, with_transfer: bool, seed: int = 0) -
     cpu = None
     if sched.cores is not None:
         cpu = Cpu(env, sched.cores, sched.quantum_s, sched.wake_delay_samples_s, stream(seed, "host.cpu.wake"),
-                  sched.slice_s, sched.wake_delays_by_held_s)
+                  sched.slice_s, sched.wake_delays_by_held_s, sched.waker_delay_samples_s)
     gil = Gil(env, sched.gil, stream(seed, "host.gil.handoff"), cpu)
     main = HostThread(env, "main", gil, record.intervals, cpu)
     mover = HostThread(env, "kv-transfer", gil, record.intervals, cpu)
@@ -81,7 +83,7 @@ def run_host_schedule(sched: HostSchedule, with_transfer: bool, seed: int = 0) -
     def transfer():
         while True:
             get = inbox.get()
-            yield from mover.wait(get, "queue")
+            yield from mover.wait(get, "queue", woken_by="main")  # only the main thread posts chunks
             if get.value is None:
                 mover.finish()
                 return

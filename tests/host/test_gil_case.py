@@ -101,6 +101,7 @@ def test_the_sim_mirror_of_the_probe_schedule_is_its_sum_without_transfer() -> N
         python_unit_s, switch_interval_s, handoff_s = 1e-7, 0.005, 2e-5
         handoff_samples_s, wake_delay_samples_s = (1e-5, 3e-5), (0.0, 2e-3)
         wake_delays_by_held_s = ((2.5e-4, (0.0,)), (2e-3, (0.0, 2e-3)))
+        waker_delay_samples_s = (2e-3,)
         copy_cold_bytes_per_s = 4096 * 1024 / 3e-4  # a 4 MiB chunk copies in 0.3 ms (cold caches)
 
     cfg = ProbeConfig(steps=2, layers=3, blocks_per_chunk=100)
@@ -223,7 +224,7 @@ def test_the_sim_mirror_of_native_descriptors_moves_the_loop_out_of_python() -> 
     class M:  # HostMeasurements stand-in
         python_unit_s, switch_interval_s, handoff_s = 1e-7, 0.005, 2e-5
         handoff_samples_s, wake_delay_samples_s = (1e-5,), ()
-        wake_delays_by_held_s = ()
+        wake_delays_by_held_s = waker_delay_samples_s = ()
         copy_cold_bytes_per_s = 4096 * 1024 / 3e-4
 
     cfg = ProbeConfig(steps=1, layers=3, blocks_per_chunk=100)
