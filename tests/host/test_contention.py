@@ -64,6 +64,6 @@ def test_a_probe_run_records_its_contention_and_its_threads_run_queue_waits() ->
                           blocks_per_chunk=20, chunk_bytes=4 << 10, native_wait="sleep", cores=1)
     run = run_probe(sched, with_transfer=True)
     assert run.contention is not None and run.contention.cores == 1
-    assert run.contention.wall_s == pytest.approx(run.prefill_s, rel=0.5)
+    assert run.contention.wall_s >= run.prefill_s  # the window holds the run (and the readings)
     assert set(run.runqueue_wait_s) == {"thread/main", "thread/kv-transfer"}
     assert all(w is not None and w >= 0 for w in run.runqueue_wait_s.values())
