@@ -286,7 +286,8 @@ def _interleaved_rounds(cfg: ProbeConfig, libs, m, cores: int, arms: list[tuple[
         handoff_samples_s=tuple(sorted(blocking)) or m.handoff_samples_s,
         wake_delay_s=statistics.median(wake) if wake else m.wake_delay_s,
         wake_delay_samples_s=tuple(sorted(wake)) or m.wake_delay_samples_s,
-        wake_delays_by_held_s=tuple((h, tuple(sorted(v))) for h, v in sorted(by_held.items())) or m.wake_delays_by_held_s,
+        wake_delays_by_held_s=(tuple((h, tuple(sorted(v))) for h, v in sorted(by_held.items()))
+                               or m.wake_delays_by_held_s),
         waker_delay_samples_s=tuple(sorted(waker)) or m.waker_delay_samples_s,
     )
     return pairs, here

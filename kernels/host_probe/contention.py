@@ -103,5 +103,6 @@ class Contention:
         return self.foreign_cpu_s / (self.wall_s * self.cores)
 
     def __add__(self, other: Contention) -> Contention:
-        foreign = None if self.foreign_cpu_s is None or other.foreign_cpu_s is None else self.foreign_cpu_s + other.foreign_cpu_s
+        known = self.foreign_cpu_s is not None and other.foreign_cpu_s is not None
+        foreign = self.foreign_cpu_s + other.foreign_cpu_s if known else None
         return Contention(self.cores, self.wall_s + other.wall_s, self.own_cpu_s + other.own_cpu_s, foreign)
