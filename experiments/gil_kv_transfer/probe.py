@@ -318,7 +318,10 @@ def _variant(cfg: ProbeConfig, here, cores: int, granularity: str, mode: str, de
     }
     probe["runqueue_wait_s"] = {track: _median_or_none([p.runqueue_wait_s.get(track) for p in used])
                                 for track in ("thread/main", "thread/kv-transfer")}
-    seg = probe_segments([w[0] for w in without], [w[1] for w in without])
+    # The main thread's segments from the run without transfer nearest the median one: a mean over
+    # all runs would carry the rare long stalls other processes cause into the model's input.
+    typical_without = _nearest(without, probe["prefill_without_s"])
+    seg = probe_segments([typical_without[0]], [typical_without[1]])
     hs = host_schedule(cfg, here, seg, granularity, MODES[mode], cores, descriptors)
     # As many simulated repeats as real ones: hand-off latencies are drawn from the samples.
     seeds = range(max(len(used), 1))
