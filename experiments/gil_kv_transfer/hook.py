@@ -380,8 +380,24 @@ def probe_agreement(result: dict[str, Any]) -> str:
     detail = ", ".join(f"{c} core{'s' if c > 1 else ''}: median |error| {sorted(es)[len(es) // 2]:.0%}"
                        for c, es in sorted(per_core.items()))
     skipped = "; ".join(f"{s['cores']} cores skipped ({s['reason']})" for s in result.get("skipped", []))
+    quiet = [v["rel_err"]["degradation"] for v in variants
+             if v["rel_err"]["degradation"] is not None and v["probe"].get("noise", {}).get("quiet", True)]
+    on_quiet = sum(1 for e in quiet if abs(e) <= TARGET_REL_ERR)
     return (f"relative error of the degradation within {TARGET_REL_ERR:.0%} on {within} of {len(errors)} schedules "
-            f"({detail})" + (f"; {skipped}" if skipped else "") + ".")
+            f"({detail}); on the quiet ones: {on_quiet} of {len(quiet)}" + (f"; {skipped}" if skipped else "") + "."
+            + noise_sentence(variants))
+
+
+def noise_sentence(variants: list[dict[str, Any]]) -> str:
+    """How many schedules were measured while other processes used the probe's cores."""
+    noisy = [v for v in variants if not v["probe"].get("noise", {}).get("quiet", True)]
+    if not noisy:
+        return ""
+    shares = sorted(v["probe"]["noise"]["foreign_share_median"] for v in noisy
+                    if v["probe"]["noise"]["foreign_share_median"] is not None)
+    share = f" (median {shares[len(shares) // 2]:.0%} of the cores)" if shares else ""
+    return (f" {len(noisy)} of {len(variants)} schedules had too few quiet repeats: other processes ran on the "
+            f"probe's cores{share}, which the model does not know about, so those rows do not test it.")
 
 
 def probe_figure(variants: list[dict[str, Any]], path: Path) -> None:

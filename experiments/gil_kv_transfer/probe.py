@@ -117,6 +117,8 @@ def host_schedule(cfg: ProbeConfig, m, seg: ProbeSegments, granularity: str, hol
         quantum_s=cfg.quantum_us * 1e-6,
         wake_delay_samples_s=tuple(m.wake_delay_samples_s),
         slice_s=cfg.slice_us * 1e-6,
+        wake_delays_by_held_s=tuple((held, tuple(samples)) for held, samples in m.wake_delays_by_held_s),
+        waker_delay_samples_s=tuple(m.waker_delay_samples_s),
     )
 
 
@@ -159,15 +161,56 @@ def _rel_err(sim: float, real: float) -> float | None:
 
 
 def _spread(without: list[float], with_: list[float]) -> dict[str, Any]:
-    """Per-repeat degradation of the paired runs (they alternate), and its range."""
+    """Per-repeat degradation of the paired runs (without, then with, back to back), its range and
+    quartiles."""
     per_repeat = [1.0 - a / b for a, b in zip(without, with_)]
-    return {"per_repeat": per_repeat, "min": min(per_repeat), "max": max(per_repeat)}
+    q = statistics.quantiles(per_repeat, n=4, method="inclusive") if len(per_repeat) > 1 else per_repeat * 3
+    return {"per_repeat": per_repeat, "min": min(per_repeat), "max": max(per_repeat), "p25": q[0], "p75": q[2]}
+
+
+# A pair of runs is "quiet" when other processes used at most this share of its cores' capacity
+# (kernels/host_probe/contention.py; /proc/stat counts in 10 ms ticks, so a 0.2 s pair on one core
+# cannot resolve much less). Stated, not tuned to any comparison.
+QUIET_FOREIGN_SHARE = 0.10
+# The probe's median is taken over the quiet pairs when there are at least this many of them
+# (and at least a third of the repeats); otherwise over all pairs, and the variant is marked noisy.
+MIN_QUIET = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbePair:
+    """One repeat of a variant: the run without the transfer thread, then the run with it."""
+
+    without: list[Interval]
+    without_s: float
+    with_: list[Interval]
+    with_s: float
+    foreign_share: float | None  # other processes' share of the cores over both runs
+    runqueue_wait_s: dict[str, float | None]  # per thread of the run with transfer
+
+    @property
+    def quiet(self) -> bool:
+        return self.foreign_share is not None and self.foreign_share <= QUIET_FOREIGN_SHARE
+
+
+def _probe_pair(sched, libs) -> ProbePair:
+    from infralab.kernels.host_probe.probe import run_probe
+
+    r0 = run_probe(sched, False, libs)
+    r1 = run_probe(sched, True, libs)
+    both = r0.contention + r1.contention if r0.contention and r1.contention else None
+    return ProbePair(_probe_intervals(r0), r0.prefill_s, _probe_intervals(r1), r1.prefill_s,
+                     None if both is None else both.foreign_share, dict(r1.runqueue_wait_s))
 
 
 def probe_vs_sim(cfg: ProbeConfig, timeline_dir: Path | None = None) -> dict[str, Any]:
     """Run the probe on this machine at each of `cfg.cores` and the simulator on the same
-    schedule and core count; compare. With `timeline_dir`, the probe's typical run with transfer
-    and the simulator's are written there as Perfetto timelines
+    schedule and core count; compare. The variants (granularity x GIL mode x descriptors) run in
+    interleaved rounds: each round runs every variant once (without, then with the transfer
+    thread), in an order rotated from round to round, so that a burst of load from other processes
+    hits all variants alike. Every pair records how much other processes ran on its cores; the
+    probe's median is over the quiet pairs (see QUIET_FOREIGN_SHARE). With `timeline_dir`, the
+    probe's typical run with transfer and the simulator's are written there as Perfetto timelines
     (`probe-<cores>c-<granularity>-<mode>.json`, `probe-sim-...`)."""
     from infralab.kernels.host_probe.affinity import skip_reason
     from infralab.kernels.host_probe.build import load
@@ -182,15 +225,15 @@ def probe_vs_sim(cfg: ProbeConfig, timeline_dir: Path | None = None) -> dict[str
         if reason is not None:
             skipped.append({"cores": cores, "reason": reason})
             continue
-        for granularity in cfg.granularities:
-            for mode in cfg.modes:
-                for descriptors in cfg.kv_descriptors:
-                    variants.append(_variant(cfg, libs, m, cores, granularity, mode, descriptors, timeline_dir))
+        arms = [(g, mode, d) for g in cfg.granularities for mode in cfg.modes for d in cfg.kv_descriptors]
+        pairs, here = _interleaved_rounds(cfg, libs, m, cores, arms)
+        for arm in arms:
+            variants.append(_variant(cfg, here, cores, *arm, pairs[arm], timeline_dir))
     measured = {k: _finite_or_none(v) for k, v in dataclasses.asdict(m).items()}
     # Other processes take cores the model does not know about: say how loaded the machine was.
     load = {"before": list(load_before), "after": list(os.getloadavg()), "cpus": os.cpu_count()}
     return {"measurements": measured, "config": dataclasses.asdict(cfg), "variants": variants, "skipped": skipped,
-            "load_average": load}
+            "load_average": load, "quiet_foreign_share": QUIET_FOREIGN_SHARE}
 
 
 def variant_name(cores: int, granularity: str, mode: str, descriptors: str) -> str:
@@ -198,46 +241,102 @@ def variant_name(cores: int, granularity: str, mode: str, descriptors: str) -> s
     return f"{cores}c-{granularity}-{mode}" + ("-native" if descriptors == "native" else "")
 
 
-def _variant(cfg: ProbeConfig, libs, m, cores: int, granularity: str, mode: str, descriptors: str,
-             timeline_dir: Path | None) -> dict[str, Any]:
-    from infralab.kernels.host_probe.affinity import skip_reason
-    from infralab.kernels.host_probe.probe import ProbeSchedule, handoff_samples, run_probe, wake_delay_samples
+def _schedule(cfg: ProbeConfig, m, cores: int, granularity: str, mode: str, descriptors: str):
+    from infralab.kernels.host_probe.probe import ProbeSchedule
 
-    sched = ProbeSchedule(
+    return ProbeSchedule(
         steps=cfg.steps, layers=cfg.layers, launch_units=cfg.launch_units,
         dispatch_ns=cfg.dispatch_us * 1000, combine_ns=cfg.combine_us * 1000,
         blocks_per_chunk=cfg.blocks_per_chunk, chunk_bytes=cfg.chunk_kib * 1024,
         granularity=granularity, holds_gil=MODES[mode], native_wait=cfg.native_wait, cores=cores,
         native_descriptors_ns=round(cfg.blocks_per_chunk * m.python_unit_s * 1e9) if descriptors == "native" else 0,
     )
-    without, with_ = [], []
+
+
+def _interleaved_rounds(cfg: ProbeConfig, libs, m, cores: int, arms: list[tuple[str, str, str]]):
+    """`cfg.repeats` rounds over the arms at `cores`; returns the pairs per arm and the
+    measurements with the hand-off and wake-up latencies sampled beside the rounds."""
+    from infralab.kernels.host_probe.affinity import skip_reason
+    from infralab.kernels.host_probe.probe import (
+        handoff_samples,
+        wake_delay_samples,
+        wake_delays_by_held,
+        waker_delay_samples,
+    )
+
+    scheds = {arm: _schedule(cfg, m, cores, *arm) for arm in arms}
+    pairs: dict[tuple[str, str, str], list[ProbePair]] = {arm: [] for arm in arms}
     blocking: list[float] = []
     wake: list[float] = []
-    for _ in range(cfg.repeats):  # alternate, so drifting machine load hits both alike
-        r0 = run_probe(sched, False, libs)
-        without.append((_probe_intervals(r0), r0.prefill_s))
-        r1 = run_probe(sched, True, libs)
-        with_.append((_probe_intervals(r1), r1.prefill_s))
+    by_held: dict[float, list[float]] = {}
+    waker: list[float] = []
+    for r in range(cfg.repeats):
+        for arm in arms[r % len(arms):] + arms[:r % len(arms)]:
+            pairs[arm].append(_probe_pair(scheds[arm], libs))
         # Hand-off latencies swing with the machine's load: sample them beside the runs.
         blocking += handoff_samples(libs, HANDOFF_TRIALS, "sleep", cores=cores)
         if skip_reason(1) is None:
             wake += wake_delay_samples(libs, 2 * HANDOFF_TRIALS)
-    probe = _summary(without, with_)
-    probe["spread"] = _spread([w[1] for w in without], [w[1] for w in with_])
-    seg = probe_segments([w[0] for w in without], [w[1] for w in without])
+            for held, samples in wake_delays_by_held(libs, HANDOFF_TRIALS):
+                by_held.setdefault(held, []).extend(samples)
+            waker += waker_delay_samples(libs, HANDOFF_TRIALS)
     here = dataclasses.replace(
         m,
         handoff_s=statistics.median(blocking) if blocking else m.handoff_s,
         handoff_samples_s=tuple(sorted(blocking)) or m.handoff_samples_s,
         wake_delay_s=statistics.median(wake) if wake else m.wake_delay_s,
         wake_delay_samples_s=tuple(sorted(wake)) or m.wake_delay_samples_s,
+        wake_delays_by_held_s=(tuple((h, tuple(sorted(v))) for h, v in sorted(by_held.items()))
+                               or m.wake_delays_by_held_s),
+        waker_delay_samples_s=tuple(sorted(waker)) or m.waker_delay_samples_s,
     )
+    return pairs, here
+
+
+def _used_pairs(pairs: list[ProbePair]) -> tuple[list[ProbePair], bool]:
+    """The pairs the probe's numbers come from, and whether they are quiet ones."""
+    quiet = [p for p in pairs if p.quiet]
+    if len(quiet) >= max(MIN_QUIET, len(pairs) / 3):
+        return quiet, True
+    return pairs, False
+
+
+def _variant(cfg: ProbeConfig, here, cores: int, granularity: str, mode: str, descriptors: str,
+             pairs: list[ProbePair], timeline_dir: Path | None) -> dict[str, Any]:
+    used, quiet = _used_pairs(pairs)
+    without = [(p.without, p.without_s) for p in used]
+    with_ = [(p.with_, p.with_s) for p in used]
+    probe = _summary(without, with_)
+    probe["spread"] = _spread([w[1] for w in without], [w[1] for w in with_])
+    shares = [p.foreign_share for p in pairs if p.foreign_share is not None]
+    probe["noise"] = {
+        "quiet": quiet,
+        "pairs": len(pairs),
+        "quiet_pairs": sum(1 for p in pairs if p.quiet),
+        "foreign_share_median": statistics.median(shares) if shares else None,
+        "foreign_share_max": max(shares) if shares else None,
+    }
+    probe["runqueue_wait_s"] = {track: _median_or_none([p.runqueue_wait_s.get(track) for p in used])
+                                for track in ("thread/main", "thread/kv-transfer")}
+    # The main thread's segments from the run without transfer nearest the median one: a mean over
+    # all runs would carry the rare long stalls other processes cause into the model's input.
+    typical_without = _nearest(without, probe["prefill_without_s"])
+    seg = probe_segments([typical_without[0]], [typical_without[1]])
     hs = host_schedule(cfg, here, seg, granularity, MODES[mode], cores, descriptors)
     # As many simulated repeats as real ones: hand-off latencies are drawn from the samples.
-    sim_without = [run_host_schedule(hs, False, seed) for seed in range(cfg.repeats)]
-    sim_with = [run_host_schedule(hs, True, seed) for seed in range(cfg.repeats)]
+    seeds = range(max(len(used), 1))
+    sim_without = [run_host_schedule(hs, False, seed) for seed in seeds]
+    sim_with = [run_host_schedule(hs, True, seed) for seed in seeds]
     sim = _summary([(r.record.intervals, r.prefill_s) for r in sim_without],
                    [(r.record.intervals, r.prefill_s) for r in sim_with])
+    # The same without the waker rule (sim/host/cpu.py): how much the prediction rests on it.
+    plain = dataclasses.replace(hs, waker_delay_samples_s=())
+    sim["degradation_without_waker_rule"] = _summary(
+        [(r.record.intervals, r.prefill_s) for r in sim_without],
+        [(r.record.intervals, r.prefill_s) for r in (run_host_schedule(plain, True, seed) for seed in seeds)],
+    )["degradation"]
+    sim["runqueue_wait_s"] = {f"thread/{t}": statistics.median(r.core_wait_s.get(t, 0.0) for r in sim_with)
+                              for t in ("main", "kv-transfer")}
     if timeline_dir is not None:
         meta = {"granularity": granularity, "dispatch_combine": mode, "kv_transfer": True, "cores": cores,
                 "kv_descriptors": descriptors}
@@ -256,6 +355,8 @@ def _variant(cfg: ProbeConfig, libs, m, cores: int, granularity: str, mode: str,
         "probe": probe,
         "sim": sim,
         "probe_runs_s": {"without": [w[1] for w in without], "with": [w[1] for w in with_]},
+        "probe_pairs": [{"without_s": p.without_s, "with_s": p.with_s, "foreign_share": p.foreign_share,
+                         "quiet": p.quiet} for p in pairs],
         "sim_inputs": {
             **dataclasses.asdict(seg),
             "chunk_python_s": hs.chunk_python_s,
@@ -264,6 +365,9 @@ def _variant(cfg: ProbeConfig, libs, m, cores: int, granularity: str, mode: str,
             "handoff_samples": len(here.handoff_samples_s),
             "wake_delay_median_s": _finite_or_none(here.wake_delay_s),
             "wake_delay_samples": len(here.wake_delay_samples_s),
+            "waker_delay_median_s": _median_or_none(list(here.waker_delay_samples_s)),
+            "wake_delay_by_held_median_s": {f"{held * 1e3:g} ms": statistics.median(samples)
+                                            for held, samples in here.wake_delays_by_held_s},
             "quantum_s": hs.quantum_s,
         },
         "rel_err": {k: _rel_err(sim[k], probe[k]) for k in ("prefill_without_s", "prefill_with_s", "degradation")},
@@ -272,6 +376,11 @@ def _variant(cfg: ProbeConfig, libs, m, cores: int, granularity: str, mode: str,
             for k in ("degradation", "kv_python_over_comm", "kv_activity_over_comm", "kv_python_inside_comm")
         },
     }
+
+
+def _median_or_none(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def _finite_or_none(value: Any) -> Any:
@@ -293,40 +402,67 @@ def arm_text(v: dict[str, Any]) -> str:
 TARGET_REL_ERR = 0.20  # the issue's target: |sim - probe| / probe of the degradation
 
 
+def _plain_text(s: dict[str, Any]) -> str:
+    plain = s.get("degradation_without_waker_rule")
+    return "" if plain is None else f" ({plain:.1%})"
+
+
+def _noise_text(noise: dict[str, Any]) -> str:
+    if not noise:
+        return "n/a"
+    share = noise["foreign_share_median"]
+    return f"{noise['quiet_pairs']}/{noise['pairs']} ({'n/a' if share is None else f'{share:.0%}'})"
+
+
+def _wait_text(p: dict[str, Any], s: dict[str, Any]) -> str:
+    probe = p.get("runqueue_wait_s", {}).get("thread/main")
+    sim = s.get("runqueue_wait_s", {}).get("thread/main")
+    return f"{'n/a' if probe is None else f'{probe * 1e3:.1f}'} / {'n/a' if sim is None else f'{sim * 1e3:.1f}'}"
+
+
 def probe_table(result: dict[str, Any]) -> str:
     m = result["measurements"]
     load = result.get("load_average")
     lines = [] if load is None else [
         f"Machine load during the probe: 1-minute load average {load['before'][0]:.1f} before, {load['after'][0]:.1f} "
-        f"after, on {load['cpus']} CPUs (other processes take cores the model does not know about).", ""]
+        f"after, on {load['cpus']} CPUs (other processes take cores the model does not know about). A pair of runs "
+        f"(without, with transfer) is quiet when other processes used at most "
+        f"{result.get('quiet_foreign_share', QUIET_FOREIGN_SHARE):.0%} of its cores (/proc/stat); the probe's median "
+        f"is over the quiet pairs when there are at least {MIN_QUIET}, else over all and marked noisy.", ""]
     lines += [
         "Calibration (single-thread measurements on this machine): "
         f"Python unit {m['python_unit_s'] * 1e9:.0f} ns, ctypes call {m['native_call_hold_s'] * 1e6:.2f} µs (PyDLL) / "
         f"{m['native_call_release_s'] * 1e6:.2f} µs (CDLL), memcpy {m['copy_bytes_per_s'] / 1e9:.1f} GB/s hot / "
         f"{m['copy_cold_bytes_per_s'] / 1e9:.1f} GB/s cold (used), switch interval {m['switch_interval_s'] * 1e3:.1f} ms, "
         f"loop overhead {m['layer_overhead_s'] * 1e6:.1f} µs/layer; "
-        "the main thread's segments from the probe's runs without transfer. Predicted, not fitted: the runs with "
-        "transfer at each core count.",
+        "the main thread's segments from the probe's runs without transfer; the GIL hand-off and the OS's wake-up "
+        "delays on a busy core (by how long the holder has had it, and for a thread woken by the holder itself: the "
+        "waker rule) from micro-probes beside every round. Predicted, not fitted: the runs with transfer at each "
+        "core count.",
         "",
         "| cores | schedule | dispatch/combine | GIL hand-off / core wake-up (medians) | prefill w/o: probe / sim (s) "
-        "| degradation: probe median [min..max over repeats] | sim | rel. err | within 20 % "
+        "| degradation: probe median [min..max over repeats] | sim (without the waker rule) | rel. err | within 20 % "
+        "| quiet pairs (others' CPU share, median) | main's core wait (ms): probe / sim "
         "| dispatch/combine covered by KV Python: probe / sim |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for v in result["variants"]:
         p, s, e = v["probe"], v["sim"], v["rel_err"]["degradation"]
+        noise = p.get("noise", {})
         rel = "n/a" if e is None else f"{e:+.0%}"
         ok = "n/a" if e is None else ("yes" if abs(e) <= TARGET_REL_ERR else "no")
+        if noise and not noise["quiet"]:
+            ok += " (noisy)"
         lines.append(
             f"| {v['cores']} | {v['granularity']} | {arm_text(v)} | {_us(v['sim_inputs']['handoff_median_s'])} / "
             f"{_us(v['sim_inputs']['wake_delay_median_s'])} "
             f"| {p['prefill_without_s']:.4f} / {s['prefill_without_s']:.4f} "
             f"| {p['degradation']:.1%} [{p['spread']['min']:.1%}..{p['spread']['max']:.1%}] "
-            f"| {s['degradation']:.1%} | {rel} | {ok} "
+            f"| {s['degradation']:.1%}{_plain_text(s)} | {rel} | {ok} | {_noise_text(noise)} | {_wait_text(p, s)} "
             f"| {p['kv_python_over_comm']:.0%} / {s['kv_python_over_comm']:.0%} |"
         )
     for skip in result.get("skipped", []):
-        lines.append(f"| {skip['cores']} | skipped: {skip['reason']} | | | | | | | | |")
+        lines.append(f"| {skip['cores']} | skipped: {skip['reason']} | | | | | | | | | | |")
     lines += [
         "",
         "Where the main thread's extra prefill time went (with minus without transfer, seconds): Python and "

@@ -1,15 +1,17 @@
 """Benchmark: the real-threads probe vs the simulator at 1 and 2 cores, with the probe's spread.
 
     .venv/bin/python experiments/gil_kv_transfer/probe_benchmark.py \
-        [--experiment experiments/gil_kv_transfer_published.toml] [--repeats 6] [--out results/gil_probe]
+        [--experiment experiments/gil_kv_transfer_published.toml] [--repeats 40] [--out results/gil_probe]
 
 Runs the probe of the experiment's [probe] table on this machine (pinned to each of its `cores`),
 the simulator on the same schedules and core counts, and prints and saves (atomically, to --out)
 `probe.json`, `probe_table.md` and `probe_vs_sim.png`: per schedule the degradation, probe median
 and min..max over the repeats beside the simulator, and the relative error (target: within 20 %).
-What is calibrated (single-thread measurements) and what is predicted is in probe.py. The numbers
-are a benchmark of this machine at this moment: the load average during the run is recorded with
-them, because other processes on a shared machine take cores the model does not know about.
+What is calibrated (single-thread measurements, micro-probes) and what is predicted is in probe.py.
+The numbers are a benchmark of this machine at this moment: every pair of runs records how much
+other processes used its cores, the probe's median is over the quiet pairs, and a schedule without
+enough of them is marked noisy (other processes take cores the model does not know about). With 40
+repeats it takes some 3-4 minutes on a quiet 2-vCPU machine (2.5 minutes for 30 at load average ~10).
 """
 
 from __future__ import annotations

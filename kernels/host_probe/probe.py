@@ -40,6 +40,7 @@ from typing import Literal
 
 from infralab.kernels.host_probe.affinity import pinned, skip_reason
 from infralab.kernels.host_probe.build import NativeLibs, load
+from infralab.kernels.host_probe.contention import Contention, CpuSnapshot, thread_sched_ns
 
 PYTHON = "python"
 NATIVE_HOLD = "native-hold-gil"
@@ -87,6 +88,10 @@ class ProbeRun:
     start_ns: int = 0
     prefill_end_ns: int = 0  # main thread done with its last step
     end_ns: int = 0  # transfer thread done too
+    # Other processes on the run's cores from its start to the prefill's end (contention.py).
+    contention: Contention | None = None
+    # Per track: seconds the thread was runnable but waited for a core (None: not measurable).
+    runqueue_wait_s: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def prefill_s(self) -> float:
@@ -155,13 +160,21 @@ class _Recorder:
             self.out.append(ProbeInterval(track, GIL_WAIT, op, stamps[1], back))
 
 
+def _waited_s(start: tuple[int, int] | None) -> float | None:
+    """The calling thread's run-queue wait since `start` (a thread_sched_ns reading)."""
+    now = thread_sched_ns()
+    return None if start is None or now is None else (now[1] - start[1]) * 1e-9
+
+
 def _transfer_loop(libs: NativeLibs, sched: ProbeSchedule, work: queue.Queue, rec: _Recorder,
-                   src: ctypes.Array, dst: ctypes.Array) -> None:
+                   src: ctypes.Array, dst: ctypes.Array, waits: dict[str, float | None]) -> None:
     track = "thread/kv-transfer"
     copy = libs.releasing.infralab_copy
+    start = thread_sched_ns()
     while True:
         chunk = work.get()
         if chunk is None:
+            waits[track] = _waited_s(start)
             return
         if sched.native_descriptors_ns > 0:
             spin = libs.releasing.infralab_spin_ns
@@ -175,11 +188,11 @@ def run_probe(sched: ProbeSchedule, with_transfer: bool, libs: NativeLibs | None
     """Run the schedule once on real threads (on `sched.cores` cores); returns the recorded
     intervals. ValueError when this machine has fewer usable cores than `sched.cores`."""
     libs = libs or load()
-    with pinned(sched.cores):  # before the transfer thread starts: it inherits the mask
-        return _run_probe(sched, with_transfer, libs)
+    with pinned(sched.cores) as cores:  # before the transfer thread starts: it inherits the mask
+        return _run_probe(sched, with_transfer, libs, cores)
 
 
-def _run_probe(sched: ProbeSchedule, with_transfer: bool, libs: NativeLibs) -> ProbeRun:
+def _run_probe(sched: ProbeSchedule, with_transfer: bool, libs: NativeLibs, cores: tuple[int, ...]) -> ProbeRun:
     lib = libs.lib(sched.holds_gil)
     spin = lib.infralab_spin_ns if sched.native_wait == "spin" else lib.infralab_sleep_ns
     run = ProbeRun(sched, with_transfer)
@@ -190,9 +203,12 @@ def _run_probe(sched: ProbeSchedule, with_transfer: bool, libs: NativeLibs) -> P
         src = (ctypes.c_char * sched.chunk_bytes)()
         dst = (ctypes.c_char * sched.chunk_bytes)()
         ctypes.memmove(dst, src, sched.chunk_bytes)  # touch the pages before timing
-        transfer = threading.Thread(target=_transfer_loop, args=(libs, sched, work, rec, src, dst), daemon=True)
+        transfer = threading.Thread(target=_transfer_loop, args=(libs, sched, work, rec, src, dst,
+                                                                 run.runqueue_wait_s), daemon=True)
         transfer.start()
     main = "thread/main"
+    before = CpuSnapshot.take(cores)
+    main_start = thread_sched_ns()
     run.start_ns = time.perf_counter_ns()
     for step in range(sched.steps):
         for layer in range(sched.layers):
@@ -206,6 +222,8 @@ def _run_probe(sched: ProbeSchedule, with_transfer: bool, libs: NativeLibs) -> P
             for layer in range(sched.layers):
                 work.put((step, layer))
     run.prefill_end_ns = time.perf_counter_ns()
+    run.runqueue_wait_s[main] = _waited_s(main_start)
+    run.contention = Contention.between(before, CpuSnapshot.take(cores))
     if transfer is not None:
         work.put(None)
         transfer.join()
@@ -235,6 +253,10 @@ class HostMeasurements:
     layer_overhead_s: float  # the main loop's own cost per layer (recording, calls) with no work
     wake_delay_s: float  # median wait of a thread woken on a busy core (wake_delay_samples)
     wake_delay_samples_s: tuple[float, ...]
+    # The same by how long the core's holder has had it (wake_delays_by_held); () if not measurable.
+    wake_delays_by_held_s: tuple[tuple[float, tuple[float, ...]], ...] = ()
+    # How long a thread woken by the core's holder waits for it (waker_delay_samples); () if not measurable.
+    waker_delay_samples_s: tuple[float, ...] = ()
 
 
 def _median_s(samples_ns: list[int]) -> float:
@@ -294,16 +316,30 @@ def _time_layer_overhead(libs: NativeLibs, layers: int) -> float:
     return min(run_probe(empty, False, libs).prefill_s for _ in range(3)) / layers
 
 
-def handoff_samples(libs: NativeLibs, repeats: int, native_wait: str, cores: int | None = None) -> tuple[float, ...]:
+def handoff_samples(libs: NativeLibs, repeats: int, native_wait: str, cores: int | None = None,
+                    release_ns: int = 1_000_000) -> tuple[float, ...]:
     """A waiter blocked on the GIL while main holds it in a PyDLL spin; main then enters a CDLL
-    spin or sleep (releases). Hand-off = the waiter's first bytecode stamp - that call's start.
-    Trials where the waiter was not yet waiting when main released are discarded. Both threads
-    run on `cores` cores (None: as the process is). Returns the valid samples (seconds), sorted."""
+    spin or sleep of `release_ns` (releases). Hand-off = the waiter's first bytecode stamp - that
+    call's start. Trials where the waiter was not yet waiting when main released are discarded.
+    Both threads run on `cores` cores (None: as the process is). Returns the valid samples
+    (seconds), sorted. On one core with a spin longer than a scheduler tick this is how long a
+    thread woken by the core's holder waits for it (`waker_delay_samples`)."""
     with pinned(cores):
-        return _handoff_samples(libs, repeats, native_wait)
+        return _handoff_samples(libs, repeats, native_wait, release_ns)
 
 
-def _handoff_samples(libs: NativeLibs, repeats: int, native_wait: str) -> tuple[float, ...]:
+# The releasing spin of the waker micro-probe: longer than two 4 ms ticks, so that its samples are
+# not cut short by the spin's end.
+WAKER_RELEASE_NS = 10_000_000
+
+
+def waker_delay_samples(libs: NativeLibs, repeats: int) -> tuple[float, ...]:
+    """On ONE core: how long a GIL waiter, woken by the release of the thread that holds the
+    core and goes on computing, waits to run (seconds, sorted; sim/host/cpu.py's waker rule)."""
+    return handoff_samples(libs, repeats, "spin", cores=1, release_ns=WAKER_RELEASE_NS)
+
+
+def _handoff_samples(libs: NativeLibs, repeats: int, native_wait: str, release_ns: int) -> tuple[float, ...]:
     release = libs.releasing.infralab_spin_ns if native_wait == "spin" else libs.releasing.infralab_sleep_ns
     samples: list[int] = []
     for _ in range(repeats * 4):
@@ -323,7 +359,7 @@ def _handoff_samples(libs: NativeLibs, repeats: int, native_wait: str) -> tuple[
         t.start()
         inside.wait()
         libs.holding.infralab_spin_ns(3_000_000, stamps)  # the waiter waits < switch interval
-        release(1_000_000, stamps)
+        release(release_ns, stamps)
         t.join()
         if back and own[1] < stamps[0] <= back[0]:
             samples.append(back[0] - stamps[0])
@@ -369,6 +405,54 @@ def wake_delay_samples(libs: NativeLibs, repeats: int) -> tuple[float, ...]:
     return tuple(sorted(max(ns - usual, 0) * 1e-9 for ns in shared))
 
 
+# Holder ages at which a wake-up on a busy core is timed (wake_delays_by_held), ns; and how long the
+# holder spins on after the wake-up, so that a sleeper it keeps off the core waits past a 4 ms tick.
+WAKE_HELD_NS = (250_000, 500_000, 1_000_000, 2_000_000)
+WAKE_TAIL_NS = 6_000_000
+
+
+def wake_delays_by_held(libs: NativeLibs, repeats: int,
+                        held_ns: tuple[int, ...] = WAKE_HELD_NS) -> tuple[tuple[float, tuple[float, ...]], ...]:
+    """How long a thread woken on a busy core waits before it runs, by how long the core's holder
+    has had it: ((held_s, sorted samples_s), ...), ascending in held_s.
+
+    On ONE core, per trial: a second thread blocks on a lock; main releases it and sleeps `held`
+    ns in native code (GIL released), so that the second thread gets the core as main sleeps (it
+    takes the GIL back and spins in native code with the GIL released, `held` + WAKE_TAIL_NS).
+    Main wakes on time; each sample is its sleep's length less the median length of the same sleep
+    with the core free: 0 when the OS gives the woken thread the core at once."""
+    sleep = libs.releasing.infralab_sleep_ns
+    spin = libs.releasing.infralab_spin_ns
+    stamps = (ctypes.c_uint64 * 2)()
+    out = []
+    with pinned(1):
+        for held in held_ns:
+            alone = []
+            for _ in range(repeats):
+                sleep(held, stamps)
+                alone.append(stamps[1] - stamps[0])
+            usual = statistics.median(alone)
+            shared = []
+            for _ in range(repeats):
+                go = threading.Lock()
+                go.acquire()
+
+                def holder(go: threading.Lock = go, held: int = held) -> None:
+                    own = (ctypes.c_uint64 * 2)()
+                    go.acquire()
+                    spin(held + WAKE_TAIL_NS, own)
+
+                t = threading.Thread(target=holder)
+                t.start()
+                sleep(1_000_000, stamps)  # the holder is blocked on the lock by now
+                go.release()
+                sleep(held, stamps)
+                shared.append(stamps[1] - stamps[0])
+                t.join()
+            out.append((held * 1e-9, tuple(sorted(max(ns - usual, 0) * 1e-9 for ns in shared))))
+    return tuple(out)
+
+
 def microbenchmarks(
     chunk_bytes: int = 4 << 20,
     native_wait: Literal["spin", "sleep"] = "spin",
@@ -382,6 +466,8 @@ def microbenchmarks(
     handoff = handoff_samples(libs, repeats, "sleep")
     handoff_busy = handoff_samples(libs, repeats, "spin")
     wake = wake_delay_samples(libs, 2 * repeats) if skip_reason(1) is None else ()
+    by_held = wake_delays_by_held(libs, max(repeats // 3, 1)) if skip_reason(1) is None else ()
+    waker = waker_delay_samples(libs, max(repeats // 3, 1)) if skip_reason(1) is None else ()
     return HostMeasurements(
         python_unit_s=_time_python_unit(2000, repeats),
         native_call_hold_s=_time_call(libs.holding.infralab_spin_ns, repeats * 20),
@@ -398,4 +484,6 @@ def microbenchmarks(
         layer_overhead_s=_time_layer_overhead(libs, 200),
         wake_delay_s=statistics.median(wake) if wake else float("nan"),
         wake_delay_samples_s=wake,
+        wake_delays_by_held_s=by_held,
+        waker_delay_samples_s=waker,
     )

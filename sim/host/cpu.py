@@ -22,6 +22,19 @@ holder has had its core for `slice_s` (Linux's EEVDF protects the slice of a tas
 the CPU: a thread freshly woken itself is not preempted by the next wake-up). Without samples only
 quantum ends move threads.
 
+Whether Linux preempts at once depends on how long the holder has had its core (EEVDF compares the
+two threads' virtual deadlines, which move as the holder runs). `wake_delays_by_held_s` gives
+measured samples per holder age: ((held_s, samples), ...), ascending in held_s; a wake-up draws
+from the samples of the largest `held_s` not above the age of the core's longest holder at that
+moment (the first entry below all of them). It replaces `wake_delay_samples_s` when given.
+
+A thread woken BY the thread holding the core (its waker signalled it: a GIL release, a queue put)
+is another case: Linux does not let it preempt its waker at once (on one core, a GIL waiter woken
+by a release runs some 2 ms later while the releaser keeps computing; measured by
+kernels/host_probe/probe.py: handoff_samples with a long busy release). With
+`waker_delay_samples_s`, such a wake-up (`run(who, waker=...)`) takes the waker's core after a
+delay drawn from them, unless the waker blocks or its quantum ends first.
+
 `cores=None` means as many cores as runnable threads (nobody ever waits). Simulated seconds.
 """
 
@@ -55,7 +68,9 @@ class Cpu:
 
     def __init__(self, env: simpy.Environment, cores: int | None = None, quantum_s: float = 4e-3,
                  wake_delay_samples_s: tuple[float, ...] = (), rng: np.random.Generator | None = None,
-                 slice_s: float = 0.0) -> None:
+                 slice_s: float = 0.0,
+                 wake_delays_by_held_s: tuple[tuple[float, tuple[float, ...]], ...] = (),
+                 waker_delay_samples_s: tuple[float, ...] = ()) -> None:
         if cores is not None and cores < 1:
             raise ValueError(f"cores must be >= 1 or None, got {cores!r}")
         if not quantum_s > 0:
@@ -63,7 +78,13 @@ class Cpu:
         self.env = env
         self.cores = cores
         self.quantum_s = quantum_s
+        if any(not samples for _, samples in wake_delays_by_held_s):
+            raise ValueError("every holder age in wake_delays_by_held_s needs samples")
+        if [h for h, _ in wake_delays_by_held_s] != sorted(h for h, _ in wake_delays_by_held_s):
+            raise ValueError("wake_delays_by_held_s must be ascending in the holder's age")
         self._wake_delays = wake_delay_samples_s
+        self._wake_delays_by_held = wake_delays_by_held_s
+        self._waker_delays = waker_delay_samples_s
         self._slice_s = slice_s
         self._rng = rng
         self._threads: dict[str, _Thread] = {}
@@ -95,8 +116,9 @@ class Cpu:
 
     # ---- the thread life cycle ---------------------------------------------------------------
 
-    def run(self, who: str) -> simpy.Event:
-        """`who` becomes runnable; the event fires when it holds a core (at once if one is free)."""
+    def run(self, who: str, waker: str | None = None) -> simpy.Event:
+        """`who` becomes runnable; the event fires when it holds a core (at once if one is free).
+        `waker`: the thread whose signal woke it (see the module's note on wake-ups by the waker)."""
         if who in self._threads:
             known = self._threads[who]
             if known.on_core_since is None:
@@ -113,7 +135,7 @@ class Cpu:
             thread.queued_at = self.env.now
             self._queue.append(who)
             self._arm_quantum()
-            self._arm_wake_preemption(thread)
+            self._arm_wake_preemption(thread, waker)
         return ready
 
     def block(self, who: str) -> None:
@@ -226,23 +248,43 @@ class Cpu:
         self._queue.append(who)
         self._fill_cores()
 
-    def _arm_wake_preemption(self, waiter: _Thread) -> None:
-        if not self._wake_delays or self._rng is None or self.cores is None:
-            return
-        delay = float(self._wake_delays[int(self._rng.integers(len(self._wake_delays)))])
-        timer = self.env.timeout(delay)
-        timer.callbacks.append(lambda _e: self._wake_preempt(waiter))
+    def _wake_samples(self) -> tuple[float, ...]:
+        """The wake-up delays that apply now: by the age of the core's longest holder, if given."""
+        if not self._wake_delays_by_held:
+            return self._wake_delays
+        since = min((t.on_core_since for t in self._threads.values() if t.on_core_since is not None),
+                    default=self.env.now)
+        age = self.env.now - since
+        chosen = self._wake_delays_by_held[0][1]
+        for held, samples in self._wake_delays_by_held:
+            if held <= age + _DONE:
+                chosen = samples
+        return chosen
 
-    def _wake_preempt(self, waiter: _Thread) -> None:
-        """`waiter` (if still waiting) takes the core of the holder that has had its core longest."""
+    def _arm_wake_preemption(self, waiter: _Thread, waker: str | None = None) -> None:
+        target = waker if waker is not None and self._waker_delays and self.on_core(waker) else None
+        samples = self._waker_delays if target is not None else self._wake_samples()
+        if not samples or self._rng is None or self.cores is None:
+            return
+        delay = float(samples[int(self._rng.integers(len(samples)))])
+        timer = self.env.timeout(delay)
+        timer.callbacks.append(lambda _e: self._wake_preempt(waiter, target))
+
+    def _wake_preempt(self, waiter: _Thread, target: str | None = None) -> None:
+        """`waiter` (if still waiting) takes the core of `target` (its waker) if that still holds
+        one, or with no target of the holder that has had its core longest."""
         who = next((w for w, t in self._threads.items() if t is waiter), None)
         if who is None or waiter.on_core_since is not None:
             return
         holders = [(t.on_core_since, w) for w, t in self._threads.items() if t.on_core_since is not None]
+        if target is not None:
+            holders = [(since, w) for since, w in holders if w == target]
+            if not holders:
+                return  # the waker left its core; the queue decides now
         since, victim = min(holders)
         if self.env.now < since + self._slice_s:  # its slice is protected: try again when it ends
             timer = self.env.timeout(since + self._slice_s - self.env.now)
-            timer.callbacks.append(lambda _e: self._wake_preempt(waiter))
+            timer.callbacks.append(lambda _e: self._wake_preempt(waiter, target))
             return
         self.preemptions += 1
         held = self._threads[victim]

@@ -151,7 +151,7 @@ class Gil:
             raise RuntimeError(f"{who} releases a GIL held by {self.holder}")
         self.holder = None
         if self._waking is None:
-            self._wake_next(busy)
+            self._wake_next(busy, waker=who)
 
     def drop(self, who: str) -> simpy.Event:
         """A forced switch: `who` releases on a drop request; the returned event fires once another
@@ -174,7 +174,8 @@ class Gil:
         if self._drop.triggered:  # the new holder clears any pending request
             self._drop = self.env.event()
 
-    def _wake_next(self, busy: bool = False) -> None:
+    def _wake_next(self, busy: bool = False, waker: str | None = None) -> None:
+        """Signal the longest waiter; `waker` is the releasing thread (the signal's sender)."""
         if not self._waiters:
             return
         waiter = self._waiters.popleft()
@@ -186,13 +187,13 @@ class Gil:
             waiter.granted.succeed()
             return
         self._waking = waiter
-        self.env.process(self._wake(waiter, latency))
+        self.env.process(self._wake(waiter, latency, waker))
 
-    def _wake(self, waiter: _Waiter, latency: float):
+    def _wake(self, waiter: _Waiter, latency: float, waker: str | None = None):
         if latency > 0:
             yield self.env.timeout(latency)
         if self._cpu is not None:  # the woken thread must run to take the GIL
-            ready = self._cpu.run(waiter.who)
+            ready = self._cpu.run(waiter.who, waker=waker)
             if not ready.triggered:
                 yield ready
         self._waking = None

@@ -14,7 +14,7 @@ Seconds throughout.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import simpy
@@ -43,6 +43,10 @@ class HostSchedule:
     quantum_s: float = 4e-3  # the OS scheduler's round-robin quantum (sim/host/cpu.py)
     wake_delay_samples_s: tuple[float, ...] = ()  # measured waits of a thread woken on a busy core
     slice_s: float = 0.0  # a holder that got its core less than this ago is not preempted by a wake-up
+    # Measured wake-up delays by the holder's age on its core ((held_s, samples), ...; sim/host/cpu.py).
+    wake_delays_by_held_s: tuple[tuple[float, tuple[float, ...]], ...] = ()
+    # Measured waits of a thread woken by the core's holder (a GIL release, a queue put; sim/host/cpu.py).
+    waker_delay_samples_s: tuple[float, ...] = ()
     native_descriptors_s: float = 0.0  # > 0: descriptors built in a GIL-releasing native call this long
 
 
@@ -50,6 +54,8 @@ class HostSchedule:
 class HostScheduleRun:
     record: RunRecord
     prefill_s: float
+    # Per thread: seconds runnable without a core until the prefill ended (empty without cores).
+    core_wait_s: dict[str, float] = field(default_factory=dict)
 
 
 def _device_wait(thread: HostThread, duration_s: float, holds_gil: bool, label: str, busy: bool):
@@ -66,17 +72,18 @@ def run_host_schedule(sched: HostSchedule, with_transfer: bool, seed: int = 0) -
     cpu = None
     if sched.cores is not None:
         cpu = Cpu(env, sched.cores, sched.quantum_s, sched.wake_delay_samples_s, stream(seed, "host.cpu.wake"),
-                  sched.slice_s)
+                  sched.slice_s, sched.wake_delays_by_held_s, sched.waker_delay_samples_s)
     gil = Gil(env, sched.gil, stream(seed, "host.gil.handoff"), cpu)
     main = HostThread(env, "main", gil, record.intervals, cpu)
     mover = HostThread(env, "kv-transfer", gil, record.intervals, cpu)
     inbox = simpy.Store(env)
     done: dict[str, float] = {}
+    waits: dict[str, float] = {}
 
     def transfer():
         while True:
             get = inbox.get()
-            yield from mover.wait(get, "queue")
+            yield from mover.wait(get, "queue", woken_by="main")  # only the main thread posts chunks
             if get.value is None:
                 mover.finish()
                 return
@@ -100,6 +107,8 @@ def run_host_schedule(sched: HostSchedule, with_transfer: bool, seed: int = 0) -
                 for _ in range(sched.layers):
                     inbox.put("chunk")
         done["prefill"] = env.now
+        if cpu is not None:
+            waits.update(cpu.core_wait_s)
         main.finish()
         inbox.put(None)
 
@@ -108,4 +117,4 @@ def run_host_schedule(sched: HostSchedule, with_transfer: bool, seed: int = 0) -
     env.process(prefill())
     env.run()
     record.end_s = env.now
-    return HostScheduleRun(record, done["prefill"])
+    return HostScheduleRun(record, done["prefill"], waits)

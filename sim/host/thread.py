@@ -88,7 +88,8 @@ class HostThread:
             yield from self._native(lambda: self.env.timeout(duration_s), holds_gil, label, busy, kind)
 
     def native_until(
-        self, call: Callable[[], simpy.Event], holds_gil: bool, label: str = "", busy: bool = True
+        self, call: Callable[[], simpy.Event], holds_gil: bool, label: str = "", busy: bool = True,
+        woken_by: str | None = None,
     ) -> Segment:
         """A native call that starts when the thread runs it (`call()` starts the work and returns
         its completion event, e.g. a device stream or a link finishing) and returns when that fires.
@@ -97,16 +98,17 @@ class HostThread:
         to a waiter and re-acquires it on return (waiting like any other thread). `busy`: the
         thread polls on its core until the event (with a `Cpu` it stays runnable, and may lose
         its core to another thread at a quantum's end); False: it blocks, holding no core. Either
-        way it needs a core again to return."""
-        yield from self._native(call, holds_gil, label, busy, _SPIN if busy else _BLOCK)
+        way it needs a core again to return. `woken_by`: the thread whose signal fires the event
+        (sim/host/cpu.py: a thread woken by a core's holder does not preempt it at once)."""
+        yield from self._native(call, holds_gil, label, busy, _SPIN if busy else _BLOCK, woken_by)
 
-    def wait(self, event: simpy.Event, label: str = "wait") -> Segment:
+    def wait(self, event: simpy.Event, label: str = "wait", woken_by: str | None = None) -> Segment:
         """Block with the GIL released until `event` (Event.wait, stream synchronise, queue get).
         An event that has already fired returns at once without touching the GIL, as a
-        non-blocking lock acquire does."""
+        non-blocking lock acquire does. `woken_by`: the thread that fires it, if one does."""
         if event.triggered:
             return
-        yield from self.native_until(lambda: event, holds_gil=False, label=label, busy=False)
+        yield from self.native_until(lambda: event, holds_gil=False, label=label, busy=False, woken_by=woken_by)
 
     def finish(self) -> None:
         """The thread ends (or parks): give the GIL back if it holds it, and its core."""
@@ -117,7 +119,7 @@ class HostThread:
     # ---- internals -----------------------------------------------------------------------
 
     def _native(self, call: Callable[[], simpy.Event], holds_gil: bool, label: str, busy: bool,
-                kind: str) -> Segment:
+                kind: str, woken_by: str | None = None) -> Segment:
         yield from self._on_core()
         if holds_gil:
             yield from self._acquire(label)
@@ -128,7 +130,7 @@ class HostThread:
             self._off_core()
         yield call()
         if kind != _COMPUTE:
-            yield from self._on_core()  # woken (or done polling): it returns once it runs again
+            yield from self._on_core(woken_by)  # woken (or done polling): it returns once it runs again
         if holds_gil:
             self._record(NATIVE_HOLD, start, label)
             if self.gil.drop_requested:  # the first bytecode boundary after the call
@@ -137,11 +139,11 @@ class HostThread:
         self._record(NATIVE_RELEASE, start, label)
         yield from self._acquire(label)
 
-    def _on_core(self) -> Segment:
+    def _on_core(self, woken_by: str | None = None) -> Segment:
         """Runnable from now on; returns once the thread holds a core (at once without a Cpu)."""
         if self.cpu is None:
             return
-        ready = self.cpu.run(self.name)
+        ready = self.cpu.run(self.name, waker=woken_by)
         if not ready.triggered:
             yield ready
 

@@ -196,3 +196,90 @@ def test_a_wake_up_does_not_preempt_a_holder_inside_its_slice() -> None:
     env.run()
     assert ends == pytest.approx({"a": 2.5, "b": 6.0})
     assert cpu.core_wait_s == pytest.approx({"a": 1 * MS, "b": 1 * MS})
+
+
+@pytest.mark.parametrize(("woken_ms", "a_ends_ms"), [(0.5, 1.5), (2.5, 5.0)])
+def test_a_wake_up_delay_is_drawn_by_how_long_the_holder_has_had_its_core(woken_ms, a_ends_ms) -> None:
+    # One core; b has it from 0 for 10 ms of work. Measured: a holder younger than 2 ms is
+    # preempted at once, an older one after 3 ms. a woken at 0.5 ms runs at once (ends at 1.5 ms);
+    # a woken at 2.5 ms would wait until 5.5 ms, but b's quantum ends at 4 ms: a runs 4-5 ms.
+    # Either way b finishes at 11 ms (its 10 ms plus a's 1 ms).
+    env = simpy.Environment()
+    cpu = Cpu(env, 1, 4 * MS, rng=np.random.default_rng(0),
+              wake_delays_by_held_s=((0.0, (0.0,)), (2 * MS, (3 * MS,))))
+    ends: dict[str, float] = {}
+
+    def job(name: str, start: float, work: float):
+        yield env.timeout(start)
+        yield cpu.run(name)
+        yield cpu.compute(name, work)
+        cpu.block(name)
+        ends[name] = env.now / MS
+
+    env.process(job("b", 0.0, 10 * MS))
+    env.process(job("a", woken_ms * MS, 1 * MS))
+    env.run()
+    assert ends == pytest.approx({"a": a_ends_ms, "b": 11.0})
+
+
+def test_wake_delays_by_holder_age_must_be_ascending_and_non_empty() -> None:
+    env = simpy.Environment()
+    with pytest.raises(ValueError):
+        Cpu(env, 1, wake_delays_by_held_s=((2 * MS, (0.0,)), (0.0, (0.0,))))
+    with pytest.raises(ValueError):
+        Cpu(env, 1, wake_delays_by_held_s=((0.0, ()),))
+
+
+@pytest.mark.parametrize(("waker_ms", "ends_ms"), [((), {"m": 3.0, "t": 5.0}), ((2.0,), {"m": 5.0, "t": 4.0})])
+def test_a_gil_waiter_woken_by_the_cores_holder_waits_and_the_holder_barges_back(waker_ms, ends_ms) -> None:
+    # One core. m sleeps 0-0.5 ms, t takes the GIL and runs 2 ms of Python. m, woken by its timer
+    # (by-held delay 0), takes the core at 0.5 ms, finds the GIL taken and blocks again; t goes on.
+    # At 2 ms t releases the GIL for a 1 ms copy and so wakes m.
+    # - Without the waker rule m preempts t at once: m's Python 2-3 ms; t's copy 3-4, Python 4-5.
+    # - With it (measured: woken by the holder, 2 ms later) m waits; t's copy ends at 3 ms, the
+    #   GIL is free and t takes it back (a barge), runs its Python 3-4 ms and ends; m runs 4-5 ms.
+    env = simpy.Environment()
+    cpu = Cpu(env, 1, 4 * MS, rng=np.random.default_rng(0), wake_delays_by_held_s=((0.0, (0.0,)),),
+              waker_delay_samples_s=tuple(w * MS for w in waker_ms))
+    gil = Gil(env, GilParams(switch_interval_s=5 * MS), cpu=cpu)
+    intervals: list[Interval] = []
+    m, t = HostThread(env, "m", gil, intervals, cpu), HostThread(env, "t", gil, intervals, cpu)
+    ends = _run(env, [
+        (m, lambda th: _seq(th.native(0.5 * MS, holds_gil=False, label="sleep", busy=False), th.python(1 * MS))),
+        (t, lambda th: _seq(th.python(2 * MS), _compute(1)(th), th.python(1 * MS))),
+    ])
+    assert ends == pytest.approx(ends_ms)
+    assert gil.barges == (1 if waker_ms else 0)
+
+
+def _seq(*segments):
+    for segment in segments:
+        yield from segment
+
+
+def test_a_thread_woken_by_a_core_holder_preempts_it_after_the_waker_delay_or_the_quantum_end() -> None:
+    # One core; b computes 10 ms from 0 and at 1 ms wakes a (1 ms of work). Woken by b, a waits a
+    # drawn 2 ms: it runs 3-4 ms; with 5 ms b's quantum ends first (4 ms): a runs 4-5 ms.
+    for delay_ms, a_end in ((2.0, 4.0), (5.0, 5.0)):
+        env = simpy.Environment()
+        cpu = Cpu(env, 1, 4 * MS, rng=np.random.default_rng(0), wake_delays_by_held_s=((0.0, (0.0,)),),
+                  waker_delay_samples_s=(delay_ms * MS,))
+        ends: dict[str, float] = {}
+
+        def b():
+            yield cpu.run("b")
+            yield cpu.compute("b", 10 * MS)
+            cpu.block("b")
+            ends["b"] = env.now / MS
+
+        def a():
+            yield env.timeout(1 * MS)
+            yield cpu.run("a", waker="b")
+            yield cpu.compute("a", 1 * MS)
+            cpu.block("a")
+            ends["a"] = env.now / MS
+
+        env.process(b())
+        env.process(a())
+        env.run()
+        assert ends == pytest.approx({"a": a_end, "b": 11.0})

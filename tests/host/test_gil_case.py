@@ -100,6 +100,8 @@ def test_the_sim_mirror_of_the_probe_schedule_is_its_sum_without_transfer() -> N
     class M:  # HostMeasurements stand-in
         python_unit_s, switch_interval_s, handoff_s = 1e-7, 0.005, 2e-5
         handoff_samples_s, wake_delay_samples_s = (1e-5, 3e-5), (0.0, 2e-3)
+        wake_delays_by_held_s = ((2.5e-4, (0.0,)), (2e-3, (0.0, 2e-3)))
+        waker_delay_samples_s = (2e-3,)
         copy_cold_bytes_per_s = 4096 * 1024 / 3e-4  # a 4 MiB chunk copies in 0.3 ms (cold caches)
 
     cfg = ProbeConfig(steps=2, layers=3, blocks_per_chunk=100)
@@ -131,8 +133,11 @@ def test_probe_vs_sim_compares_every_variant() -> None:
             assert math.isfinite(v[side]["degradation"])
             assert 0.0 <= v[side]["kv_python_over_comm"] <= 1.0
         assert v["abs_err"]["degradation"] == pytest.approx(v["sim"]["degradation"] - v["probe"]["degradation"])
-        spread = v["probe"]["spread"]
-        assert len(spread["per_repeat"]) == cfg.repeats and spread["min"] <= spread["max"]
+        spread, noise = v["probe"]["spread"], v["probe"]["noise"]
+        assert noise["pairs"] == len(v["probe_pairs"]) == cfg.repeats
+        used = noise["quiet_pairs"] if noise["quiet"] else cfg.repeats  # the probe's median is over these
+        assert len(spread["per_repeat"]) == len(v["probe_runs_s"]["with"]) == used
+        assert spread["min"] <= spread["p25"] <= spread["p75"] <= spread["max"]
     json.dumps(result, allow_nan=False)  # writable as results
 
 
@@ -219,6 +224,7 @@ def test_the_sim_mirror_of_native_descriptors_moves_the_loop_out_of_python() -> 
     class M:  # HostMeasurements stand-in
         python_unit_s, switch_interval_s, handoff_s = 1e-7, 0.005, 2e-5
         handoff_samples_s, wake_delay_samples_s = (1e-5,), ()
+        wake_delays_by_held_s = waker_delay_samples_s = ()
         copy_cold_bytes_per_s = 4096 * 1024 / 3e-4
 
     cfg = ProbeConfig(steps=1, layers=3, blocks_per_chunk=100)
@@ -229,3 +235,34 @@ def test_the_sim_mirror_of_native_descriptors_moves_the_loop_out_of_python() -> 
     names = {iv.name for iv in run.record.intervals
              if iv.track == "thread/kv-transfer" and dict(iv.args)["op"] == "descriptors"}
     assert names == {"python", "native-release-gil"}
+
+
+def _pair(share: float | None):
+    return probe.ProbePair([], 1.0, [], 1.25, share, {})
+
+
+def test_the_probes_median_is_over_quiet_pairs_when_there_are_enough() -> None:
+    limit = probe.QUIET_FOREIGN_SHARE
+    quiet, noisy, unknown = _pair(0.0), _pair(limit + 0.01), _pair(None)
+    assert quiet.quiet and not noisy.quiet and not unknown.quiet  # unmeasurable is not quiet
+    mixed = [quiet] * probe.MIN_QUIET + [noisy] * 2
+    assert probe._used_pairs(mixed) == ([quiet] * probe.MIN_QUIET, True)
+    few = [quiet] * (probe.MIN_QUIET - 1) + [noisy] * 2
+    assert probe._used_pairs(few) == (few, False)  # all of them, marked noisy
+    under_a_third = [quiet] * probe.MIN_QUIET + [noisy] * (3 * probe.MIN_QUIET)
+    assert probe._used_pairs(under_a_third)[1] is False
+
+
+def _row(cores: int, rel: float, quiet: bool, share: float) -> dict:
+    return {"cores": cores, "rel_err": {"degradation": rel},
+            "probe": {"noise": {"quiet": quiet, "foreign_share_median": share}}}
+
+
+def test_the_agreement_line_counts_quiet_rows_and_says_which_were_noisy() -> None:
+    hook = load_hook(STUDY / "hook.py")
+    rows = [_row(1, 0.1, True, 0.0), _row(1, -0.5, True, 0.02), _row(2, 0.1, False, 0.8), _row(2, 0.9, False, 0.9)]
+    line = hook.probe_agreement({"variants": rows})
+    assert "within 20% on 2 of 4 schedules" in line
+    assert "on the quiet ones: 1 of 2" in line
+    assert "2 of 4 schedules had too few quiet repeats" in line and "90% of the cores" in line
+    assert "too few quiet" not in hook.probe_agreement({"variants": rows[:2]})

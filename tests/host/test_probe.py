@@ -104,6 +104,8 @@ def test_microbenchmarks_measure_every_cost(libs) -> None:
     assert m.switch_interval_s == sys.getswitchinterval()
     assert m.copy_cold_bytes_per_s > 0
     assert all(d >= 0 for d in m.wake_delay_samples_s) and list(m.wake_delay_samples_s) == sorted(m.wake_delay_samples_s)
+    held = [h for h, _ in m.wake_delays_by_held_s]
+    assert held == sorted(held) and all(samples and min(samples) >= 0 for _, samples in m.wake_delays_by_held_s)
 
 
 def test_pinning_applies_to_threads_started_inside_and_is_undone() -> None:
