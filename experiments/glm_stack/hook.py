@@ -435,7 +435,7 @@ def run_study(out: Path, mode: str, stack: Stack | None = None) -> HookRun:
     (folder / "table.md").write_text(table)
     command = FULL_COMMAND if mode == "full" else f"infralab reproduce --study {STUDY}" + (" --quick" if mode == "quick" else "")
     lines = [f"Final ratio (last measured arm / baseline, req/s per accelerator): "
-             f"**{fmt_number(final_ratio)}x** against the claim's {stack.spec.threshold:g}x; "
+             f"**{'—' if final_ratio is None else f'{final_ratio:.2f}'}x** against the claim's {stack.spec.threshold:g}x; "
              f"sizes `{mode}`: {sizes.num_requests} requests per run, seeds {list(sizes.seeds)}, bisection "
              f"tolerance {sizes.tolerance:g}, SLO rule on {stack.spec.quantile} (simulated numbers, docs/glm_stack.md).",
              "", table, ""]
