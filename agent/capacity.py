@@ -19,15 +19,23 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from infralab.agent.progress import progress
-from infralab.agent.rate_grid import RateConfig, RatePoint, load_rate_configs, run_rates
+from infralab.agent.rate_grid import (
+    RateConfig,
+    RatePoint,
+    check_rate_settable,
+    load_rate_configs,
+    rate_config,
+    run_rates,
+)
 from infralab.agent.sim_pool import Execution
 from infralab.agent.sweep import write_rows
 from infralab.errors import InputError
+from infralab.overrides import set_path
 from infralab.results import atomic_output_dir, dump_json
 
 SCHEMA = "infralab.capacity/1"
@@ -184,6 +192,63 @@ def _config_doc(c: RateConfig, b: Bisection) -> dict[str, Any]:
             else f"failed the rule at every rate down to {b.high:g} req/s"),
         "probes": [{"rate_rps": r, "meets": ok} for r, ok in b.probes],
     }
+
+
+# ---- capacity per arm over config overlays --------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Overlay:
+    """A named set of changes to a base config: dotted field -> TOML value (tables made on the
+    way), e.g. {"hardware.linear_tp": 4, "cost.kv_layer_dtypes": ["int8", "bf16"]}. `where`
+    names the overlay's origin in errors (e.g. "stack.toml: arm[2].set")."""
+
+    label: str
+    changes: Mapping[str, Any]
+    where: str
+
+
+def overlay_config(base: str | Path, overlay: Overlay) -> RateConfig:
+    """The base config's document with the overlay's changes set, validated as a whole config
+    (every check `sim run` makes; relative paths resolve against the base config's folder). An
+    error names the overlay's key and the config field it broke."""
+    from infralab.sim.config import config_doc, config_from_doc
+
+    base = Path(base)
+    doc = config_doc(base)
+    for key, value in overlay.changes.items():
+        set_path(doc, key.split("."), value, f"{overlay.where}.{key}")
+    try:
+        cfg = config_from_doc(doc, str(base), base.resolve().parent)
+    except InputError as exc:
+        field = exc.where.split(": ", 1)[-1]
+        key = next((k for k in overlay.changes if field == k or field.startswith(k + ".")), None)
+        where = f"{overlay.where}.{key}" if key is not None else overlay.where
+        raise InputError(where, f"{exc.problem} ({exc.where})", exc.expected) from None
+    check_rate_settable(cfg, str(base))
+    return rate_config(overlay.label, cfg, base.resolve().parent, str(base))
+
+
+def overlay_capacities(
+    base: str | Path,
+    overlays: Sequence[Overlay],
+    seeds: Sequence[int] | None,
+    tolerance: float = DEFAULT_TOLERANCE,
+    quantile: str = "p90",
+    start: float | None = None,
+    jobs: int = 2,
+    show_progress: bool = True,
+    execution: Execution = Execution(),
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Capacity per arm, each arm the base config with one overlay: per overlay the document
+    `_config_doc` gives (capacity.json's per-config entry, `label` = the overlay's), and every
+    probe's rows (capacity_probes.csv's). Searched in lockstep, as `sim capacity --configs`."""
+    configs = [overlay_config(base, o) for o in overlays]
+    labels = [c.label for c in configs]
+    if len(set(labels)) != len(labels):
+        raise InputError(overlays[0].where, "two overlays share a label", "a unique label per overlay")
+    searches, rows = find_capacities(configs, seeds, tolerance, quantile, start, jobs, show_progress, execution)
+    return [_config_doc(c, b) for c, b in zip(configs, searches)], rows
 
 
 def format_text(doc: dict[str, Any]) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 
 from infralab.agent.sim_pool import Execution, SimJob, accelerator_count, checked_config, run_pool
 from infralab.errors import InputError
+from infralab.sim.config import SimConfig
 from infralab.sim.summary import LATENCY_STATS, RunSummary, metric_names
 
 RATE_FIELD = "workload.arrival.rate"
@@ -72,22 +73,32 @@ def load_rate_configs(paths: Sequence[str | Path]) -> list[RateConfig]:
     loaded = []
     for path in paths:
         cfg, base_dir = load_config(path)
-        if cfg.workload.kind != "synthetic":
-            raise InputError(f"{path}: workload.kind", f"{cfg.workload.kind!r} replays its own arrival times",
-                             f'a synthetic workload ({RATE_FIELD} is the rate the sweep sets, req/s); for a trace, '
-                             f'use [workload] kind = "synthetic" with empirical lengths from it')
+        check_rate_settable(cfg, str(path))
         loaded.append((str(path), cfg, base_dir))
     names = [cfg.run.name for _, cfg, _ in loaded]
     out = []
     for source, cfg, base_dir in loaded:
         label = cfg.run.name if names.count(cfg.run.name) == 1 else f"{cfg.run.name} ({Path(source).stem})"
-        out.append(RateConfig(label=label, data=dataclasses.asdict(cfg), base_dir=base_dir, source=source,
-                              accelerators=accelerator_count(cfg), slo_ttft_s=float(cfg.slo.ttft_s),
-                              slo_tpot_s=float(cfg.slo.tpot_s), seed=int(cfg.run.seed)))
+        out.append(rate_config(label, cfg, base_dir, source))
     labels = [c.label for c in out]
     if len(set(labels)) != len(labels):
         raise InputError("--configs", "the same config given twice", "each config file once")
     return out
+
+
+def check_rate_settable(cfg: SimConfig, source: str) -> None:
+    """InputError naming `source` unless the config's workload is synthetic (its rate can be set)."""
+    if cfg.workload.kind != "synthetic":
+        raise InputError(f"{source}: workload.kind", f"{cfg.workload.kind!r} replays its own arrival times",
+                         f'a synthetic workload ({RATE_FIELD} is the rate the sweep sets, req/s); for a trace, '
+                         f'use [workload] kind = "synthetic" with empirical lengths from it')
+
+
+def rate_config(label: str, cfg: SimConfig, base_dir: Path, source: str) -> RateConfig:
+    """A validated config (synthetic workload) as a RateConfig labelled `label`."""
+    return RateConfig(label=label, data=dataclasses.asdict(cfg), base_dir=base_dir, source=source,
+                      accelerators=accelerator_count(cfg), slo_ttft_s=float(cfg.slo.ttft_s),
+                      slo_tpot_s=float(cfg.slo.tpot_s), seed=int(cfg.run.seed))
 
 
 def at_rate(config: RateConfig, rate: float) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from typing import Any
 from infralab.agent.findings import combine_verdicts
 from infralab.agent.hypothesis import load_hypothesis
 from infralab.agent.report import md_table, study_tables_and_chart, test_markdown
-from infralab.agent.studies import Study, discover_studies, load_hook
+from infralab.agent.studies import HookRun, Study, discover_studies, load_hook
 from infralab.agent.validators.ladder import TestResult, run_test, test_command, test_json
 from infralab.results import atomic_output_dir, dump_json
 
@@ -58,6 +58,12 @@ def reproduce(out: str | Path | None = None, quick: bool = False, studies: tuple
         for i, study in enumerate(chosen, 1):
             say(f"[{i}/{len(chosen)}] {study.title} ...")
             started = time.perf_counter()
+            if not study.hypotheses:  # decided by its hook (agent/studies.py, HookRun)
+                decided = load_hook(study.hook_path).run(tmp, quick)
+                entries.append(_hook_entry(study, decided, time.perf_counter() - started))
+                sections.append(_hook_section(study, decided))
+                say(f"      {decided.verdict.upper()} in {entries[-1]['wall_s']:.0f} s")
+                continue
             results, tests = [], []
             for path in study.hypotheses:
                 hyp = _with_source(load_hypothesis(path, quick=quick), _relative(path))
@@ -87,6 +93,21 @@ def _with_source(hyp, source: str):
     import dataclasses
 
     return dataclasses.replace(hyp, source=source)
+
+
+def _hook_entry(study: Study, decided: HookRun, seconds: float) -> dict[str, Any]:
+    test = {"hypothesis": decided.claim, "command": decided.command, "verdict": decided.verdict,
+            "decided_by": "sim", "test": None}
+    return {"name": study.name, "title": study.title, "verdict": decided.verdict, "tests": [test],
+            "figures": list(decided.figures), "wall_s": round(seconds, 1)}
+
+
+def _hook_section(study: Study, decided: HookRun) -> str:
+    lines = [f"## {study.title}", "", f"Claim: {decided.claim} → **{decided.verdict}**", "",
+             f"Reproduce: `{decided.command}`", ""]
+    for figure in decided.figures:
+        lines += [f"![{Path(figure).stem}]({figure})", ""]
+    return "\n".join(lines + [decided.markdown, ""])
 
 
 def _section(study: Study, results: list[TestResult], tests: list[dict[str, Any]], figures: list[str],

@@ -13,6 +13,12 @@
       def report(results: list[TestResult], out: Path) -> tuple[list[str], str]:
           # figures written under out/figures (paths relative to out) and the study's Markdown
 
+A study whose question is not one hypothesis file's arms (e.g. a rate search per arm of stacked
+config overlays, experiments/glm_stack) leaves `hypotheses` out and is decided by its hook:
+
+      def run(out: Path, quick: bool) -> HookRun:
+          # writes its files under out (figures under out/figures) and returns the verdict
+
 The hook is loaded by file path (`load_hook`), so it works wherever experiments/ lives.
 """
 
@@ -24,9 +30,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Annotated
-
-from pydantic import Field
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from infralab.config_io import STRICT, load_toml, validate
@@ -41,7 +44,7 @@ HOOK_FILE = "hook.py"
 @pydantic_dataclass(frozen=True, config=STRICT)
 class StudyTable:
     title: str
-    hypotheses: Annotated[tuple[str, ...], Field(min_length=1)]
+    hypotheses: tuple[str, ...] = ()  # none: the study's hook decides it (`run`)
     confirm: Bool = False
     chart: Bool = True
     order: Int(ge=-1_000_000, le=1_000_000) = 1000
@@ -50,6 +53,19 @@ class StudyTable:
 @pydantic_dataclass(frozen=True, config=STRICT)
 class StudyFile:
     study: StudyTable
+
+
+@dataclass(frozen=True)
+class HookRun:
+    """What a study decided by its hook returns: the verdict (infralab.agent.findings' words), the
+    claim it decides, the command that reproduces it, figures (relative to the report folder) and
+    the study's Markdown."""
+
+    verdict: str
+    claim: str
+    command: str
+    figures: tuple[str, ...]
+    markdown: str
 
 
 @dataclass(frozen=True)
@@ -81,6 +97,9 @@ def load_study(folder: Path) -> Study:
             raise InputError(f"{path}: study.hypotheses[{i}]", f"{name!r} is not a file",
                              "a hypothesis TOML, relative to the study folder")
         files.append(file)
+    if not files and not (folder / HOOK_FILE).is_file():
+        raise InputError(f"{path}: study.hypotheses", "is empty and the study has no hook.py",
+                         "hypothesis files, or a hook.py whose run(out, quick) decides the study")
     return Study(folder.name, spec.title, tuple(files), spec.confirm, spec.chart, spec.order, folder)
 
 
