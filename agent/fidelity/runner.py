@@ -5,8 +5,10 @@ Order per setting, all in one process and close in time (machines drift: docs/fi
 1. build the engine and check every shape's requests can be replayed on it;
 2. profile its step over the study's grid (synthetic steps: the calibration table);
 3. start the engine's loop and warm it up; per workload shape:
-   a. capacity: a burst of `capacity.requests` of the shape's requests drawn with another seed
-      (seed + 1), all queued at 0 s; capacity = requests / the burst's makespan (req/s). Its
+   a. capacity: a burst of up to `capacity.requests` other requests of the shape (a synthetic
+      shape drawn with seed + 1, a trace's requests after the evaluated ones), as many as the KV
+      cache holds at once, all queued at 0 s; capacity =
+      requests / the burst's makespan (req/s). Its
       steps also give the host time per step outside the forward and the profiled batch building
       (calibration of `[cost.host] per_step_s`, on data that is not evaluated);
    b. each load level: the shape's requests (the study's seed) with their arrival times scaled so
@@ -21,6 +23,7 @@ Units: seconds, requests per second, tokens.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -32,6 +35,7 @@ import numpy as np
 
 from infralab.agent.fidelity.compare import Comparison, compare
 from infralab.agent.fidelity.sim_side import (
+    TraceWorkload,
     build_requests,
     host_per_step_s,
     latency_samples,
@@ -121,6 +125,7 @@ def _run_setting(study: FidelityStudy, setting: Setting, model: str, folder: Pat
     engine = RealEngine(study.model, setting.engine)
     try:
         workloads = {shape.name: _workloads(study, shape, engine) for shape in study.shapes}
+        _check_grid_covers(study, engine, [requests for requests, _ in workloads.values()])
         say(f"{setting.name}: profiling the step ({len(study.grid.points(engine))} grid points) ...")
         t0 = time.perf_counter()
         measured = profile(engine, study.grid)
@@ -153,19 +158,58 @@ def _workloads(study: FidelityStudy, shape: Shape, engine: RealEngine) -> tuple[
     where = f"{study.source}: shape {shape.name!r}"
     context = min(study.model.context_length, engine.cache_tokens)
     evaluated = build_requests(shape.workload, study.base_dir, study.seed, context)
-    drawn = build_requests(shape.workload, study.base_dir, study.seed + 1, context)[: study.capacity_requests]
-    burst = [ReplayRequest(r.id, 0.0, r.prompt_tokens, r.output_tokens) for r in drawn]
+    drawn = _burst_candidates(study, shape, context, len(evaluated))
     check_replayable(evaluated, engine, where)
-    check_replayable(burst, engine, where)
+    check_replayable(drawn, engine, where)
     if len(evaluated) < 2:
         raise InputError(f"{where}.workload", f"{len(evaluated)} request(s)", "at least 2 requests per case")
-    page = engine.settings.page_size
-    burst_blocks = sum(-(-(r.prompt_tokens + r.output_tokens) // page) for r in burst)
-    if burst_blocks > engine.resolved()["num_blocks"]:
-        raise InputError(f"{study.source}: capacity.requests", f"a burst of {len(burst)} {shape.name!r} requests "
-                         f"needs {burst_blocks} KV blocks of {page} tokens, the cache has {engine.resolved()['num_blocks']}",
-                         "fewer requests, or more num_blocks (the burst must never be preempted)")
+    burst = _burst(drawn, engine)
+    if len(burst) < 2:
+        raise InputError(f"{study.source}: capacity", f"the KV cache ({engine.cache_tokens} tokens) holds fewer than "
+                         f"2 of the {shape.name!r} requests at once", "more num_blocks: the capacity burst runs at "
+                         "least 2 requests together, never preempted")
     return evaluated, burst
+
+
+def _burst_candidates(study: FidelityStudy, shape: Shape, context: int, evaluated: int) -> list[ReplayRequest]:
+    """Requests for the capacity burst that are not the evaluated ones: a synthetic shape drawn
+    with seed + 1; a trace shape's next `capacity.requests` requests after the evaluated window
+    (a trace does not depend on the seed)."""
+    if isinstance(shape.workload, TraceWorkload):
+        longer = dataclasses.replace(shape.workload, max_requests=evaluated + study.capacity_requests)
+        return build_requests(longer, study.base_dir, study.seed, context)[evaluated:]
+    return build_requests(shape.workload, study.base_dir, study.seed + 1, context)[: study.capacity_requests]
+
+
+def _burst(drawn: list[ReplayRequest], engine: RealEngine) -> list[ReplayRequest]:
+    """The capacity burst: the longest prefix of `drawn` whose requests fit the KV cache all at
+    once (whole blocks), all arriving at 0 s, so that the engine never preempts one."""
+    page, blocks, burst = engine.settings.page_size, engine.resolved()["num_blocks"], []
+    for request in drawn:
+        blocks -= -(-(request.prompt_tokens + request.output_tokens) // page)
+        if blocks < 0:
+            break
+        burst.append(ReplayRequest(request.id, 0.0, request.prompt_tokens, request.output_tokens))
+    return burst
+
+
+def _check_grid_covers(study: FidelityStudy, engine: RealEngine, workloads: list[list[ReplayRequest]]) -> None:
+    """InputError naming the study's [profile] unless the grid points this engine can run span
+    every step the mirror will time (the step table's rule, `sim.step_table_cost`), checked
+    before minutes of profiling: from 1 up to the token budget, min(KV cache, a workload's
+    tokens) keys and min(request cap, a workload's requests) sequences."""
+    resolved = engine.resolved()
+    needed = {"q_tokens": resolved["max_batch_tokens"],
+              "kv_tokens": max(min(engine.cache_tokens, sum(r.prompt_tokens + r.output_tokens - 1 for r in requests))
+                               for requests in workloads),
+              "seqs": max(min(resolved["max_requests_per_batch"], len(requests)) for requests in workloads)}
+    points = study.grid.points(engine)
+    for name, top in needed.items():
+        values = [getattr(point, name) for point in points]
+        if not values or min(values) > 1 or max(values) < top:
+            profiled = f"{min(values)}-{max(values)}" if values else "nothing"
+            raise InputError(f"{study.source}: profile.{name}", f"the grid points engine setting {engine.settings} "
+                             f"can run span {profiled}", f"points from 1 up to {top} (the steps the mirror will time)")
 
 
 def _run_shape(study: FidelityStudy, setting: Setting, shape: Shape, engine: RealEngine, model: str,
@@ -189,7 +233,7 @@ def _run_shape(study: FidelityStudy, setting: Setting, shape: Shape, engine: Rea
                 f"{case.rate_rps:.2f} req/s) ...")
             _real_run(study, engine, case, evaluated, measured.before, folder, rep,
                       lambda steps: steps_vs_profile(profile_csv, steps, engine.settings.dtype, host))
-    record = {"capacity_rps": capacity, "capacity_burst": {"requests": len(burst), "seed": study.seed + 1,
+    record = {"capacity_rps": capacity, "capacity_burst": {"requests": len(burst),
                                                             "makespan_s": saturated.wall_s,
                                                             "steps": len(saturated.steps),
                                                             "drift": drift(saturated.before, saturated.after)},
