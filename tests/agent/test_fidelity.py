@@ -188,3 +188,31 @@ def test_a_grid_that_does_not_cover_the_cases_stops_before_profiling(tmp_path):
     with pytest.raises(InputError, match=r"profile\.seqs.*span 1-2.*up to 5"):
         dispatch(parse(["fidelity", "run", str(path), "--out", str(out), "--no-progress"]))
     assert not out.exists()
+
+
+def test_a_study_folder_names_a_fidelity_study_or_hypotheses_not_both(tmp_path):
+    from infralab.agent.studies import load_study as load_study_folder
+
+    write_study(tmp_path, TINY_STUDY, "tiny.toml")
+    (tmp_path / "h.toml").write_text("")
+    (tmp_path / "study.toml").write_text('[study]\ntitle = "t"\nfidelity = "tiny.toml"\n')
+    assert load_study_folder(tmp_path).fidelity == (tmp_path / "tiny.toml").resolve()
+    (tmp_path / "study.toml").write_text('[study]\ntitle = "t"\nfidelity = "tiny.toml"\nhypotheses = ["h.toml"]\n')
+    with pytest.raises(InputError, match="study.hypotheses.*together with study.fidelity"):
+        load_study_folder(tmp_path)
+    (tmp_path / "study.toml").write_text('[study]\ntitle = "t"\n')
+    with pytest.raises(InputError, match="study.hypotheses.*missing"):
+        load_study_folder(tmp_path)
+    (tmp_path / "study.toml").write_text('[study]\ntitle = "t"\nfidelity = "absent.toml"\n')
+    with pytest.raises(InputError, match="study.fidelity.*'absent.toml' is not a file"):
+        load_study_folder(tmp_path)
+
+
+def test_reproduce_verdict_of_a_fidelity_study():
+    from infralab.agent.fidelity.in_reproduce import verdict
+
+    counts = {"met": 0, "missed": 0, "in range": 0, "out of range": 0}
+    assert verdict(counts) == "unmeasured"
+    assert verdict({**counts, "met": 3, "in range": 1}) == "accepted"
+    assert verdict({**counts, "met": 3, "missed": 1}) == "partial"
+    assert verdict({**counts, "out of range": 2}) == "rejected"
