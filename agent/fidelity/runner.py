@@ -86,11 +86,8 @@ def case_name(setting: str, shape: str, load: float) -> str:
 
 
 def mean_rate(requests: Sequence[ReplayRequest]) -> float:
-    """Mean arrival rate of a workload (req/s): (n - 1) / the last arrival."""
-    last = max(r.arrival_s for r in requests)
-    if len(requests) < 2 or last <= 0:
-        raise ValueError("a workload of at least 2 requests arriving at different times")
-    return (len(requests) - 1) / last
+    """Mean arrival rate of a workload (req/s): (n - 1) / the last arrival (> 0: `_workloads` checks)."""
+    return (len(requests) - 1) / max(r.arrival_s for r in requests)
 
 
 @dataclass(frozen=True)
@@ -107,11 +104,20 @@ def run_study(study: FidelityStudy, folder: Path, say: Say) -> StudyResult:
     started = time.perf_counter()
     load_before = os.getloadavg()
     model = model_for_sim(study.model, folder)
-    settings, cases = [], []
-    for setting in study.settings:
-        record, setting_cases = _run_setting(study, setting, model, folder, say)
-        settings.append(record)
-        cases.extend(setting_cases)
+    engines = [RealEngine(study.model, setting.engine) for setting in study.settings]
+    try:
+        # Every setting's inputs are checked before the first profile: bad input never costs minutes.
+        workloads = [{shape.name: _workloads(study, shape, engine) for shape in study.shapes} for engine in engines]
+        for engine, chosen in zip(engines, workloads):
+            _check_grid_covers(study, engine, [requests for requests, _ in chosen.values()])
+        settings, cases = [], []
+        for setting, engine, chosen in zip(study.settings, engines, workloads):
+            record, setting_cases = _run_setting(study, setting, engine, chosen, model, folder, say)
+            settings.append(record)
+            cases.extend(setting_cases)
+    finally:
+        for engine in engines:
+            engine.close()
     facts = {"title": study.title, "source": study.source, "quick": study.quick, "model": study.model.name,
              "scheduler": study.scheduler, "loads": list(study.loads), "repetitions": study.repetitions,
              "seed": study.seed, "machine": {"cpus": os.cpu_count(), "load_average_before": list(load_before),
@@ -120,36 +126,32 @@ def run_study(study: FidelityStudy, folder: Path, say: Say) -> StudyResult:
     return StudyResult(facts, cases)
 
 
-def _run_setting(study: FidelityStudy, setting: Setting, model: str, folder: Path,
+def _run_setting(study: FidelityStudy, setting: Setting, engine: RealEngine,
+                 workloads: dict[str, tuple[list[ReplayRequest], list[ReplayRequest]]], model: str, folder: Path,
                  say: Say) -> tuple[dict[str, Any], list[CaseResult]]:
-    engine = RealEngine(study.model, setting.engine)
-    try:
-        workloads = {shape.name: _workloads(study, shape, engine) for shape in study.shapes}
-        _check_grid_covers(study, engine, [requests for requests, _ in workloads.values()])
-        say(f"{setting.name}: profiling the step ({len(study.grid.points(engine))} grid points) ...")
-        t0 = time.perf_counter()
-        measured = profile(engine, study.grid)
-        (folder / "profiles").mkdir(exist_ok=True)
-        profile_csv = write_profile(engine, measured, folder / "profiles" / f"{setting.name}.csv")
-        record: dict[str, Any] = {
-            "name": setting.name, "engine": engine.resolved(), "profile": {
-                "file": str(profile_csv.relative_to(folder)), "points": len(measured.points),
-                "wall_s": time.perf_counter() - t0, "fingerprint_before_s": list(measured.before.forward_s),
-                "fingerprint_after_s": list(measured.after.forward_s),
-                "drift": drift(measured.before, measured.after)},
-            "shapes": {}}
-        cases: list[CaseResult] = []
-        with engine:
-            warm_up(engine, requests=study.warmup_requests)
-            for shape in study.shapes:
-                evaluated, burst = workloads[shape.name]
-                shape_record, shape_cases = _run_shape(study, setting, shape, engine, model, measured, profile_csv,
-                                                       evaluated, burst, folder, say)
-                record["shapes"][shape.name] = shape_record
-                cases.extend(shape_cases)
-        return record, cases
-    finally:
-        engine.close()
+    """Profile `engine`, then run every shape's capacity burst, simulations and real runs on it."""
+    say(f"{setting.name}: profiling the step ({len(study.grid.points(engine))} grid points) ...")
+    t0 = time.perf_counter()
+    measured = profile(engine, study.grid)
+    (folder / "profiles").mkdir(exist_ok=True)
+    profile_csv = write_profile(engine, measured, folder / "profiles" / f"{setting.name}.csv")
+    record: dict[str, Any] = {
+        "name": setting.name, "engine": engine.resolved(), "profile": {
+            "file": str(profile_csv.relative_to(folder)), "points": len(measured.points),
+            "wall_s": time.perf_counter() - t0, "fingerprint_before_s": list(measured.before.forward_s),
+            "fingerprint_after_s": list(measured.after.forward_s),
+            "drift": drift(measured.before, measured.after)},
+        "shapes": {}}
+    cases: list[CaseResult] = []
+    with engine:
+        warm_up(engine, requests=study.warmup_requests)
+        for shape in study.shapes:
+            evaluated, burst = workloads[shape.name]
+            shape_record, shape_cases = _run_shape(study, setting, shape, engine, model, measured, profile_csv,
+                                                   evaluated, burst, folder, say)
+            record["shapes"][shape.name] = shape_record
+            cases.extend(shape_cases)
+    return record, cases
 
 
 def _workloads(study: FidelityStudy, shape: Shape, engine: RealEngine) -> tuple[list[ReplayRequest], list[ReplayRequest]]:
@@ -161,8 +163,10 @@ def _workloads(study: FidelityStudy, shape: Shape, engine: RealEngine) -> tuple[
     drawn = _burst_candidates(study, shape, context, len(evaluated))
     check_replayable(evaluated, engine, where)
     check_replayable(drawn, engine, where)
-    if len(evaluated) < 2:
-        raise InputError(f"{where}.workload", f"{len(evaluated)} request(s)", "at least 2 requests per case")
+    if len(evaluated) < 2 or max(r.arrival_s for r in evaluated) <= 0:
+        raise InputError(f"{where}.workload", f"{len(evaluated)} request(s), the last arriving at "
+                         f"{max((r.arrival_s for r in evaluated), default=0.0)} s",
+                         "at least 2 requests, not all at 0 s (a load level rescales their arrival times)")
     burst = _burst(drawn, engine)
     if len(burst) < 2:
         raise InputError(f"{study.source}: capacity", f"the KV cache ({engine.cache_tokens} tokens) holds fewer than "
