@@ -84,6 +84,7 @@ def markdown(doc: dict[str, Any]) -> str:
             lines.append(f"| {s['name']} | {s['engine']['max_batch_tokens']} | {s['engine']['cache_tokens']} "
                          f"| {s['profile']['points']} | {_pct(s['profile']['drift'])} | {shape} "
                          f"| {facts['capacity_rps']:.2f} | {facts['host_per_step_s'] * 1e3:.2f} |")
+    lines += ["", *headline(doc)]
     lines += ["", "Per case (load = fraction of the measured capacity) and metric, ms: real mean ± std over the "
               "runs [min, max], simulated, error = sim / real - 1 and its verdict (met / MISSED: the target, "
               f"means {TARGETS['mean']:.0%} and p90 {TARGETS['p90']:.0%}, applies because the real spread is below "
@@ -94,9 +95,7 @@ def markdown(doc: dict[str, Any]) -> str:
               "| case | metric | " + " | ".join(f"{s} real | {s} sim | {s} error" for s in STATS)
               + " | step speed |", "|---|---|" + "---:|" * (3 * len(STATS) + 1)]
     for case in doc["cases"]:
-        finished = [r for r in case["runs"] if r["error"] is None]
-        speed = (f"{_pct(float(np.mean([r['speed_vs_profile'] for r in finished])))} / "
-                 f"{_pct(float(np.mean([r['steps_vs_profile']['step'] for r in finished])))}") if finished else "-"
+        speed = _speed(case)
         if case["comparison"] is None:
             lines.append(f"| {case['name']} | all | not compared: fewer than 2 finished real runs |" + " |" * 9
                          + f" {speed} |")
@@ -105,7 +104,7 @@ def markdown(doc: dict[str, Any]) -> str:
             cells = []
             for stat in STATS:
                 c = case["comparison"][metric][stat]
-                verdict = {"met": "met", "missed": "MISSED", "in range": "in range", "out of range": "OUT"}[c["verdict"]]
+                verdict = VERDICT_MARK[c["verdict"]]
                 cells.append(f"{_ms(c['real_mean'])} ± {_ms(c['real_std'])} [{_ms(c['real_min'])}, {_ms(c['real_max'])}] "
                              f"| {_ms(c['sim'])} | {_pct(c['error'])} {verdict}")
             lines.append(f"| {case['name']} | {LABELS[metric]} | " + " | ".join(cells) + f" | {speed} |")
@@ -121,6 +120,34 @@ def markdown(doc: dict[str, Any]) -> str:
                 lines.append(f"- {f['case']} {LABELS[f['metric']]} {f['stat']}: {f['verdict']}, error "
                              f"{_pct(f['error'])}, real spread {f['spread']:.1%}")
     return "\n".join(lines) + "\n"
+
+
+VERDICT_MARK = {"met": "met", "missed": "MISSED", "in range": "in range", "out of range": "OUT"}
+
+
+def headline(doc: dict[str, Any]) -> list[str]:
+    """The claims of issue 9 at a glance: mean and p90 of TTFT and TPOT per case, ms (real mean ±
+    std, simulated, error and verdict), and the real runs' step speed against the calibration."""
+    chosen = [("ttft", "mean"), ("ttft", "p90"), ("tpot", "mean"), ("tpot", "p90")]
+    lines = ["| case | req/s | " + " | ".join(f"{LABELS[m]} {s} real | sim | error" for m, s in chosen)
+             + " | step speed |", "|---|---:|" + "---:|" * (3 * len(chosen) + 1)]
+    for case in doc["cases"]:
+        cells = []
+        for metric, stat in chosen:
+            c = (case["comparison"] or {}).get(metric, {}).get(stat)
+            cells.append("- | - | not compared" if c is None else
+                         f"{_ms(c['real_mean'])} ± {_ms(c['real_std'])} | {_ms(c['sim'])} "
+                         f"| {_pct(c['error'])} {VERDICT_MARK[c['verdict']]}")
+        lines.append(f"| {case['name']} | {case['rate_rps']:.2f} | " + " | ".join(cells) + f" | {_speed(case)} |")
+    return lines
+
+
+def _speed(case: dict[str, Any]) -> str:
+    finished = [r for r in case["runs"] if r["error"] is None]
+    if not finished:
+        return "-"
+    return (f"{_pct(float(np.mean([r['speed_vs_profile'] for r in finished])))} / "
+            f"{_pct(float(np.mean([r['steps_vs_profile']['step'] for r in finished])))}")
 
 
 def cdf_figure(case: CaseResult, folder: Path) -> Path:

@@ -137,6 +137,8 @@ def test_the_writer_puts_the_comparisons_in_json_table_and_figures(tmp_path):
     assert (tmp_path / "table.md").read_text() == table
     assert "| tiny-chat-load60 | TTFT | 1.0 ± 0.0 [1.0, 1.0] | 1.5 | +49.3% MISSED |" in table
     assert "| tiny-chat-load85 | all | not compared" in table
+    assert "| tiny-chat-load60 | 3.00 | 1.0 ± 0.0 | 1.5 | +49.3% MISSED |" in table  # the headline table
+    assert "| tiny-chat-load85 | 4.00 | - | - | not compared |" in table
     assert [p.name for p in figures] == ["cdf-tiny-chat-load60.png", "parity.png"]
     assert all(p.stat().st_size > 0 for p in figures) and on_disk["figures"] == [f"figures/{p.name}" for p in figures]
 
