@@ -57,6 +57,14 @@ def reproduce(out: str | Path | None = None, quick: bool = False, studies: tuple
         entries, sections = [], []
         for i, study in enumerate(chosen, 1):
             say(f"[{i}/{len(chosen)}] {study.title} ...")
+            if study.fidelity is not None:  # the simulator against the real engine (agent/fidelity)
+                from infralab.agent.fidelity.in_reproduce import fidelity_study
+
+                entry, section = fidelity_study(study.name, study.title, study.fidelity, tmp, quick, _relative, say)
+                say(f"      {entry['verdict'].upper()} in {entry['wall_s']:.0f} s")
+                entries.append(entry)
+                sections.append(section)
+                continue
             started = time.perf_counter()
             if not study.hypotheses:  # decided by its hook (agent/studies.py, HookRun)
                 decided = load_hook(study.hook_path).run(tmp, quick)

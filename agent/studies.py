@@ -9,6 +9,10 @@
       confirm = false              # true: also run the next rung (a real run) after the first decision
       chart = true                 # generic report: a chart of the first criterion's metric per arm
 
+    A fidelity study (the simulator against the real engine, infralab.agent.fidelity) names its
+    study file instead of hypotheses:
+      fidelity = "quick.toml"      # relative to this folder; `reproduce --quick` applies its [quick]
+
     experiments/<name>/hook.py     # optional
       def report(results: list[TestResult], out: Path) -> tuple[list[str], str]:
           # figures written under out/figures (paths relative to out) and the study's Markdown
@@ -44,7 +48,10 @@ HOOK_FILE = "hook.py"
 @pydantic_dataclass(frozen=True, config=STRICT)
 class StudyTable:
     title: str
-    hypotheses: tuple[str, ...] = ()  # none: the study's hook decides it (`run`)
+    # What decides the study: hypothesis files, one fidelity study file (agent/fidelity), or, with
+    # neither, the study's hook.py (`run`, HookRun).
+    hypotheses: tuple[str, ...] = ()
+    fidelity: str | None = None
     confirm: Bool = False
     chart: Bool = True
     order: Int(ge=-1_000_000, le=1_000_000) = 1000
@@ -79,6 +86,7 @@ class Study:
     chart: bool
     order: int
     folder: Path
+    fidelity: Path | None = None
 
     @property
     def hook_path(self) -> Path | None:
@@ -90,6 +98,13 @@ def load_study(folder: Path) -> Study:
     """Read and check `folder/study.toml` (InputError names the file and field)."""
     path = folder / STUDY_FILE
     spec = validate(StudyFile, load_toml(path), str(path)).study
+    if spec.hypotheses and spec.fidelity is not None:
+        raise InputError(f"{path}: study.hypotheses", "given together with study.fidelity",
+                         "hypothesis files, or one fidelity study file (not both)")
+    fidelity = None if spec.fidelity is None else (folder / spec.fidelity).resolve()
+    if fidelity is not None and not fidelity.is_file():
+        raise InputError(f"{path}: study.fidelity", f"{spec.fidelity!r} is not a file",
+                         "a fidelity study TOML, relative to the study folder")
     files = []
     for i, name in enumerate(spec.hypotheses):
         file = (folder / name).resolve()
@@ -97,10 +112,10 @@ def load_study(folder: Path) -> Study:
             raise InputError(f"{path}: study.hypotheses[{i}]", f"{name!r} is not a file",
                              "a hypothesis TOML, relative to the study folder")
         files.append(file)
-    if not files and not (folder / HOOK_FILE).is_file():
-        raise InputError(f"{path}: study.hypotheses", "is empty and the study has no hook.py",
-                         "hypothesis files, or a hook.py whose run(out, quick) decides the study")
-    return Study(folder.name, spec.title, tuple(files), spec.confirm, spec.chart, spec.order, folder)
+    if not files and fidelity is None and not (folder / HOOK_FILE).is_file():
+        raise InputError(f"{path}: study.hypotheses", "missing, and the study has no fidelity file or hook.py",
+                         "hypothesis files, one fidelity study file, or a hook.py whose run(out, quick) decides the study")
+    return Study(folder.name, spec.title, tuple(files), spec.confirm, spec.chart, spec.order, folder, fidelity)
 
 
 def discover_studies(root: Path | None = None) -> list[Study]:

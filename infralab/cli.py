@@ -211,6 +211,13 @@ COMMANDS: tuple[Command, ...] = (
                 arg("--study", action="append", metavar="NAME",
                     help="run only this study (repeatable): a folder of experiments/ holding a study.toml"),
             )),
+    Command(("fidelity", "run"), "run the real engine and the simulator's mirror on the same cases; write the error table and figures",
+            "infralab.agent.fidelity.cli:run", (
+                arg("study", metavar="STUDY.toml", help="fidelity study (docs/fidelity.md), e.g. experiments/fidelity/full.toml"),
+                arg("--out", required=True, metavar="DIR", help="results folder to write"),
+                arg("--quick", action="store_true", help="apply the file's [quick] table (smoke-test sizes)"),
+                arg("--no-progress", action="store_true", help="no progress lines on stderr"),
+            )),
     Command(("explain",), "where a run's time went, and why it differs from a baseline run",
             "infralab.agent.cli:explain", (
                 arg("run", metavar="RUN", help="results folder or timeline .json"),
@@ -246,6 +253,7 @@ GROUPS = {
     "sim": "discrete-event simulation of a serving cluster",
     "kernels": "Triton kernels: numerics checks and microbenchmarks",
     "gil": "host threads and the GIL: the KV-transfer vs prefill case study",
+    "fidelity": "the simulator against the real engine: error beside the real run-to-run spread",
 }
 
 

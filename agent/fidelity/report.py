@@ -1,0 +1,225 @@
+"""The fidelity study's outputs: `fidelity.json` (schema infralab.fidelity/1), the Markdown table
+(`table.md`, also printed) and the figures (`figures/cdf-<case>.png`: predicted vs measured CDFs
+of TTFT, TPOT, ITL and E2E; `figures/parity.png`: every metric statistic, simulated vs real).
+
+Times in the JSON are seconds; the table and the figures show milliseconds.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from infralab.agent import figure_style
+from infralab.agent.fidelity.compare import METRICS, STATS, TARGET_MAX_LOAD, TARGETS
+from infralab.agent.fidelity.runner import CaseResult, StudyResult
+from infralab.results import dump_json
+
+SCHEMA = "infralab.fidelity/1"
+LABELS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
+
+
+def case_json(case: CaseResult) -> dict[str, Any]:
+    comparison = case.comparison()
+    return {"name": case.name, "setting": case.setting, "shape": case.shape, "load": case.load,
+            "rate_rps": case.rate_rps, "rate_scale": case.rate_scale, "requests": case.requests,
+            "sim": case.sim_stats, "runs": case.runs,
+            "comparison": None if comparison is None else
+            {metric: {stat: c.as_dict() for stat, c in stats.items()} for metric, stats in comparison.items()}}
+
+
+def failures(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every comparison that missed its target or fell outside the real range, and every case
+    with fewer than two finished real runs."""
+    out = []
+    for case in cases:
+        if case["comparison"] is None:
+            out.append({"case": case["name"], "metric": None, "stat": None, "verdict": "not compared",
+                        "why": "fewer than 2 real runs finished: " + "; ".join(
+                            str(r["error"]) for r in case["runs"] if r["error"])})
+            continue
+        for metric, stats in case["comparison"].items():
+            for stat, c in stats.items():
+                if c["verdict"] in ("missed", "out of range"):
+                    out.append({"case": case["name"], "metric": metric, "stat": stat, "verdict": c["verdict"],
+                                "error": c["error"], "spread": c["spread"]})
+    return out
+
+
+def fidelity_json(result: StudyResult) -> dict[str, Any]:
+    cases = [case_json(case) for case in result.cases]
+    verdicts = [c["verdict"] for case in cases if case["comparison"]
+                for stats in case["comparison"].values() for c in stats.values()]
+    return {"schema": SCHEMA, **result.facts, "targets": {"relative_error": TARGETS, "below_load": TARGET_MAX_LOAD},
+            "cases": cases, "counts": {v: verdicts.count(v) for v in ("met", "missed", "in range", "out of range")},
+            "failures": failures(cases)}
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f}" if math.isfinite(seconds) else "-"
+
+
+def _pct(value: float) -> str:
+    return f"{value:+.1%}" if math.isfinite(value) else "-"
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """The study as Markdown: facts, the per-setting calibration, the per-case error table, the
+    comparisons that fail."""
+    m = doc["machine"]
+    lines = [f"# {doc['title']}", "",
+             f"Study `{doc['source']}`{' (quick)' if doc['quick'] else ''}: model `{doc['model']}`, scheduler "
+             f"`{doc['scheduler']}`, {doc['repetitions']} real runs per case; machine: {m['cpus']} CPUs, load "
+             f"average {m['load_average_before'][0]:.2f} before and {m['load_average_after'][0]:.2f} after "
+             f"(1 min); {doc['wall_s']:.0f} s in all.", "",
+             "Calibration: the step profile (synthetic steps) and, per shape, a saturating burst (another seed) "
+             "that gives the capacity and the host time per step. Evaluation: open-loop replays of the cases.", "",
+             "| setting | token budget | KV cache tokens | profile points | profile drift | shape | capacity req/s "
+             "| host ms/step |", "|---|---:|---:|---:|---:|---|---:|---:|"]
+    for s in doc["settings"]:
+        for shape, facts in s["shapes"].items():
+            lines.append(f"| {s['name']} | {s['engine']['max_batch_tokens']} | {s['engine']['cache_tokens']} "
+                         f"| {s['profile']['points']} | {_pct(s['profile']['drift'])} | {shape} "
+                         f"| {facts['capacity_rps']:.2f} | {facts['host_per_step_s'] * 1e3:.2f} |")
+    lines += ["", *headline(doc)]
+    lines += ["", "Per case (load = fraction of the measured capacity) and metric, ms: real mean ± std over the "
+              "runs [min, max], simulated, error = sim / real - 1 and its verdict (met / MISSED: the target, "
+              f"means {TARGETS['mean']:.0%} and p90 {TARGETS['p90']:.0%}, applies because the real spread is below "
+              f"it and the load below {TARGET_MAX_LOAD:.0%}; in range / OUT: otherwise, whether the simulated value "
+              "lies within the real runs' range). Step speed (mean over the runs, + = slower than calibrated): the "
+              "reference steps around each replay vs the profile's / the replay's own steps vs what the mirror "
+              "charges for steps of their shapes.", "",
+              "| case | metric | " + " | ".join(f"{s} real | {s} sim | {s} error" for s in STATS)
+              + " | step speed |", "|---|---|" + "---:|" * (3 * len(STATS) + 1)]
+    for case in doc["cases"]:
+        speed = _speed(case)
+        if case["comparison"] is None:
+            lines.append(f"| {case['name']} | all | not compared: fewer than 2 finished real runs |" + " |" * 9
+                         + f" {speed} |")
+            continue
+        for metric in METRICS:
+            cells = []
+            for stat in STATS:
+                c = case["comparison"][metric][stat]
+                verdict = VERDICT_MARK[c["verdict"]]
+                cells.append(f"{_ms(c['real_mean'])} ± {_ms(c['real_std'])} [{_ms(c['real_min'])}, {_ms(c['real_max'])}] "
+                             f"| {_ms(c['sim'])} | {_pct(c['error'])} {verdict}")
+            lines.append(f"| {case['name']} | {LABELS[metric]} | " + " | ".join(cells) + f" | {speed} |")
+    counts = doc["counts"]
+    lines += ["", "Verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + ".", ""]
+    if doc["failures"]:
+        lines.append("Failing comparisons (the error beside the real runs' own spread, the coefficient of variation):")
+        lines.append("")
+        for f in doc["failures"]:
+            if f["metric"] is None:
+                lines.append(f"- {f['case']}: {f['why']}")
+            else:
+                lines.append(f"- {f['case']} {LABELS[f['metric']]} {f['stat']}: {f['verdict']}, error "
+                             f"{_pct(f['error'])}, real spread {f['spread']:.1%}")
+    return "\n".join(lines) + "\n"
+
+
+VERDICT_MARK = {"met": "met", "missed": "MISSED", "in range": "in range", "out of range": "OUT"}
+
+
+def headline(doc: dict[str, Any]) -> list[str]:
+    """The claims of issue 9 at a glance: mean and p90 of TTFT and TPOT per case, ms (real mean ±
+    std, simulated, error and verdict), and the real runs' step speed against the calibration."""
+    chosen = [("ttft", "mean"), ("ttft", "p90"), ("tpot", "mean"), ("tpot", "p90")]
+    lines = ["| case | req/s | " + " | ".join(f"{LABELS[m]} {s} real | sim | error" for m, s in chosen)
+             + " | step speed |", "|---|---:|" + "---:|" * (3 * len(chosen) + 1)]
+    for case in doc["cases"]:
+        cells = []
+        for metric, stat in chosen:
+            c = (case["comparison"] or {}).get(metric, {}).get(stat)
+            cells.append("- | - | not compared" if c is None else
+                         f"{_ms(c['real_mean'])} ± {_ms(c['real_std'])} | {_ms(c['sim'])} "
+                         f"| {_pct(c['error'])} {VERDICT_MARK[c['verdict']]}")
+        lines.append(f"| {case['name']} | {case['rate_rps']:.2f} | " + " | ".join(cells) + f" | {_speed(case)} |")
+    return lines
+
+
+def _speed(case: dict[str, Any]) -> str:
+    finished = [r for r in case["runs"] if r["error"] is None]
+    if not finished:
+        return "-"
+    return (f"{_pct(float(np.mean([r['speed_vs_profile'] for r in finished])))} / "
+            f"{_pct(float(np.mean([r['steps_vs_profile']['step'] for r in finished])))}")
+
+
+def cdf_figure(case: CaseResult, folder: Path) -> Path:
+    """Predicted (the mirror) vs measured (each real run) CDFs of the four latencies of one case."""
+    with figure_style.styled() as plt:
+        fig, axes = plt.subplots(1, len(METRICS), figsize=(7.2, 2.1))
+        for ax, metric in zip(axes, METRICS):
+            real_values: list[float] = []
+            for i, samples in enumerate(case.run_samples):
+                values = np.sort(samples[metric]) * 1e3
+                real_values.extend(values.tolist())
+                ax.step(values, np.arange(1, len(values) + 1) / len(values), where="post", color=figure_style.colour(0),
+                        alpha=0.6, linewidth=0.8, label="real runs" if i == 0 else None)
+            sim = np.sort(case.sim_samples[metric]) * 1e3
+            ax.step(sim, np.arange(1, len(sim) + 1) / len(sim), where="post", color=figure_style.colour(1),
+                    linewidth=1.6, label="simulated")
+            figure_style.scale_axes(ax, real_values + sim.tolist(), [])
+            ax.xaxis.set_minor_formatter(plt.NullFormatter())  # log axes: decade labels only, no overlaps
+            ax.set_xlabel(f"{LABELS[metric]} (ms)")
+            ax.set_ylim(0, 1)
+        axes[0].set_ylabel("fraction")
+        axes[-1].legend(loc="lower right")
+        fig.suptitle(f"{case.name}: {case.requests} requests at {case.rate_rps:.2f} req/s", fontsize=8)
+        (path,) = figure_style.save(fig, folder / f"cdf-{case.name}", formats=("png",))
+    return path
+
+
+def parity_figure(doc: dict[str, Any], folder: Path) -> Path | None:
+    """Every compared metric statistic: simulated vs real mean, the real runs' range as a bar."""
+    points = [(metric, stat, c) for case in doc["cases"] if case["comparison"]
+              for metric, stats in case["comparison"].items() for stat, c in stats.items()]
+    if not points:
+        return None
+    with figure_style.styled() as plt:
+        fig, ax = plt.subplots(figsize=(3.5, 3.3))
+        for i, metric in enumerate(METRICS):
+            for j, stat in enumerate(STATS):
+                chosen = [c for m, s, c in points if m == metric and s == stat]
+                xs = np.array([c["real_mean"] for c in chosen]) * 1e3
+                low = xs - np.array([c["real_min"] for c in chosen]) * 1e3
+                high = np.array([c["real_max"] for c in chosen]) * 1e3 - xs
+                ax.errorbar(xs, np.array([c["sim"] for c in chosen]) * 1e3, xerr=[low, high], fmt=figure_style.marker(j),
+                            color=figure_style.colour(i), elinewidth=0.5, markersize=3,
+                            label=f"{LABELS[metric]} {stat}")
+        values = [c[k] * 1e3 for _, _, c in points for k in ("real_min", "real_max", "sim") if c[k] > 0]
+        lo, hi = min(values) / 1.5, max(values) * 1.5
+        line = np.geomspace(lo, hi, 50)
+        ax.plot(line, line, color="black", linewidth=0.6)
+        for factor in (0.9, 1.1):
+            ax.plot(line, line * factor, color="grey", linewidth=0.4, linestyle="--")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_xlabel("real (ms; mean of the runs, bar: min-max)")
+        ax.set_ylabel("simulated (ms)")
+        ax.legend(fontsize=5, ncol=2, loc="upper left")
+        (path,) = figure_style.save(fig, folder / "parity", formats=("png",))
+    return path
+
+
+def write_outputs(result: StudyResult, folder: Path) -> tuple[dict[str, Any], str, list[Path]]:
+    """fidelity.json, table.md and the figures into `folder`; returns the document, the table and
+    the figures written."""
+    doc = fidelity_json(result)
+    table = markdown(doc)
+    figures = folder / "figures"
+    figures.mkdir(exist_ok=True)
+    paths = [cdf_figure(case, figures) for case in result.cases if case.run_samples]
+    parity = parity_figure(doc, figures)
+    paths += [parity] if parity is not None else []
+    doc["figures"] = [str(p.relative_to(folder)) for p in paths]
+    dump_json(doc, folder / "fidelity.json")
+    (folder / "table.md").write_text(table)
+    return doc, table, paths

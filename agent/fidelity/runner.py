@@ -1,0 +1,279 @@
+"""Run a fidelity study: per engine setting, profile (calibration), measure capacity, simulate
+every case with the mirror, then replay every case on the real engine, repetitions interleaved.
+
+Order per setting, all in one process and close in time (machines drift: docs/fidelity.md):
+1. build the engine and check every shape's requests can be replayed on it;
+2. profile its step over the study's grid (synthetic steps: the calibration table);
+3. start the engine's loop and warm it up; per workload shape:
+   a. capacity: a burst of up to `capacity.requests` other requests of the shape (a synthetic
+      shape drawn with seed + 1, a trace's requests after the evaluated ones), as many as the KV
+      cache holds at once, all queued at 0 s; capacity =
+      requests / the burst's makespan (req/s). Its
+      steps also give the host time per step outside the forward and the profiled batch building
+      (calibration of `[cost.host] per_step_s`, on data that is not evaluated);
+   b. each load level: the shape's requests (the study's seed) with their arrival times scaled so
+      that their mean rate is `load x capacity`; the mirror simulates them (deterministic: once);
+   c. the repetitions: for rep in 1..R, for each load: an open-loop replay of the same requests,
+      fingerprinted before and after (`real.load_generator.replay`).
+A replay the engine cannot finish as recorded (a soft reset drops token stamps) is kept as a
+failed run with its reason; the comparison uses the runs that finished.
+
+Units: seconds, requests per second, tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from infralab.agent.fidelity.compare import Comparison, compare
+from infralab.agent.fidelity.sim_side import (
+    TraceWorkload,
+    build_requests,
+    host_per_step_s,
+    latency_samples,
+    latency_stats,
+    mirror_config_doc,
+    model_for_sim,
+    simulate_mirror,
+    steps_vs_profile,
+)
+from infralab.agent.fidelity.spec import FidelityStudy, Setting, Shape
+from infralab.errors import InputError
+from infralab.real.engine import RealEngine
+from infralab.real.fingerprint import Fingerprint, drift
+from infralab.real.load_generator import Replay, ReplayRequest, check_replayable, replay, warm_up
+from infralab.real.profile import Profile, profile, write_profile
+from infralab.real.step_trace import StepRecord
+from infralab.results import dump_json
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class CaseResult:
+    """One case (setting x shape x load): the mirror's result and the real runs'."""
+
+    setting: str
+    shape: str
+    load: float
+    rate_rps: float
+    rate_scale: float
+    requests: int
+    sim_stats: dict[str, dict[str, float]]
+    sim_samples: dict[str, np.ndarray]
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    run_samples: list[dict[str, np.ndarray]] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return case_name(self.setting, self.shape, self.load)
+
+    def comparison(self) -> dict[str, dict[str, Comparison]] | None:
+        finished = [run["stats"] for run in self.runs if run["error"] is None]
+        return compare(finished, self.sim_stats, self.load) if len(finished) >= 2 else None
+
+
+def case_name(setting: str, shape: str, load: float) -> str:
+    return f"{setting}-{shape}-load{round(load * 100):02d}"
+
+
+def mean_rate(requests: Sequence[ReplayRequest]) -> float:
+    """Mean arrival rate of a workload (req/s): (n - 1) / the last arrival (> 0: `_workloads` checks)."""
+    return (len(requests) - 1) / max(r.arrival_s for r in requests)
+
+
+@dataclass(frozen=True)
+class StudyResult:
+    """What a study measured: `facts` (the study, machine, settings with their profiles and
+    capacities) and every case."""
+
+    facts: dict[str, Any]
+    cases: list[CaseResult]
+
+
+def run_study(study: FidelityStudy, folder: Path, say: Say) -> StudyResult:
+    """Run `study`, writing its raw files (profiles, replays) into `folder`."""
+    started = time.perf_counter()
+    load_before = os.getloadavg()
+    model = model_for_sim(study.model, folder)
+    engines = [RealEngine(study.model, setting.engine) for setting in study.settings]
+    try:
+        # Every setting's inputs are checked before the first profile: bad input never costs minutes.
+        workloads = [{shape.name: _workloads(study, shape, engine) for shape in study.shapes} for engine in engines]
+        for engine, chosen in zip(engines, workloads):
+            _check_grid_covers(study, engine, [requests for requests, _ in chosen.values()])
+        settings, cases = [], []
+        for setting, engine, chosen in zip(study.settings, engines, workloads):
+            record, setting_cases = _run_setting(study, setting, engine, chosen, model, folder, say)
+            settings.append(record)
+            cases.extend(setting_cases)
+    finally:
+        for engine in engines:
+            engine.close()
+    facts = {"title": study.title, "source": study.source, "quick": study.quick, "model": study.model.name,
+             "scheduler": study.scheduler, "loads": list(study.loads), "repetitions": study.repetitions,
+             "seed": study.seed, "machine": {"cpus": os.cpu_count(), "load_average_before": list(load_before),
+                                             "load_average_after": list(os.getloadavg())},
+             "wall_s": time.perf_counter() - started, "settings": settings}
+    return StudyResult(facts, cases)
+
+
+def _run_setting(study: FidelityStudy, setting: Setting, engine: RealEngine,
+                 workloads: dict[str, tuple[list[ReplayRequest], list[ReplayRequest]]], model: str, folder: Path,
+                 say: Say) -> tuple[dict[str, Any], list[CaseResult]]:
+    """Profile `engine`, then run every shape's capacity burst, simulations and real runs on it."""
+    say(f"{setting.name}: profiling the step ({len(study.grid.points(engine))} grid points) ...")
+    t0 = time.perf_counter()
+    measured = profile(engine, study.grid)
+    (folder / "profiles").mkdir(exist_ok=True)
+    profile_csv = write_profile(engine, measured, folder / "profiles" / f"{setting.name}.csv")
+    record: dict[str, Any] = {
+        "name": setting.name, "engine": engine.resolved(), "profile": {
+            "file": str(profile_csv.relative_to(folder)), "points": len(measured.points),
+            "wall_s": time.perf_counter() - t0, "fingerprint_before_s": list(measured.before.forward_s),
+            "fingerprint_after_s": list(measured.after.forward_s),
+            "drift": drift(measured.before, measured.after)},
+        "shapes": {}}
+    cases: list[CaseResult] = []
+    with engine:
+        warm_up(engine, requests=study.warmup_requests)
+        for shape in study.shapes:
+            evaluated, burst = workloads[shape.name]
+            shape_record, shape_cases = _run_shape(study, setting, shape, engine, model, measured, profile_csv,
+                                                   evaluated, burst, folder, say)
+            record["shapes"][shape.name] = shape_record
+            cases.extend(shape_cases)
+    return record, cases
+
+
+def _workloads(study: FidelityStudy, shape: Shape, engine: RealEngine) -> tuple[list[ReplayRequest], list[ReplayRequest]]:
+    """The shape's evaluated requests (seed) and its capacity burst (seed + 1, all at 0 s),
+    checked replayable on `engine` before anything runs."""
+    where = f"{study.source}: shape {shape.name!r}"
+    context = min(study.model.context_length, engine.cache_tokens)
+    evaluated = build_requests(shape.workload, study.base_dir, study.seed, context)
+    drawn = _burst_candidates(study, shape, context, len(evaluated))
+    check_replayable(evaluated, engine, where)
+    check_replayable(drawn, engine, where)
+    if len(evaluated) < 2 or max(r.arrival_s for r in evaluated) <= 0:
+        raise InputError(f"{where}.workload", f"{len(evaluated)} request(s), the last arriving at "
+                         f"{max((r.arrival_s for r in evaluated), default=0.0)} s",
+                         "at least 2 requests, not all at 0 s (a load level rescales their arrival times)")
+    burst = _burst(drawn, engine)
+    if len(burst) < 2:
+        raise InputError(f"{study.source}: capacity", f"the KV cache ({engine.cache_tokens} tokens) holds fewer than "
+                         f"2 of the {shape.name!r} requests at once", "more num_blocks: the capacity burst runs at "
+                         "least 2 requests together, never preempted")
+    return evaluated, burst
+
+
+def _burst_candidates(study: FidelityStudy, shape: Shape, context: int, evaluated: int) -> list[ReplayRequest]:
+    """Requests for the capacity burst that are not the evaluated ones: a synthetic shape drawn
+    with seed + 1; a trace shape's next `capacity.requests` requests after the evaluated window
+    (a trace does not depend on the seed)."""
+    if isinstance(shape.workload, TraceWorkload):
+        longer = dataclasses.replace(shape.workload, max_requests=evaluated + study.capacity_requests)
+        return build_requests(longer, study.base_dir, study.seed, context)[evaluated:]
+    return build_requests(shape.workload, study.base_dir, study.seed + 1, context)[: study.capacity_requests]
+
+
+def _burst(drawn: list[ReplayRequest], engine: RealEngine) -> list[ReplayRequest]:
+    """The capacity burst: the longest prefix of `drawn` whose requests fit the KV cache all at
+    once (whole blocks), all arriving at 0 s, so that the engine never preempts one."""
+    page, blocks, burst = engine.settings.page_size, engine.resolved()["num_blocks"], []
+    for request in drawn:
+        blocks -= -(-(request.prompt_tokens + request.output_tokens) // page)
+        if blocks < 0:
+            break
+        burst.append(ReplayRequest(request.id, 0.0, request.prompt_tokens, request.output_tokens))
+    return burst
+
+
+def _check_grid_covers(study: FidelityStudy, engine: RealEngine, workloads: list[list[ReplayRequest]]) -> None:
+    """InputError naming the study's [profile] unless the grid points this engine can run span
+    every step the mirror will time (the step table's rule, `sim.step_table_cost`), checked
+    before minutes of profiling: from 1 up to the token budget, min(KV cache, a workload's
+    tokens) keys and min(request cap, a workload's requests) sequences."""
+    resolved = engine.resolved()
+    needed = {"q_tokens": resolved["max_batch_tokens"],
+              "kv_tokens": max(min(engine.cache_tokens, sum(r.prompt_tokens + r.output_tokens - 1 for r in requests))
+                               for requests in workloads),
+              "seqs": max(min(resolved["max_requests_per_batch"], len(requests)) for requests in workloads)}
+    points = study.grid.points(engine)
+    for name, top in needed.items():
+        values = [getattr(point, name) for point in points]
+        if not values or min(values) > 1 or max(values) < top:
+            profiled = f"{min(values)}-{max(values)}" if values else "nothing"
+            raise InputError(f"{study.source}: profile.{name}", f"the grid points engine setting {engine.settings} "
+                             f"can run span {profiled}", f"points from 1 up to {top} (the steps the mirror will time)")
+
+
+def _run_shape(study: FidelityStudy, setting: Setting, shape: Shape, engine: RealEngine, model: str,
+               measured: Profile, profile_csv: Path, evaluated: list[ReplayRequest], burst: list[ReplayRequest],
+               folder: Path, say: Say) -> tuple[dict[str, Any], list[CaseResult]]:
+    say(f"{setting.name}/{shape.name}: capacity burst of {len(burst)} requests ...")
+    saturated = replay(engine, burst, seed=study.seed + 1)
+    capacity = len(burst) / saturated.wall_s
+    host = host_per_step_s(profile_csv, saturated.steps, engine.settings.dtype)
+    doc = mirror_config_doc(model, engine.resolved(), study.scheduler, profile_csv, host)
+    natural = mean_rate(evaluated)
+    cases = []
+    for load in study.loads:
+        rate_scale = load * capacity / natural
+        sim = simulate_mirror(doc, evaluated, rate_scale, folder)
+        cases.append(CaseResult(setting.name, shape.name, load, load * capacity, rate_scale, len(evaluated),
+                                latency_stats(sim), latency_samples(sim)))
+    for rep in range(study.repetitions):
+        for case in cases:
+            say(f"{case.name}: real run {rep + 1}/{study.repetitions} ({case.requests} requests at "
+                f"{case.rate_rps:.2f} req/s) ...")
+            _real_run(study, engine, case, evaluated, measured.before, folder, rep,
+                      lambda steps: steps_vs_profile(profile_csv, steps, engine.settings.dtype, host))
+    record = {"capacity_rps": capacity, "capacity_burst": {"requests": len(burst),
+                                                            "makespan_s": saturated.wall_s,
+                                                            "steps": len(saturated.steps),
+                                                            "drift": drift(saturated.before, saturated.after)},
+              "host_per_step_s": host, "mean_rate_at_scale_1_rps": natural, "requests": len(evaluated),
+              "mirror_config": doc}
+    return record, cases
+
+
+def _real_run(study: FidelityStudy, engine: RealEngine, case: CaseResult, requests: list[ReplayRequest],
+              reference: Fingerprint, folder: Path, rep: int,
+              step_check: Callable[[Sequence[StepRecord]], dict[str, float]]) -> None:
+    """One repetition of `case` on the running engine, appended to `case.runs` (with its error, if
+    the replay could not be recorded). `step_check`: the run's steps against the profile."""
+    run: dict[str, Any] = {"rep": rep + 1, "error": None}
+    try:
+        result = replay(engine, requests, rate_scale=case.rate_scale, seed=study.seed)
+    except RuntimeError as exc:  # e.g. a soft reset dropped token stamps: kept, not invented
+        run["error"] = str(exc)
+        case.runs.append(run)
+        return
+    path = folder / "replays" / f"{case.name}-rep{rep + 1}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    dump_json(result.as_dict(), path)
+    run.update(_run_facts(result, reference))
+    run["file"] = str(path.relative_to(folder))
+    run["stats"] = latency_stats(result.requests)
+    run["steps_vs_profile"] = step_check(result.steps)
+    case.runs.append(run)
+    case.run_samples.append(latency_samples(result.requests))
+
+
+def _run_facts(result: Replay, reference: Fingerprint) -> dict[str, Any]:
+    """The run's wall time, the generator's lag and the step speed around it, relative to the
+    profile's fingerprint (0.1 = the reference steps ran 10 % slower than when profiled)."""
+    mid = [(b + a) / 2 for b, a in zip(result.before.forward_s, result.after.forward_s)]
+    return {"wall_s": result.wall_s, "max_submit_lag_s": result.max_submit_lag_s, "steps": len(result.steps),
+            "busy_fraction": sum(s.duration_s for s in result.steps) / result.wall_s if result.wall_s > 0 else 0.0,
+            "drift": drift(result.before, result.after),
+            "speed_vs_profile": sum(mid) / sum(reference.forward_s) - 1.0}

@@ -1,0 +1,156 @@
+"""Everything the fidelity study takes from the simulator, in one place: the workload schema and
+builder (the `[workload]` table the simulator reads), the latency definitions (`sim.metrics`),
+the step-profile lookup and the mirror's run (`hf_fifo` / `hf_prefill_first` timed by
+`[cost] step_table`). When these move to the shared layer, only this module's imports change.
+
+Units: seconds, tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from infralab.errors import InputError
+from infralab.real.load_generator import ReplayRequest
+from infralab.real.model_shape import ModelShape
+from infralab.real.step_trace import StepRecord
+from infralab.sim.calibration import load_calibration
+from infralab.sim.cluster import simulate
+from infralab.sim.config import SyntheticWorkload, TraceWorkload, WorkloadSpec, config_from_doc
+from infralab.sim.metrics import distribution, request_metrics
+from infralab.sim.specs import load_model
+from infralab.sim.step_table_cost import PREPARE_KERNEL, STEP_KERNEL, run_step_table_cost
+from infralab.sim.workloads.build import build_workload
+from infralab.sim.workloads.request import Request
+
+__all__ = ["SyntheticWorkload", "TraceWorkload", "WorkloadSpec", "build_requests", "host_per_step_s",
+           "latency_samples", "latency_stats", "simulate_mirror", "steps_vs_profile"]
+
+MIRROR_SCHEDULERS = {"fifo": "hf_fifo", "prefill_first": "hf_prefill_first"}
+"""The simulator's name of each engine scheduler (docs/fidelity.md)."""
+
+
+class FinishedRequest(Protocol):
+    """What the latency definitions read: the simulator's `RequestRecord` and the real engine's
+    `RequestTiming` both have these fields (seconds, tokens)."""
+
+    arrival_s: float
+    first_token_s: float
+    finish_s: float
+    output_tokens: int
+    token_times_s: Iterable[float]
+
+
+def build_requests(spec: Any, base_dir: Path, seed: int, context_length: int) -> list[ReplayRequest]:
+    """The requests of a `[workload]` table (ids 0..n-1 in arrival order, first arrival at 0 s)."""
+    table = build_workload(spec, base_dir, seed, context_length)
+    return [ReplayRequest(r.id, r.arrival_s, r.prompt_tokens, r.output_tokens) for r in table]
+
+
+def latency_samples(requests: Sequence[FinishedRequest]) -> dict[str, np.ndarray]:
+    """Per request TTFT, TPOT (requests of 2+ tokens) and E2E, and every inter-token gap pooled
+    (ITL), as `sim.metrics` defines them (seconds)."""
+    per_request = [request_metrics(r) for r in requests]  # type: ignore[arg-type]
+    gaps = [np.diff(np.fromiter(r.token_times_s, dtype=float)) for r in requests]
+    return {"ttft": np.array([m.ttft_s for m in per_request]),
+            "tpot": np.array([m.tpot_s for m in per_request if m.tpot_s is not None]),
+            "itl": np.concatenate(gaps) if gaps else np.empty(0),
+            "e2e": np.array([m.e2e_s for m in per_request])}
+
+
+def latency_stats(requests: Sequence[FinishedRequest]) -> dict[str, dict[str, float]]:
+    """metric -> {"mean", "p50", "p90"} (seconds; numpy's linear percentiles, as `sim.metrics`)."""
+    out = {}
+    for metric, values in latency_samples(requests).items():
+        dist = distribution(values, (50.0, 90.0))
+        out[metric] = {"mean": dist.mean, "p50": dist.percentiles["p50"], "p90": dist.percentiles["p90"]}
+    return out
+
+
+def host_per_step_s(profile_csv: Path, steps: Sequence[StepRecord], dtype: str) -> float:
+    """Host seconds per step outside the forward and the profile's batch building (the scheduler,
+    the update, Python), from observed steps: the mean of (step - forward - the table's prepare
+    time at the step's shape), floored at 0. Steps whose shape was not observed are left out."""
+    table = load_calibration(profile_csv)
+    assert table is not None
+    extra = [step.host_s - table.lookup(PREPARE_KERNEL, dtype, "cpu", _shape(step), grid=True)
+             for step in steps if not step.batch.missing]
+    return max(0.0, sum(extra) / len(extra)) if extra else 0.0
+
+
+def steps_vs_profile(profile_csv: Path, steps: Sequence[StepRecord], dtype: str, host_per_step: float) -> dict[str, float]:
+    """How a real run's own steps compare with what the mirror charges for steps of their shapes:
+    {"forward": sum of real forwards / sum of the profile's `engine_step` times - 1, "step": sum of
+    real step durations / sum of (profiled forward + prepare + `host_per_step`) - 1} (0.1 = the
+    real steps took 10 % longer). Says whether an error comes from step speed or from scheduling."""
+    table = load_calibration(profile_csv)
+    assert table is not None
+    observed = [step for step in steps if not step.batch.missing]
+    if not observed:
+        return {"forward": math.nan, "step": math.nan}
+    forward = sum(table.lookup(STEP_KERNEL, dtype, "cpu", _shape(s), grid=True) for s in observed)
+    prepare = sum(table.lookup(PREPARE_KERNEL, dtype, "cpu", _shape(s), grid=True) for s in observed)
+    return {"forward": sum(s.forward_s for s in observed) / forward - 1.0,
+            "step": sum(s.duration_s for s in observed) / (forward + prepare + host_per_step * len(observed)) - 1.0}
+
+
+def _shape(step: StepRecord) -> dict[str, int]:
+    batch = step.batch
+    return {"q_tokens": batch.q_tokens, "kv_tokens": batch.kv_tokens, "seqs": batch.seqs}
+
+
+def mirror_config_doc(model: str, resolved: dict[str, Any], scheduler: str, profile_csv: Path,
+                      host_per_step: float) -> dict[str, Any]:
+    """The simulator config of the mirror of an engine whose settings resolved to `resolved`
+    (`RealEngine.resolved()`), timed from `profile_csv` plus `host_per_step` s per step."""
+    return {
+        "model": model,
+        "hardware": {"accelerator": "H100"},  # required by the schema; a step table does not read it
+        # The requests are passed in (the replayed ones): this table is never built.
+        "workload": {"kind": "synthetic", "num_requests": 1, "arrival": {"kind": "poisson", "rate": 1.0},
+                     "prompt": {"kind": "fixed", "value": 1}, "output": {"kind": "fixed", "value": 1}},
+        "cost": {"dtype": resolved["dtype"], "step_table": str(profile_csv), "host": {"per_step_s": host_per_step}},
+        "engine": {"scheduler": MIRROR_SCHEDULERS[scheduler], "max_batched_tokens": resolved["max_batch_tokens"],
+                   "max_num_seqs": resolved["max_requests_per_batch"], "block_size": resolved["page_size"],
+                   "num_blocks": resolved["num_blocks"], "safety_margin": resolved["safety_margin"],
+                   "prefix_cache": False},
+    }
+
+
+def simulate_mirror(doc: dict[str, Any], requests: Sequence[ReplayRequest], rate_scale: float,
+                    base_dir: Path) -> list[Any]:
+    """The mirror's finished request records for `requests` arriving at `arrival_s / rate_scale`."""
+    cfg = config_from_doc(doc, "fidelity mirror config", base_dir)
+    table = load_calibration(Path(doc["cost"]["step_table"]))
+    assert table is not None
+    served = [Request(r.id, r.arrival_s / rate_scale, r.prompt_tokens, r.output_tokens) for r in requests]
+    record = simulate(cfg, served, run_step_table_cost(table, cfg, served))
+    return sorted(record.requests, key=lambda r: r.id)
+
+
+def model_for_sim(shape: ModelShape, folder: Path) -> str:
+    """The simulator's name of `shape`: its catalog name, or a model TOML written into `folder` for
+    a shape the catalog lacks (the test model). A step table does not use the model's figures."""
+    try:
+        load_model(shape.name)
+        return shape.name
+    except InputError:
+        path = folder / f"{shape.name}.toml"
+        fields = {"name": shape.name, "source": "infralab.real.model_shape (test shape)",
+                  "num_layers": shape.num_layers, "hidden_size": shape.hidden_size, "num_heads": shape.num_heads,
+                  "num_kv_heads": shape.num_kv_heads, "head_dim": shape.head_dim, "vocab_size": shape.vocab_size,
+                  "context_length": shape.context_length, "intermediate_size": shape.intermediate_size,
+                  "tie_word_embeddings": shape.tie_word_embeddings}
+        path.write_text("".join(f"{k} = {_toml(v)}\n" for k, v in fields.items()))
+        return str(path)
+
+
+def _toml(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return f'"{value}"' if isinstance(value, str) else str(value)
