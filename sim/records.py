@@ -254,7 +254,11 @@ class ResourceTally:
             spans.append(end_s)
 
     def add_counter(self, c: CounterSample) -> None:
-        self.series(c.track, c.name).add(c.t_s, c.value)
+        mine = self.counters.get(c.track)
+        found = None if mine is None else mine.get(c.name)
+        if found is None:
+            found = self.series(c.track, c.name)
+        found.add(c.t_s, c.value)
 
     def series(self, track: str, name: str) -> CounterSeries:
         """The series of counter `name` on `track` (made empty on first use). A recorder that keeps
