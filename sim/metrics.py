@@ -365,6 +365,8 @@ def summarize(run: RunRecord, slo: SLOConfig, percentiles: Sequence[float] = PER
     summary.json); latency distributions at `percentiles` (0..100, increasing; a config's
     `metrics.percentiles`)."""
     done = [r for r in run.requests if is_finished(r)]
+    # First, while no per-request column is held: its work arrays are the summary's largest.
+    itl = pooled_distribution(itl_sample(done), percentiles)
     # `request_metrics` over arrays (the same float operations, without an object per request).
     arrivals = _column(done, "arrival_s")
     outputs = np.fromiter((r.output_tokens for r in done), dtype=np.int64, count=len(done))
@@ -397,7 +399,7 @@ def summarize(run: RunRecord, slo: SLOConfig, percentiles: Sequence[float] = PER
         latency=Latencies(
             ttft_s=distribution(ttft, percentiles),
             tpot_s=distribution(tpot, percentiles),
-            itl_s=pooled_distribution(itl_sample(done), percentiles),
+            itl_s=itl,
             e2e_s=distribution(e2e, percentiles),
             queueing_delay_s=distribution(delays, percentiles),
         ),
