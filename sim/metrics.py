@@ -229,6 +229,8 @@ def counter_stats(
     """Time-weighted mean over [lo, hi] of a step-function counter (0 before its first sample),
     and its maximum; `times` (s) and `values` are the samples in recording order."""
     times = np.asarray(times, dtype=float)
+    if len(times) > 1 and bool(np.all(times[1:] >= times[:-1])):
+        return _sorted_counter_stats(times, np.asarray(values), lo, hi)
     values = np.asarray(values, dtype=float)
     order = np.argsort(times, kind="stable")  # equal times keep recording order: the last wins
     times, values = np.clip(times[order], lo, hi), values[order]
@@ -236,6 +238,24 @@ def counter_stats(
     weighted = float(np.sum(values * np.diff(edges)))
     span = hi - lo
     return CounterStats(mean=weighted / span if span > 0 else float(values[-1]), max=float(values.max()))
+
+
+def _sorted_counter_stats(times: np.ndarray, values: np.ndarray, lo: float, hi: float) -> CounterStats:
+    """`counter_stats` of samples already in time order, the same bits without a sorted copy: the
+    weighted values are made and summed a chunk at a time, as numpy's pairwise sum splits them
+    (`pooled_stats.pairwise_sum`), so a long series (a million requests make tens of millions of
+    samples) needs no work arrays of its length."""
+    n = len(times)
+
+    def weighted(start: int, stop: int) -> np.ndarray:
+        edges = np.clip(times[start : stop + 1], lo, hi)
+        if stop == n:
+            edges = np.append(edges, hi)
+        return values[start:stop].astype(float) * np.diff(edges)
+
+    span = hi - lo
+    mean = pooled_stats.pairwise_sum(weighted, 0, n) / span if span > 0 else float(values[-1])
+    return CounterStats(mean=mean, max=float(values.max()))
 
 
 def saturation(arrivals: np.ndarray, delays: np.ndarray) -> Saturation:
@@ -345,6 +365,8 @@ def summarize(run: RunRecord, slo: SLOConfig, percentiles: Sequence[float] = PER
     summary.json); latency distributions at `percentiles` (0..100, increasing; a config's
     `metrics.percentiles`)."""
     done = [r for r in run.requests if is_finished(r)]
+    # First, while no per-request column is held: its work arrays are the summary's largest.
+    itl = pooled_distribution(itl_sample(done), percentiles)
     # `request_metrics` over arrays (the same float operations, without an object per request).
     arrivals = _column(done, "arrival_s")
     outputs = np.fromiter((r.output_tokens for r in done), dtype=np.int64, count=len(done))
@@ -377,7 +399,7 @@ def summarize(run: RunRecord, slo: SLOConfig, percentiles: Sequence[float] = PER
         latency=Latencies(
             ttft_s=distribution(ttft, percentiles),
             tpot_s=distribution(tpot, percentiles),
-            itl_s=pooled_distribution(itl_sample(done), percentiles),
+            itl_s=itl,
             e2e_s=distribution(e2e, percentiles),
             queueing_delay_s=distribution(delays, percentiles),
         ),

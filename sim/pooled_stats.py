@@ -28,9 +28,10 @@ import numpy as np
 # Order statistics: bins per narrowing round, and how many entries are few enough to sort.
 BINS = 4096
 SORT_LIMIT = 1 << 20
-# Longest stretch of the expanded sample materialised at once (values; 8 MiB of float64). At least
-# numpy's pairwise block (128), below which numpy does not split.
-CHUNK = 1 << 20
+# Longest stretch of the expanded sample materialised at once (values; 2 MiB of float64; the work
+# arrays of a pass over a chunk are a few times that). At least numpy's pairwise block (128), below
+# which numpy does not split.
+CHUNK = 1 << 18
 
 
 @dataclass(frozen=True)

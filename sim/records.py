@@ -161,6 +161,47 @@ class CounterSample:
     value: float
 
 
+# Value arrays of a counter series, narrowest first: a series starts as bytes and is widened when a
+# value does not fit (counters are small whole numbers), ending at float64, what a value of any
+# other kind is stored as (exactly what the summary reads: it converts every value to float64).
+_VALUE_TYPECODES = ("B", "H", "i", "d")
+
+
+class CounterSeries:
+    """One counter's samples in recording order: `times` (s, array('d')) and `values` (the
+    narrowest array of `_VALUE_TYPECODES` that holds them all, so the summary reads the same
+    float64 values as from an array('d')). 9 to 12 bytes per sample instead of 16 for most counters."""
+
+    __slots__ = ("times", "values")
+
+    def __init__(self) -> None:
+        self.times = array("d")
+        self.values = array(_VALUE_TYPECODES[0])
+
+    def add(self, t_s: float, value: float) -> None:
+        try:
+            self.values.append(value)
+        except (OverflowError, TypeError):
+            self._widen(value)
+        self.times.append(t_s)
+
+    def _widen(self, value: float) -> None:
+        start = _VALUE_TYPECODES.index(self.values.typecode) + 1
+        for code in _VALUE_TYPECODES[start:]:
+            wider = array(code, self.values)
+            try:
+                wider.append(value)
+            except (OverflowError, TypeError):
+                continue
+            self.values = wider
+            return
+        raise TypeError(f"a counter value must be a number, not {value!r}")
+
+    def __iter__(self):
+        """(times, values), so a series unpacks like the pair it stands for."""
+        return iter((self.times, self.values))
+
+
 def is_busy_interval(track: str, name: str) -> bool:
     """Does an interval make its resource busy? An instance's "batch" intervals, and every interval
     of a link."""
@@ -175,14 +216,15 @@ class ResourceTally:
       case: steps back to back) is merged into it. That keeps the union of the spans, and so its
       maximal periods and their length, exactly the same.
     - `link_bytes[track]`: the sum of the "bytes" arg of a link's intervals, in recording order.
-    - `counters[track][name]`: (times s, values) of a counter's samples, in recording order.
+    - `counters[track][name]`: a `CounterSeries`, a counter's samples (times s, values) in
+      recording order.
     - `last_end_s`: the latest end of any interval (s).
     """
 
     def __init__(self) -> None:
         self.spans: dict[str, array] = {}
         self.link_bytes: dict[str, float] = {}
-        self.counters: dict[str, dict[str, tuple[array, array]]] = {}
+        self.counters: dict[str, dict[str, CounterSeries]] = {}
         self.last_end_s = -math.inf
 
     def add_interval(self, iv: Interval) -> None:
@@ -212,11 +254,20 @@ class ResourceTally:
             spans.append(end_s)
 
     def add_counter(self, c: CounterSample) -> None:
-        series = self.counters.setdefault(c.track, {}).get(c.name)
-        if series is None:
-            series = self.counters[c.track][c.name] = (array("d"), array("d"))
-        series[0].append(c.t_s)
-        series[1].append(c.value)
+        mine = self.counters.get(c.track)
+        found = None if mine is None else mine.get(c.name)
+        if found is None:
+            found = self.series(c.track, c.name)
+        found.add(c.t_s, c.value)
+
+    def series(self, track: str, name: str) -> CounterSeries:
+        """The series of counter `name` on `track` (made empty on first use). A recorder that keeps
+        no timeline may add its samples to it directly, without a CounterSample each."""
+        mine = self.counters.setdefault(track, {})
+        found = mine.get(name)
+        if found is None:
+            found = mine[name] = CounterSeries()
+        return found
 
     @classmethod
     def of(cls, intervals: Iterable[Interval], counters: Iterable[CounterSample]) -> ResourceTally:

@@ -40,7 +40,7 @@ from infralab.sim.engine.request_state import Seq
 from infralab.sim.engine.scheduler import Scheduler
 from infralab.sim.engine.step import StepPlan, StepResult
 from infralab.sim.protocols import SchedulerPolicy, ServedRequest, StepCostModel, StepListener
-from infralab.sim.records import CounterSample, Interval, IntervalLog, RunRecord
+from infralab.sim.records import CounterSample, CounterSeries, Interval, IntervalLog, RunRecord
 
 COUNTERS = ("waiting", "running", "kv_used_blocks", "kv_cached_blocks")
 # Longest run of decode-only steps timed with one SimPy event (bounds the cost evaluations wasted
@@ -99,12 +99,16 @@ class Instance:
         self._run_ends: list[float] = []  # step ends of the run in progress (s)
         self._run_decode_seqs = 0
         self._last_counters: list[float] = [-1.0] * len(COUNTERS)
+        self._last_values: tuple[float, ...] = ()  # what `scheduler.counters()` gave last
         # Told when a request completes here (the closed-loop gate, infralab.sim.concurrency_gate).
         self.on_finished: Callable[[Seq], None] | None = None
         # Seconds a step with prefill chunks spends before its forward pass (a multimodal request's
         # encoder, infralab.sim.encode_pool.InlineEncoder), from (plan, start_s); None: none.
         self.extra_step_s: Callable[[StepPlan, float], float] | None = None
         self._tally_only = isinstance(record.intervals, IntervalLog) and record.intervals.tally_only
+        # Without a timeline, counter samples go straight into their series in the run's tally
+        # (what CounterLog does with a CounterSample, without making one); found on first use.
+        self._series: list[CounterSeries | None] | None = [None] * len(COUNTERS) if self._tally_only else None
         record.resources[self.track] = {
             "kind": "instance",
             "role": role,
@@ -291,14 +295,28 @@ class Instance:
 
     def _sample_counters(self, now: float) -> None:
         values = self.scheduler.counters()
+        if values == self._last_values:
+            return  # nothing changed since the last look (the usual case)
+        self._last_values = values
         last = self._last_counters
         for i, value in enumerate(values):
             if value != last[i]:
                 last[i] = value
-                self.record.counters.append(CounterSample(self.track, COUNTERS[i], now, value))
+                self._add_sample(i, now, value)
 
     def _sample_counter(self, i: int, now: float, value: float) -> None:
         if value != self._last_counters[i]:
             self._last_counters[i] = value
+            self._last_values = ()  # no longer what the scheduler's counters gave
+            self._add_sample(i, now, value)
+
+    def _add_sample(self, i: int, now: float, value: float) -> None:
+        series = self._series
+        if series is None:
             self.record.counters.append(CounterSample(self.track, COUNTERS[i], now, value))
+            return
+        found = series[i]
+        if found is None:
+            found = series[i] = self.record.intervals.tally.series(self.track, COUNTERS[i])
+        found.add(now, value)
 
