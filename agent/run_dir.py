@@ -25,7 +25,7 @@ from typing import Any
 
 from infralab.errors import InputError
 from infralab.input_files import read_json, read_text
-from infralab.sim.records import CounterSample, Interval, RequestRecord
+from infralab.metrics.records import CounterSample, Interval, RequestRecord
 
 SIM_RUN_FILES = ("summary.json", "requests.csv")  # required
 TRACE_FILE = "trace.json"  # optional

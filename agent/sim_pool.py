@@ -38,8 +38,8 @@ from infralab.sim.config import (
     load_config,
     looks_like_path,
 )
-from infralab.sim.records import RunRecord
-from infralab.sim.summary import Metric, RunSummary
+from infralab.metrics.records import RunRecord
+from infralab.metrics.summary import Metric, RunSummary
 
 if TYPE_CHECKING:  # the cluster validator imports this module
     from infralab.agent.hypothesis import Arm, Hypothesis

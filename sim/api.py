@@ -26,10 +26,10 @@ import numpy as np
 
 from infralab.overrides import apply_overrides
 from infralab.sim.config import SimConfig, config_doc, config_from_doc, layout_defaults, resolved_config_text
-from infralab.sim.metrics import is_finished, request_metrics
-from infralab.sim.records import RequestRecord, RunRecord
+from infralab.metrics.run_metrics import is_finished, request_metrics
+from infralab.metrics.records import RequestRecord, RunRecord
 from infralab.sim.run import DERIVED_FIELDS, REQUEST_FIELDS, run_summary, simulate_config, with_seed
-from infralab.sim.summary import Metric, RunSummary
+from infralab.metrics.summary import Metric, RunSummary
 from infralab.sim.timeline import DEFAULT_MAX_EVENTS, save_trace
 
 DICT_SOURCE = "<config dict>"

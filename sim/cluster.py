@@ -30,7 +30,7 @@ from infralab.sim.engine.request_state import Seq
 from infralab.sim.kv_transfer import KVTransfer
 from infralab.sim.link import Link
 from infralab.sim.protocols import LinkRate, Router, ServedRequest, StepCostModel, StepListener
-from infralab.sim.records import RequestRecord, RunRecord
+from infralab.metrics.records import RequestRecord, RunRecord
 from infralab.sim.routers import make_router
 
 

@@ -2,7 +2,7 @@
 the results folder (`infralab sim run CONFIG.toml --out DIR`).
 
 The results folder holds:
-- summary.json: the metrics summary (`infralab.sim.metrics.summarize`, `RunSummary.to_json`) plus
+- summary.json: the metrics summary (`infralab.metrics.run_metrics.summarize`, `RunSummary.to_json`) plus
   what was run;
 - requests.csv: one row per request, every `RequestRecord` field but the token times, plus the
   derived ttft_s, tpot_s, e2e_s (seconds; empty when not defined);
@@ -44,14 +44,14 @@ from infralab.sim.config import (
     resolved_config_text,
 )
 from infralab.sim.cost_model import CostModel
-from infralab.sim.metrics import is_finished, print_summary, request_metrics, summarize
+from infralab.metrics.run_metrics import is_finished, print_summary, request_metrics, summarize
 from infralab.sim.protocols import StepCostModel
-from infralab.sim.records import RequestRecord, RunRecord
-from infralab.sim.summary import RunSummary
+from infralab.metrics.records import RequestRecord, RunRecord
+from infralab.metrics.summary import RunSummary
 from infralab.sim.specs import load_accelerator, load_link, load_model
 from infralab.sim.step_table_cost import run_step_table_cost
 from infralab.sim.timeline import DEFAULT_MAX_EVENTS, SUMMARY_FACTS, save_trace, truncation_warning
-from infralab.sim.workloads import build_workload
+from infralab.workload import build_workload
 
 REQUEST_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord) if f.name != "token_times_s")
 # Time fields are written as floats even when the engine stored an int (0 -> "0.0"), so a column

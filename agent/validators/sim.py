@@ -35,15 +35,15 @@ from infralab.agent.validators.base import Declaration, Measurement, sample_keys
 from infralab.config_io import STRICT
 from infralab.errors import InputError
 from infralab.field_types import MAX_REQUESTS, MAX_SPAN_S, Int, Number
-from infralab.sim.records import RunRecord
-from infralab.sim.summary import Metric, ResourceStats, RunSummary, metric_names
+from infralab.metrics.records import RunRecord
+from infralab.metrics.summary import Metric, ResourceStats, RunSummary, metric_names
 
 if TYPE_CHECKING:
     from infralab.agent.sim_pool import Execution
 
 NAME = "sim"
 CLUSTER = "cluster"
-# What a `cluster` arm measures: flat metric names of the run summary (infralab.sim.summary).
+# What a `cluster` arm measures: flat metric names of the run summary (infralab.metrics.summary).
 CLUSTER_METRICS = metric_names(
     "goodput",
     "goodput_per_instance",
@@ -179,7 +179,7 @@ def _nan_none(x: float) -> float | None:
 def cluster_details(run: RunRecord, summary: RunSummary) -> dict[str, Any]:
     """The busiest instance and link, and the worst-TTFT request with its phases (seconds).
     Runs in the pool's worker (`run`: the RunRecord, `summary`: its RunSummary)."""
-    from infralab.sim.metrics import is_finished, queue_phase_s
+    from infralab.metrics.run_metrics import is_finished, queue_phase_s
 
     def busiest(table: Mapping[str, ResourceStats]) -> dict[str, Any] | None:
         if not table:

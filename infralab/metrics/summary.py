@@ -1,5 +1,5 @@
 """A run's summary as typed values, its JSON form (summary.json) and its one flattening into metric
-names. `infralab.sim.metrics.summarize` computes it from a run's records.
+names. `infralab.metrics.run_metrics.summarize` computes it from a run's records.
 
 Metric names (`RunSummary.flat_metrics`), the one scheme that `infralab search`, the `cluster`
 validator, `infralab explain` and the reports use:
@@ -182,7 +182,7 @@ class ResourceStats:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Saturation:
-    """The saturation verdict (`infralab.sim.metrics.saturation`): slope in s/s; the head and
+    """The saturation verdict (`infralab.metrics.run_metrics.saturation`): slope in s/s; the head and
     tail mean delays (seconds) are None when there were too few requests to judge."""
 
     saturated: bool

@@ -7,7 +7,7 @@ all sharing its `RequestRecord`. Token counts are in tokens; steps are the insta
 from __future__ import annotations
 
 from infralab.sim.protocols import ServedRequest
-from infralab.sim.records import RequestRecord
+from infralab.metrics.records import RequestRecord
 
 
 class Seq:

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 
 from infralab.sim.host.overlap import intersection, op_of, overlap_fraction, spans, total
 from infralab.sim.host.thread import GIL_WAIT, NATIVE_HOLD, NATIVE_RELEASE, PYTHON
-from infralab.sim.records import Interval
+from infralab.metrics.records import Interval
 
 MAIN_TRACK, TRANSFER_TRACK = "thread/main", "thread/kv-transfer"
 COMM_OPS = ("dispatch", "combine")

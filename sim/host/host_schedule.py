@@ -22,8 +22,8 @@ import simpy
 from infralab.sim.host.cpu import Cpu
 from infralab.sim.host.gil import Gil, GilParams
 from infralab.sim.host.thread import HostThread
-from infralab.sim.random_streams import stream
-from infralab.sim.records import RunRecord
+from infralab.random_streams import stream
+from infralab.metrics.records import RunRecord
 
 
 @dataclass(frozen=True)

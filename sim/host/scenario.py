@@ -49,7 +49,7 @@ from infralab.sim.host.moe_prefill import (
 from infralab.sim.host.streams import Stream
 from infralab.sim.host.thread import HostThread
 from infralab.sim.link import Link
-from infralab.sim.records import Interval, RunRecord
+from infralab.metrics.records import Interval, RunRecord
 from infralab.sim.specs import LinkSpec, load_accelerator, load_link, load_model
 
 PositiveInt = Annotated[int, Field(gt=0)]

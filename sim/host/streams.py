@@ -15,7 +15,7 @@ from typing import Union
 import simpy
 
 from infralab.sim.host.thread import HostThread, Segment
-from infralab.sim.records import Interval
+from infralab.metrics.records import Interval
 
 # A kernel's duration in seconds, or a callable that starts the work and returns its completion
 # event (e.g. `lambda: link.transfer(nbytes)` for communication whose time depends on sharing).

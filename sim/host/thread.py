@@ -27,7 +27,7 @@ import simpy
 
 from infralab.sim.host.cpu import Cpu
 from infralab.sim.host.gil import Gil
-from infralab.sim.records import Interval
+from infralab.metrics.records import Interval
 
 PYTHON = "python"
 NATIVE_HOLD = "native-hold-gil"

@@ -15,9 +15,9 @@ from infralab.agent.explain_text import format_text, table
 from infralab.agent.run_dir import load_run
 from infralab.cli import main
 from infralab.results import dump_json
-from infralab.sim.config import SLOConfig
-from infralab.sim.metrics import summarize
-from infralab.sim.records import RequestRecord, RunRecord
+from infralab.metrics.schema import SLOConfig
+from infralab.metrics.run_metrics import summarize
+from infralab.metrics.records import RequestRecord, RunRecord
 from infralab.sim.run import write_requests_csv
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from infralab.sim.host.cpu import Cpu
 from infralab.sim.host.gil import Gil, GilParams
 from infralab.sim.host.thread import HostThread
-from infralab.sim.records import Interval
+from infralab.metrics.records import Interval
 
 MS = 1e-3
 

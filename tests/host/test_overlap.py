@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infralab.sim.host.overlap import intersection, merge, op_of, overlap_fraction, spans, total
-from infralab.sim.records import Interval
+from infralab.metrics.records import Interval
 
 
 def test_merge_joins_touching_and_overlapping_spans() -> None:

@@ -8,7 +8,7 @@ import simpy
 from infralab.sim.host.gil import Gil, GilParams
 from infralab.sim.host.streams import Stream, launch, synchronize
 from infralab.sim.host.thread import NATIVE_RELEASE, HostThread
-from infralab.sim.records import Interval
+from infralab.metrics.records import Interval
 
 US = 1e-6
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infralab.sim.link import Link
-from infralab.sim.records import CounterSample, Interval, RunRecord
+from infralab.metrics.records import CounterSample, Interval, RunRecord
 
 try:  # the real spec once it lands; Link only reads .name/.bandwidth/.latency
     from infralab.sim.specs import LinkSpec

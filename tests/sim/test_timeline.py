@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infralab.sim.records import CounterSample, Interval, RunRecord
+from infralab.metrics.records import CounterSample, Interval, RunRecord
 from infralab.sim.timeline import assign_lanes, save_trace, write_trace
 
 

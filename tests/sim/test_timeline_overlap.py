@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infralab.sim.records import Interval, RunRecord
+from infralab.metrics.records import Interval, RunRecord
 from infralab.sim.run import run_config_file
 from infralab.sim.timeline import load_exact, ns, partial_overlaps, write_trace
 
