@@ -60,7 +60,7 @@ class LoadedRun:
 
     @property
     def truncated(self) -> bool:
-        """True when the timeline holds only the run's first events (see infralab.sim.timeline)."""
+        """True when the timeline holds only the run's first events (see infralab.metrics.timeline)."""
         return bool(self.trace_metadata.get("truncated"))
 
     def by_track(self) -> dict[str, list[Interval]]:

@@ -115,10 +115,10 @@ COMMANDS: tuple[Command, ...] = (
                          "(dotted key, TOML value; repeatable, later wins; docs/sim.md)"),
                 arg("--percentiles", default=None, metavar="Q,...",
                     help="latency percentiles to report, e.g. 50,90,99.9 (default: the config's metrics.percentiles, 50,90,99)"),
-                # The default cap is the timeline's (infralab.sim.timeline.DEFAULT_MAX_EVENTS); the
+                # The default cap is the timeline's (infralab.metrics.timeline.DEFAULT_MAX_EVENTS); the
                 # handler fills it in so that this table imports nothing of the simulator.
                 arg("--max-trace-events", type=non_negative_int, default=None, metavar="N",
-                    help="cap on timeline events in trace.json (default: sim.timeline.DEFAULT_MAX_EVENTS; the earliest are kept)"),
+                    help="cap on timeline events in trace.json (default: infralab.metrics.timeline.DEFAULT_MAX_EVENTS; the earliest are kept)"),
                 arg("--no-timeline", action="store_true",
                     help="write no trace.json and keep no per-step intervals or counter samples (less memory for big runs)"),
             )),

@@ -30,7 +30,7 @@ from infralab.metrics.run_metrics import is_finished, request_metrics
 from infralab.metrics.records import RequestRecord, RunRecord
 from infralab.sim.run import DERIVED_FIELDS, REQUEST_FIELDS, run_summary, simulate_config, with_seed
 from infralab.metrics.summary import Metric, RunSummary
-from infralab.sim.timeline import DEFAULT_MAX_EVENTS, save_trace
+from infralab.metrics.timeline import DEFAULT_MAX_EVENTS, save_trace
 
 DICT_SOURCE = "<config dict>"
 # The numpy type of each requests.csv column, from RequestRecord's field types.

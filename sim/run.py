@@ -6,7 +6,7 @@ The results folder holds:
   what was run;
 - requests.csv: one row per request, every `RequestRecord` field but the token times, plus the
   derived ttft_s, tpot_s, e2e_s (seconds; empty when not defined);
-- trace.json: the Perfetto timeline (`infralab.sim.timeline`); summary.json's "timeline" says
+- trace.json: the Perfetto timeline (`infralab.metrics.timeline`); summary.json's "timeline" says
   what it holds (truncated or whole);
 - config.toml: a byte copy of the input config, as written;
 - resolved_config.toml: the config that ran, every default filled in and `--set` applied
@@ -50,7 +50,7 @@ from infralab.metrics.records import RequestRecord, RunRecord
 from infralab.metrics.summary import RunSummary
 from infralab.sim.specs import load_accelerator, load_link, load_model
 from infralab.sim.step_table_cost import run_step_table_cost
-from infralab.sim.timeline import DEFAULT_MAX_EVENTS, SUMMARY_FACTS, save_trace, truncation_warning
+from infralab.metrics.timeline import DEFAULT_MAX_EVENTS, SUMMARY_FACTS, save_trace, truncation_warning
 from infralab.workload import build_workload
 
 REQUEST_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord) if f.name != "token_times_s")

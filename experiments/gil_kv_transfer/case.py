@@ -32,7 +32,7 @@ from infralab.results import atomic_output_dir, dump_json
 from infralab.sim.host import attribution
 from infralab.sim.host.scenario import CaseSetup, HostProfile, Scenario, build, run
 from infralab.metrics.records import RunRecord
-from infralab.sim.timeline import save_trace
+from infralab.metrics.timeline import save_trace
 
 # Strict, bounded integers (no `true` for 1); bounds far above any probe schedule this machine runs.
 PositiveInt = Int(gt=0, le=1_000_000)

@@ -250,7 +250,7 @@ class RunSummary:
     simulated_end_s: float
     run: Mapping[str, Any] | None = None
     # What trace.json holds (events_total, events_written, max_events, truncated,
-    # truncated_after_s: `infralab.sim.timeline.write_trace`'s counts); None when none was written.
+    # truncated_after_s: `infralab.metrics.timeline.write_trace`'s counts); None when none was written.
     timeline: Mapping[str, Any] | None = None
     # KV capacity of one instance, {"kv_blocks", "block_size", "kv_tokens"}, when the caller knows it
     kv_cache: Mapping[str, int] | None = None

@@ -190,7 +190,7 @@ def write_trace(
         written += len(mine)
 
     meta = {
-        "generator": "infralab.sim.timeline",
+        "generator": "infralab.metrics.timeline",
         "time_unit": "microseconds of simulated time",
         "events_total": total,
         "events_written": written,

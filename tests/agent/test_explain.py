@@ -18,7 +18,7 @@ from infralab.agent.interval_sets import parse_selector
 from infralab.agent.run_dir import LoadedRun, load_run
 from infralab.errors import InputError
 from infralab.metrics.records import Interval, RequestRecord, RunRecord
-from infralab.sim.timeline import save_trace
+from infralab.metrics.timeline import save_trace
 
 from infralab.results import dump_json
 from infralab.metrics.schema import SLOConfig

@@ -16,7 +16,7 @@ from infralab.metrics.schema import SLOConfig
 from infralab.metrics.run_metrics import summarize
 from infralab.metrics.records import CounterSample, Interval, RequestRecord, RunRecord
 from infralab.sim.run import write_requests_csv
-from infralab.sim.timeline import save_trace
+from infralab.metrics.timeline import save_trace
 
 
 def write_run_folder(folder: Path, run: RunRecord) -> Path:

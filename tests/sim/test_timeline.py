@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infralab.metrics.records import CounterSample, Interval, RunRecord
-from infralab.sim.timeline import assign_lanes, save_trace, write_trace
+from infralab.metrics.timeline import assign_lanes, save_trace, write_trace
 
 
 def sample_run() -> RunRecord:
