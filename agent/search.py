@@ -43,8 +43,8 @@ from infralab.agent.sim_pool import (
 from infralab.config_io import STRICT, load_toml, validate
 from infralab.errors import InputError
 from infralab.field_types import Int
-from infralab.results import atomic_output_dir, dump_json
 from infralab.metrics.summary import LATENCY_STATS, RATES, metric_names
+from infralab.results import atomic_output_dir, dump_json
 
 SCHEMA = "infralab.search/1"
 

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import simpy
 
 from infralab.errors import InputError
+from infralab.metrics.records import RequestRecord, RunRecord
 from infralab.sim.concurrency_gate import ConcurrencyGate, concurrency_gate
 from infralab.sim.config import EngineConfig, SimConfig
 from infralab.sim.engine.instance import Instance
@@ -30,7 +31,6 @@ from infralab.sim.engine.request_state import Seq
 from infralab.sim.kv_transfer import KVTransfer
 from infralab.sim.link import Link
 from infralab.sim.protocols import LinkRate, Router, ServedRequest, StepCostModel, StepListener
-from infralab.metrics.records import RequestRecord, RunRecord
 from infralab.sim.routers import make_router
 
 

@@ -208,7 +208,7 @@ def cluster_details_and_requests(run: RunRecord, summary: RunSummary) -> dict[st
     that the parent writes the run folder whatever machine the job ran on."""
     import tempfile
 
-    from infralab.sim.run import write_requests_csv
+    from infralab.metrics.requests_csv import write_requests_csv
 
     with tempfile.TemporaryDirectory(prefix="infralab-requests-") as folder:
         path = Path(folder) / "requests.csv"

@@ -7,11 +7,11 @@ from pathlib import Path
 
 from infralab.errors import InputError
 from infralab.locations import resolve_path
-from infralab.workload.schema import SyntheticWorkload, TraceWorkload
 from infralab.random_streams import stream
 from infralab.workload.arrivals import arrival_times
 from infralab.workload.lengths import sample_lengths
 from infralab.workload.request_table import RequestTable
+from infralab.workload.schema import SyntheticWorkload, TraceWorkload
 from infralab.workload.traces import read_trace
 
 

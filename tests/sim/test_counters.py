@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 from support.sim_fakes import FakeCost, sim_config
 
+from infralab.metrics.run_metrics import summarize
+from infralab.metrics.schema import SLOConfig
+from infralab.random_streams import stream
 from infralab.sim.cluster import simulate
 from infralab.sim.config import ClusterConfig, EngineConfig, TransferConfig
-from infralab.metrics.schema import SLOConfig
 from infralab.sim.cost_model import CostConfig, CostModel, StepWork
-from infralab.metrics.run_metrics import summarize
-from infralab.random_streams import stream
 from infralab.sim.specs import LinkSpec, load_accelerator, load_model
 from infralab.workload.request import Request
 

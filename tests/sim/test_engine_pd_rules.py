@@ -17,13 +17,13 @@ from support.sim_scenarios import fake_cost
 
 import infralab.sim.engine.instance as instance_module
 
+from infralab.metrics.records import RequestRecord
 from infralab.sim.cluster import simulate
 from infralab.sim.config import ClusterConfig, EngineConfig, TransferConfig
 from infralab.sim.engine.kv_blocks import state_snapshot_blocks
 from infralab.sim.engine.reference_scheduler import ReferenceScheduler
 from infralab.sim.engine.request_state import Seq
 from infralab.sim.engine.scheduler import Scheduler
-from infralab.metrics.records import RequestRecord
 from infralab.sim.specs import LinkSpec
 from infralab.workload.request import Request
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infralab.errors import InputError
-from infralab.metrics.schema import SLOConfig
+from infralab.metrics.records import CounterSample, Interval, RequestRecord, RunRecord, TokenTimes, is_busy_interval
 from infralab.metrics.run_metrics import (
     busy_time_s,
     counter_stats,
@@ -25,7 +25,7 @@ from infralab.metrics.run_metrics import (
     saturation,
     summarize,
 )
-from infralab.metrics.records import CounterSample, Interval, RequestRecord, RunRecord, TokenTimes, is_busy_interval
+from infralab.metrics.schema import SLOConfig
 from infralab.metrics.summary import (
     ACCELERATOR_METRIC_NAMES,
     INSTANCE_METRIC_NAMES,

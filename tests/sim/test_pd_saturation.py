@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 from support.sim_fakes import FakeCost, sim_config
 
+from infralab.metrics.run_metrics import queue_phase_s, saturation, summarize
+from infralab.metrics.schema import SLOConfig
+from infralab.random_streams import stream
 from infralab.sim.cluster import simulate
 from infralab.sim.config import ClusterConfig, EngineConfig, TransferConfig
-from infralab.metrics.schema import SLOConfig
-from infralab.metrics.run_metrics import queue_phase_s, saturation, summarize
-from infralab.random_streams import stream
 from infralab.sim.specs import LinkSpec
 from infralab.workload.request import Request
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from infralab.cli import main
+from infralab.metrics.records import CounterSample, Interval, RequestRecord, RunRecord
+from infralab.metrics.summary import RunSummary
 from infralab.results import MARKER, dump_json
 from infralab.sim import run as sim_run
 from infralab.sim.config import looks_like_path, resolve_path
-from infralab.metrics.records import CounterSample, Interval, RequestRecord, RunRecord
-from infralab.metrics.summary import RunSummary
 
 TINY = """\
 model = "llama-3-8b"

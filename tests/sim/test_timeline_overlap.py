@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infralab.metrics.records import Interval, RunRecord
-from infralab.sim.run import run_config_file
 from infralab.metrics.timeline import load_exact, ns, partial_overlaps, write_trace
+from infralab.sim.run import run_config_file
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "experiments" / "sim").glob("*.toml"))

@@ -8,6 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infralab.errors import InputError
+from infralab.random_streams import stream
+from infralab.workload import build_workload, gamma_arrivals, lognormal_lengths, poisson_arrivals
 from infralab.workload.schema import (
     EmpiricalLength,
     FixedLength,
@@ -18,8 +20,6 @@ from infralab.workload.schema import (
     TraceWorkload,
     UniformLength,
 )
-from infralab.random_streams import stream
-from infralab.workload import build_workload, gamma_arrivals, lognormal_lengths, poisson_arrivals
 
 
 def _synthetic(n=200, arrival=None, prompt=None, output=None):
