@@ -106,6 +106,7 @@ def _load_sim_run(folder: Path) -> LoadedRun:
         intervals, counters, meta, missing = (), (), {}, (NO_TRACE,)
     if absent:
         missing += (f"requests.csv: no column {', '.join(absent)} (default values used: their phases count as zero)",)
+    missing += not_observed(summary)
     return LoadedRun(
         source=str(folder),
         kind="sim-run",
@@ -116,6 +117,15 @@ def _load_sim_run(folder: Path) -> LoadedRun:
         trace_metadata=meta,
         missing=missing,
     )
+
+
+def not_observed(summary: dict[str, Any]) -> tuple[str, ...]:
+    """What the engine that made the run could not observe, as its summary.json says (a real
+    engine's run lists it under run.not_observed: counters and timeline parts it lacks)."""
+    run = summary.get("run")
+    items = run.get("not_observed", []) if isinstance(run, dict) else []
+    return tuple(f"not observed by this engine: {item}" for item in items if isinstance(item, str)) \
+        if isinstance(items, list) else ()
 
 
 def load_summary(path: Path) -> dict[str, Any]:

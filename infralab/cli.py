@@ -183,6 +183,21 @@ COMMANDS: tuple[Command, ...] = (
             description="Time every kernel variant over a shape grid and write a calibration table. On a GPU the "
                         "Triton kernels are timed with triton.testing.do_bench; on the CPU the torch references "
                         "are timed and the device is labelled 'cpu'."),
+    Command(("real", "run"), "replay a config's workload open loop on the real engine; the same run folder as `sim run`",
+            "infralab.real.cli:run", (
+                arg("config", metavar="CONFIG.toml", help="a simulation config with hf_* engine fields (docs/fidelity.md)"),
+                arg("--out", required=True, metavar="DIR", help="results folder (written atomically)"),
+                arg("--seed", type=non_negative_int, default=None, help="override run.seed"),
+                arg("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="set a config key before validation (repeatable; TOML value), e.g. real.threads=2"),
+            )),
+    Command(("real", "profile"), "time the real engine's step over a grid: a step table for `[cost] step_table`",
+            "infralab.real.cli:profile", (
+                arg("config", metavar="CONFIG.toml", help="the config whose engine (and run's steps) to profile"),
+                arg("--out", required=True, metavar="DIR", help="results folder: step_table.csv, profile.json"),
+                arg("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="set a config key before validation (repeatable), e.g. real.profile.repeats=5"),
+            )),
     Command(("gil", "run"), "the KV-transfer vs prefill (GIL) scenarios in the host model; --probe adds real threads",
             "infralab.agent.cli:gil_run", (
                 arg("experiment", help="GIL experiment TOML (the gil_kv_transfer study's experiment file)"),
@@ -246,6 +261,7 @@ GROUPS = {
     "sim": "discrete-event simulation of a serving cluster",
     "kernels": "Triton kernels: numerics checks and microbenchmarks",
     "gil": "host threads and the GIL: the KV-transfer vs prefill case study",
+    "real": "the real engine (transformers' continuous batching): replays and step profiles",
 }
 
 

@@ -36,7 +36,7 @@ from infralab.field_types import (
     Tokens,
 )
 from infralab.locations import require_file
-from infralab.metrics.schema import MetricsConfig, SLOConfig, check_percentiles
+from infralab.metrics.schema import MetricsConfig, RunConfig, SLOConfig, check_percentiles
 from infralab.overrides import apply_overrides
 from infralab.workload.schema import (
     FixedLength,
@@ -241,12 +241,6 @@ class ClusterConfig:
     router: Literal["round_robin", "least_outstanding_tokens", "prefix_aware"] = "round_robin"
     decode_router: Literal["round_robin", "least_outstanding_tokens"] = "least_outstanding_tokens"
     transfer: TransferConfig = TransferConfig()
-
-
-@dataclass(frozen=True, config=STRICT)
-class RunConfig:
-    name: str = "run"
-    seed: Int(ge=0, le=2**63 - 1) = 0
 
 
 @dataclass(frozen=True, config=STRICT)

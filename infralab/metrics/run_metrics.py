@@ -394,8 +394,9 @@ def _ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 1e3:.2f}"
 
 
-def print_summary(summary: RunSummary, file: TextIO = sys.stdout) -> None:
-    """Print the summary as a table laid out like `vllm bench serve`'s (latencies in ms)."""
+def print_summary(summary: RunSummary, file: TextIO = sys.stdout, title: str = "Simulated Serving Benchmark Result") -> None:
+    """Print the summary as a table laid out like `vllm bench serve`'s (latencies in ms) under
+    `title` (a real engine's run says so)."""
     width = 50
 
     def line(label: str, value: Any) -> None:
@@ -404,7 +405,7 @@ def print_summary(summary: RunSummary, file: TextIO = sys.stdout) -> None:
     def rule(title: str) -> None:
         print(f"{title:-^{width}}", file=file)
 
-    print(f"{' Simulated Serving Benchmark Result ':=^{width}}", file=file)
+    print(f"{' ' + title + ' ':=^{width}}", file=file)
     line("Successful requests:", summary.requests.completed)
     line("Total requests:", summary.requests.total)
     line("Benchmark duration (s):", f"{summary.duration_s:.2f}")

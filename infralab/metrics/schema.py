@@ -1,5 +1,5 @@
-"""The schema of the `[slo]` and `[metrics]` tables: what a run's summary is judged against and
-which percentiles it reports. Shared by `infralab sim run` and `infralab real run`, whose
+"""The schema of the `[run]`, `[slo]` and `[metrics]` tables: a run's name and seed, what its
+summary is judged against and which percentiles it reports. Shared by `infralab sim run` and `infralab real run`, whose
 summaries one module computes (`infralab.metrics.run_metrics.summarize`). Units: seconds.
 """
 
@@ -9,7 +9,7 @@ from pydantic.dataclasses import dataclass
 
 from infralab.config_io import STRICT
 from infralab.errors import InputError
-from infralab.field_types import Number
+from infralab.field_types import Int, Number
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -24,6 +24,12 @@ class MetricsConfig:
     increasing; numpy's linear percentiles, as `vllm bench serve --metric-percentiles`)."""
 
     percentiles: tuple[Number(ge=0.0, le=100.0), ...] = (50.0, 90.0, 99.0)
+
+
+@dataclass(frozen=True, config=STRICT)
+class RunConfig:
+    name: str = "run"
+    seed: Int(ge=0, le=2**63 - 1) = 0
 
 
 def check_percentiles(qs: tuple[float, ...], where: str) -> None:
