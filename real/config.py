@@ -38,6 +38,7 @@ from infralab.field_types import MAX_TOKENS, Bool, Fraction, Int, PositiveSecond
 from infralab.metrics.schema import MetricsConfig, RunConfig, SLOConfig, check_percentiles
 from infralab.overrides import apply_overrides
 from infralab.real.engine import EngineSettings
+from infralab.real.model_shape import is_model_path
 from infralab.workload.schema import WorkloadSpec, check_workload
 
 SIM_ONLY_TABLES = ("hardware", "cost", "cluster")
@@ -179,7 +180,11 @@ def resolved_config_text(loaded: LoadedRealConfig) -> str:
 
 
 def _rebase_paths(doc: dict[str, Any], base_dir: Path) -> None:
-    """Relative file paths of the workload made absolute against `base_dir` (in place)."""
+    """Relative file paths (a model TOML, the workload's traces) made absolute against `base_dir`
+    (in place)."""
+    model = doc["model"]
+    if is_model_path(model) and not locations.is_data_path(model) and not Path(model).is_absolute():
+        doc["model"] = str(locations.resolve_path(model, base_dir))
     workload = doc["workload"]
     tables = [workload] + [workload[k] for k in ("prompt", "output") if isinstance(workload.get(k), dict)]
     for table in tables:

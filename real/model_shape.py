@@ -82,11 +82,16 @@ def shape_from_table(table: dict[str, Any], source: str) -> ModelShape:
     return ModelShape(**values)
 
 
+def is_model_path(value: str) -> bool:
+    """Whether a config's `model` names a file (a separator or a .toml suffix), not a catalog entry."""
+    return "/" in value or "\\" in value or value.endswith(".toml")
+
+
 def model_shape(value: str, base_dir: Path, where: str) -> ModelShape:
     """The model a config's `model` names: a catalog name, or a path (a separator or a .toml suffix)
     to a model TOML with the catalog's fields, resolved against `base_dir`. `where` names the
     field in errors."""
-    if "/" in value or "\\" in value or value.endswith(".toml"):
+    if is_model_path(value):
         locations.require_file(value, base_dir, where, "model TOML")
         path = locations.resolve_path(value, base_dir)
         return shape_from_table(read_toml(path, "a model TOML"), str(path))

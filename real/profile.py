@@ -119,7 +119,7 @@ def comments(engine: RealEngine, result: Profile) -> list[str]:
         f"model {engine.shape.name}: {engine.shape}",
         f"engine: {engine.resolved()}",
         f"transformers {transformers.__version__}, torch {torch.__version__}, {platform.machine()}, "
-        f"{torch.get_num_threads()} torch threads",
+        f"{engine.settings.threads} torch threads",
         f"median of {result.repeats} synthetic steps per point, passes interleaved over the grid",
         f"fingerprint before {[round(t, 6) for t in result.before.forward_s]} s, "
         f"after {[round(t, 6) for t in result.after.forward_s]} s (drift {drift(result.before, result.after):+.1%})",

@@ -279,9 +279,15 @@ def config_doc(path: str | Path, overrides: Sequence[str] = ()) -> dict[str, Any
     return apply_overrides(load_toml(path), overrides, source="--set")
 
 
+REAL_ONLY_TABLES = ("real",)
+
+
 def config_from_doc(doc: dict[str, Any], source: str, base_dir: Path) -> SimConfig:
     """Validate a parsed config document (`source` names it in errors; relative paths in it
-    resolve against `base_dir`) and run the cross-field checks, the layout's fields included."""
+    resolve against `base_dir`) and run the cross-field checks, the layout's fields included.
+    The `[real]` table is the real engine's (`infralab real run` reads it: infralab.real.config),
+    so that one file describes a run on both rungs; the simulator does not read it."""
+    doc = {key: value for key, value in doc.items() if key not in REAL_ONLY_TABLES}
     cfg = validate(SimConfig, doc, source=source)
     check_layout_fields(doc, cfg, source)
     check_config(cfg, source=source, base_dir=base_dir)
