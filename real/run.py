@@ -136,6 +136,32 @@ def real_run_facts(prepared: PreparedRealRun, config_path: Path, result: Replay,
     }
 
 
+def real_run_summary(prepared: PreparedRealRun, config_path: Path, result: Replay,
+                     engine: RealEngine) -> tuple[RunSummary, Any]:
+    """The replay's summary (the shared `summarize`, with what ran) and its run record."""
+    cfg = prepared.loaded.cfg
+    blocks = engine.resolved()["num_blocks"]
+    record = run_record(result, prepared.settings, blocks)
+    summary = summarize(record, cfg.slo, cfg.metrics.percentiles)
+    summary = summary.with_run(real_run_facts(prepared, config_path, result, engine))
+    return summary.with_kv_cache(blocks, prepared.settings.page_size), record
+
+
+def write_real_run_folder(folder: Path, prepared: PreparedRealRun, config_path: Path, result: Replay,
+                          engine: RealEngine) -> RunSummary:
+    """Write a replay's run folder (module docstring) into `folder`; returns the summary as written."""
+    summary, record = real_run_summary(prepared, config_path, result, engine)
+    pause_point("writing")
+    (folder / "config.toml").write_bytes(config_path.read_bytes())
+    (folder / RESOLVED_CONFIG).write_text(resolved_config_text(prepared.loaded), encoding="utf-8")
+    write_requests_csv(record, folder / "requests.csv")
+    meta = save_trace(record, folder / "trace.json", max_events=DEFAULT_MAX_EVENTS, metadata={"run": summary.run})
+    summary = summary.with_timeline({key: meta[key] for key in SUMMARY_FACTS})
+    dump_json(result.as_dict(), folder / "replay.json")
+    dump_json(summary.to_json(), folder / "summary.json")
+    return summary
+
+
 def run_real_config_file(config_path: str | Path, out_dir: str | Path, overrides: Sequence[str] = (),
                          seed: int | None = None, stdout: TextIO | None = None) -> RunSummary:
     """Run the config at `config_path` on the real engine, write the results folder, print the
@@ -145,19 +171,7 @@ def run_real_config_file(config_path: str | Path, out_dir: str | Path, overrides
     prepared = prepare_real_run(with_seed(load_real_config(config_path, overrides), seed))
     with atomic_output_dir(out_dir) as tmp:
         result, engine = replay_on_engine(prepared)
-        settings = prepared.settings
-        record = run_record(result, settings, engine.resolved()["num_blocks"])
-        summary = summarize(record, prepared.loaded.cfg.slo, prepared.loaded.cfg.metrics.percentiles)
-        summary = summary.with_run(real_run_facts(prepared, config_path, result, engine))
-        summary = summary.with_kv_cache(engine.resolved()["num_blocks"], settings.page_size)
-        pause_point("writing")
-        (tmp / "config.toml").write_bytes(config_path.read_bytes())
-        (tmp / RESOLVED_CONFIG).write_text(resolved_config_text(prepared.loaded), encoding="utf-8")
-        write_requests_csv(record, tmp / "requests.csv")
-        meta = save_trace(record, tmp / "trace.json", max_events=DEFAULT_MAX_EVENTS, metadata={"run": summary.run})
-        summary = summary.with_timeline({key: meta[key] for key in SUMMARY_FACTS})
-        dump_json(result.as_dict(), tmp / "replay.json")
-        dump_json(summary.to_json(), tmp / "summary.json")
+        summary = write_real_run_folder(tmp, prepared, config_path, result, engine)
     out = stdout or sys.stdout
     run = summary.run or {}
     print(f"real engine: {run['steps_observed']} steps observed, replay {run['replay_wall_s']:.2f} s, "
