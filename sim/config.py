@@ -12,9 +12,9 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args
+from typing import Any, Literal
 
-from pydantic import Field, TypeAdapter
+from pydantic import TypeAdapter
 from pydantic.dataclasses import dataclass
 
 from infralab import locations
@@ -22,16 +22,10 @@ from infralab.config_io import STRICT, dump_toml, load_toml, validate
 from infralab.errors import InputError
 from infralab.field_types import (
     MAX_INSTANCES,
-    MAX_RATE,
-    MAX_REQUESTS,
-    MAX_SPAN_S,
     MAX_TOKENS,
-    MIN_RATE,
     Bool,
     Fraction,
     Int,
-    Number,
-    PositiveSeconds,
     Seconds,
     Tokens,
 )
