@@ -47,6 +47,7 @@ from infralab.results import atomic_output_dir, dump_json, pause_point
 from infralab.workload import build_workload
 
 RESOLVED_CONFIG = "resolved_config.toml"
+TRACE_TAGS = {"generator": "infralab.real.run", "time_unit": "microseconds from the replay's start (time.perf_counter)"}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -155,7 +156,8 @@ def write_real_run_folder(folder: Path, prepared: PreparedRealRun, config_path: 
     (folder / "config.toml").write_bytes(config_path.read_bytes())
     (folder / RESOLVED_CONFIG).write_text(resolved_config_text(prepared.loaded), encoding="utf-8")
     write_requests_csv(record, folder / "requests.csv")
-    meta = save_trace(record, folder / "trace.json", max_events=DEFAULT_MAX_EVENTS, metadata={"run": summary.run})
+    meta = save_trace(record, folder / "trace.json", max_events=DEFAULT_MAX_EVENTS,
+                      metadata={"run": summary.run, **TRACE_TAGS})
     summary = summary.with_timeline({key: meta[key] for key in SUMMARY_FACTS})
     dump_json(result.as_dict(), folder / "replay.json")
     dump_json(summary.to_json(), folder / "summary.json")

@@ -150,7 +150,8 @@ def test_the_summary_says_what_ran_what_was_not_observed_and_not_read(real_run: 
 def test_trace_json_holds_one_batch_interval_per_observed_step(real_run: Path) -> None:
     from infralab.agent.run_dir import load_trace
 
-    intervals, counters, _ = load_trace(real_run / "trace.json")
+    intervals, counters, meta = load_trace(real_run / "trace.json")
+    assert meta["generator"] == "infralab.real.run" and "replay" in meta["time_unit"]
     run = json.loads((real_run / "summary.json").read_text())["run"]
     batches = [iv for iv in intervals if iv.track == "instance/instance-0" and iv.name == "batch"]
     assert len(batches) == run["steps_observed"] > 0
