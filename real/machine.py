@@ -51,13 +51,14 @@ def memory_need(shape: ModelShape, settings: EngineSettings) -> MemoryNeed:
     return MemoryNeed(shape.parameters() * itemsize, kv, mask + mlp + logits)
 
 
-def available_bytes(device: str) -> int:
-    """Memory this process can still use on `device` (bytes); InputError when there is no such device."""
+def available_bytes(device: str, where: str = "real.device") -> int:
+    """Memory this process can still use on `device` (bytes); InputError at `where` when there is
+    no such device."""
     if device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
-            raise InputError("real.device", '"cuda" on a machine without a CUDA device', 'device = "cpu"')
+            raise InputError(where, '"cuda" on a machine without a CUDA device', 'device = "cpu"')
         free, _total = torch.cuda.mem_get_info()
         return int(free)
     import psutil
@@ -65,11 +66,13 @@ def available_bytes(device: str) -> int:
     return int(psutil.virtual_memory().available)
 
 
-def check_fits_machine(shape: ModelShape, settings: EngineSettings, where: str, available: int | None = None) -> MemoryNeed:
+def check_fits_machine(shape: ModelShape, settings: EngineSettings, where: str, available: int | None = None,
+                       device_where: str = "real.device") -> MemoryNeed:
     """InputError at `where` when the engine's estimated memory exceeds what is available
-    (`available`, bytes; default: this machine's, `available_bytes`). Returns the estimate."""
+    (`available`, bytes; default: this machine's, `available_bytes`, whose errors name
+    `device_where`). Returns the estimate."""
     need = memory_need(shape, settings)
-    have = available_bytes(settings.device) if available is None else available
+    have = available_bytes(settings.device, device_where) if available is None else available
     if need.total > have:
         raise InputError(
             where,

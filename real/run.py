@@ -67,7 +67,7 @@ def prepare_real_run(loaded: LoadedRealConfig) -> PreparedRealRun:
     cfg, source = loaded.cfg, loaded.source
     shape = model_shape(cfg.model, loaded.base_dir, f"{source}: model")
     settings = engine_settings(cfg)
-    check_fits_machine(shape, settings, f"{source}: model")
+    check_fits_machine(shape, settings, f"{source}: model", device_where=f"{source}: real.device")
     table = _config_fields_of(source, lambda: build_workload(cfg.workload, loaded.base_dir, cfg.run.seed,
                                                              shape.context_length))
     requests = tuple(ReplayRequest(r.id, r.arrival_s, r.prompt_tokens, r.output_tokens) for r in table)

@@ -275,6 +275,7 @@ def test_a_profile_that_does_not_cover_the_run_stops_the_simulation(profiled: Pa
     ('num_requests = 6', 'num_requests = 6\nmax_concurrency = 2', "workload.max_concurrency"),
     ("[real]", "[cluster]\ninstances = 2\n\n[real]", "cluster.instances"),
     ("warmup_requests = 1", "warmup_requests = 1\nthreds = 2", "real.threds"),
+    ("warmup_requests = 1", 'warmup_requests = 1\ndevice = "tpu"', "real.device"),
 ])
 def test_config_fields_the_real_engine_cannot_honour_are_refused(tmp_path: Path, capsys, old: str, new: str,
                                                                  field: str) -> None:
@@ -297,3 +298,13 @@ def test_the_memory_estimate_counts_weights_cache_and_step_buffers() -> None:
     assert check_fits_machine(TINY, settings, "here", available=need.total) == need
     with pytest.raises(InputError, match="here"):
         check_fits_machine(TINY, settings, "here", available=need.total - 1)
+
+
+def test_cuda_on_a_machine_without_one_is_refused_by_field(tmp_path: Path, capsys) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    config = write_config(tmp_path, **{"warmup_requests = 1": 'warmup_requests = 1\ndevice = "cuda"'})
+    out = tmp_path / "run"
+    _refused(["real", "run", str(config), "--out", str(out)], out, capsys, "tiny.toml: real.device", "CUDA")
