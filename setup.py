@@ -4,7 +4,9 @@ as the package data `infralab.experiments`; everything else lives in pyproject.t
 from setuptools import find_packages, setup
 
 PARTS = ("sim", "kernels", "agent", "real")
+# The shared layer's sub-packages (infralab/metrics, infralab/workload) are found under infralab/ itself.
 packages = ["infralab", "infralab.experiments"]
+packages += [f"infralab.{p}" for p in find_packages(where="infralab")]
 packages += [f"infralab.{p}" for p in find_packages(include=[f"{part}*" for part in PARTS])]
 setup(
     packages=packages,

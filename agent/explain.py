@@ -27,11 +27,11 @@ from infralab.agent.explain_text import percent
 from infralab.agent.interval_sets import IntervalSet, default_pairs, op_or_label
 from infralab.agent.run_dir import LoadedRun
 from infralab.errors import InputError
+from infralab.metrics.records import Interval, RequestRecord
+from infralab.metrics.run_metrics import is_finished, queue_end_s
+from infralab.metrics.summary import LATENCIES, LATENCY_STATS, Metric, RunSummary, metric_names
 from infralab.sim.host.overlap import intersection, merge, total
 from infralab.sim.host.thread import GIL_WAIT, NATIVE_HOLD, PYTHON
-from infralab.sim.metrics import is_finished, queue_end_s
-from infralab.sim.records import Interval, RequestRecord
-from infralab.sim.summary import LATENCIES, LATENCY_STATS, Metric, RunSummary, metric_names
 
 SCHEMA = "infralab.explain/1"
 PHASES = ("queue", "prefill", "kv_wait", "kv_transfer", "decode")
@@ -308,7 +308,7 @@ def resource_usage(run: LoadedRun) -> dict[str, dict[str, Any]]:
 
 # ---- summary metrics ----------------------------------------------------------------------------
 
-# Flat metric names of the run summary (infralab.sim.summary, docs/sim.md) that explain compares.
+# Flat metric names of the run summary (infralab.metrics.summary, docs/sim.md) that explain compares.
 SUMMARY_METRICS = metric_names(
     "request_throughput",
     "output_throughput",

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
 from infralab.errors import InputError
+from infralab.metrics.records import Interval
 from infralab.sim.host.attribution import COMM_OPS, MAIN_TRACK, TRANSFER_OPS, TRANSFER_TRACK
 from infralab.sim.host.thread import NATIVE_HOLD, NATIVE_RELEASE, PYTHON
-from infralab.sim.records import Interval
 
 
 def op_or_label(iv: Interval) -> str:

@@ -18,8 +18,8 @@ from typing import Any
 
 from infralab.agent.sim_pool import Execution, SimJob, accelerator_count, checked_config, run_pool
 from infralab.errors import InputError
+from infralab.metrics.summary import LATENCY_STATS, RunSummary, metric_names
 from infralab.sim.config import SimConfig
-from infralab.sim.summary import LATENCY_STATS, RunSummary, metric_names
 
 RATE_FIELD = "workload.arrival.rate"
 # The flat metrics (docs/sim.md) a sweep records per run, besides slo_attainment.

@@ -25,7 +25,7 @@ from typing import Any
 
 from infralab.errors import InputError
 from infralab.input_files import read_json, read_text
-from infralab.sim.records import CounterSample, Interval, RequestRecord
+from infralab.metrics.records import CounterSample, Interval, RequestRecord
 
 SIM_RUN_FILES = ("summary.json", "requests.csv")  # required
 TRACE_FILE = "trace.json"  # optional
@@ -60,7 +60,7 @@ class LoadedRun:
 
     @property
     def truncated(self) -> bool:
-        """True when the timeline holds only the run's first events (see infralab.sim.timeline)."""
+        """True when the timeline holds only the run's first events (see infralab.metrics.timeline)."""
         return bool(self.trace_metadata.get("truncated"))
 
     def by_track(self) -> dict[str, list[Interval]]:
@@ -106,6 +106,7 @@ def _load_sim_run(folder: Path) -> LoadedRun:
         intervals, counters, meta, missing = (), (), {}, (NO_TRACE,)
     if absent:
         missing += (f"requests.csv: no column {', '.join(absent)} (default values used: their phases count as zero)",)
+    missing += not_observed(summary)
     return LoadedRun(
         source=str(folder),
         kind="sim-run",
@@ -116,6 +117,15 @@ def _load_sim_run(folder: Path) -> LoadedRun:
         trace_metadata=meta,
         missing=missing,
     )
+
+
+def not_observed(summary: dict[str, Any]) -> tuple[str, ...]:
+    """What the engine that made the run could not observe, as its summary.json says (a real
+    engine's run lists it under run.not_observed: counters and timeline parts it lacks)."""
+    run = summary.get("run")
+    items = run.get("not_observed", []) if isinstance(run, dict) else []
+    return tuple(f"not observed by this engine: {item}" for item in items if isinstance(item, str)) \
+        if isinstance(items, list) else ()
 
 
 def load_summary(path: Path) -> dict[str, Any]:

@@ -43,12 +43,12 @@ from infralab.agent.sim_pool import (
 from infralab.config_io import STRICT, load_toml, validate
 from infralab.errors import InputError
 from infralab.field_types import Int
+from infralab.metrics.summary import LATENCY_STATS, RATES, metric_names
 from infralab.results import atomic_output_dir, dump_json
-from infralab.sim.summary import LATENCY_STATS, RATES, metric_names
 
 SCHEMA = "infralab.search/1"
 
-# Metrics of one point (flat metric names of infralab.sim.summary, docs/sim.md), the names
+# Metrics of one point (flat metric names of infralab.metrics.summary, docs/sim.md), the names
 # constraints, the objective and the Pareto axes may use; also the columns of search.csv.
 METRICS = metric_names(
     "accelerators",

@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from infralab.config_io import validate
 from infralab.errors import InputError
 from infralab.locations import is_data_path
+from infralab.metrics.records import RunRecord
+from infralab.metrics.summary import Metric, RunSummary
 from infralab.overrides import set_path
 from infralab.sim.config import (
     SimConfig,
@@ -39,8 +41,6 @@ from infralab.sim.config import (
     looks_like_path,
 )
 from infralab.sim.pool_hardware import cluster_accelerators, pool_sizes
-from infralab.sim.records import RunRecord
-from infralab.sim.summary import Metric, RunSummary
 
 if TYPE_CHECKING:  # the cluster validator imports this module
     from infralab.agent.hypothesis import Arm, Hypothesis

@@ -41,7 +41,7 @@ from infralab.sim.calibration import load_calibration
 from infralab.sim.cluster import simulate
 from infralab.sim.config import config_from_doc
 from infralab.sim.step_table_cost import run_step_table_cost
-from infralab.sim.workloads.request import Request
+from infralab.workload.request import Request
 
 SETTINGS = EngineSettings(scheduler="fifo", max_batch_tokens=128, num_blocks=32, page_size=128,
                           max_requests_per_batch=64, threads=1)

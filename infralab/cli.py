@@ -115,10 +115,10 @@ COMMANDS: tuple[Command, ...] = (
                          "(dotted key, TOML value; repeatable, later wins; docs/sim.md)"),
                 arg("--percentiles", default=None, metavar="Q,...",
                     help="latency percentiles to report, e.g. 50,90,99.9 (default: the config's metrics.percentiles, 50,90,99)"),
-                # The default cap is the timeline's (infralab.sim.timeline.DEFAULT_MAX_EVENTS); the
+                # The default cap is the timeline's (infralab.metrics.timeline.DEFAULT_MAX_EVENTS); the
                 # handler fills it in so that this table imports nothing of the simulator.
                 arg("--max-trace-events", type=non_negative_int, default=None, metavar="N",
-                    help="cap on timeline events in trace.json (default: sim.timeline.DEFAULT_MAX_EVENTS; the earliest are kept)"),
+                    help="cap on timeline events in trace.json (default: infralab.metrics.timeline.DEFAULT_MAX_EVENTS; the earliest are kept)"),
                 arg("--no-timeline", action="store_true",
                     help="write no trace.json and keep no per-step intervals or counter samples (less memory for big runs)"),
             )),
@@ -183,6 +183,21 @@ COMMANDS: tuple[Command, ...] = (
             description="Time every kernel variant over a shape grid and write a calibration table. On a GPU the "
                         "Triton kernels are timed with triton.testing.do_bench; on the CPU the torch references "
                         "are timed and the device is labelled 'cpu'."),
+    Command(("real", "run"), "replay a config's workload open loop on the real engine; the same run folder as `sim run`",
+            "infralab.real.cli:run", (
+                arg("config", metavar="CONFIG.toml", help="a simulation config with hf_* engine fields (docs/fidelity.md)"),
+                arg("--out", required=True, metavar="DIR", help="results folder (written atomically)"),
+                arg("--seed", type=non_negative_int, default=None, help="override run.seed"),
+                arg("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="set a config key before validation (repeatable; TOML value), e.g. real.threads=2"),
+            )),
+    Command(("real", "profile"), "time the real engine's step over a grid: a step table for `[cost] step_table`",
+            "infralab.real.cli:profile", (
+                arg("config", metavar="CONFIG.toml", help="the config whose engine (and run's steps) to profile"),
+                arg("--out", required=True, metavar="DIR", help="results folder: step_table.csv, profile.json"),
+                arg("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="set a config key before validation (repeatable), e.g. real.profile.repeats=5"),
+            )),
     Command(("gil", "run"), "the KV-transfer vs prefill (GIL) scenarios in the host model; --probe adds real threads",
             "infralab.agent.cli:gil_run", (
                 arg("experiment", help="GIL experiment TOML (the gil_kv_transfer study's experiment file)"),
@@ -254,6 +269,7 @@ GROUPS = {
     "kernels": "Triton kernels: numerics checks and microbenchmarks",
     "gil": "host threads and the GIL: the KV-transfer vs prefill case study",
     "fidelity": "the simulator against the real engine: error beside the real run-to-run spread",
+    "real": "the real engine (transformers' continuous batching): replays and step profiles",
 }
 
 

@@ -78,3 +78,21 @@ def resolve_path(value: str, base_dir: Path) -> Path:
         return shared_data_dir() / value[len(DATA_PREFIX):]
     p = Path(value).expanduser()
     return p if p.is_absolute() else base_dir / p
+
+
+def require_file(value: str, base_dir: Path, where: str, what: str) -> None:
+    """InputError at `where` unless the path `value` (resolved as `resolve_path` does) names an
+    existing regular file; `what` names the kind of file expected (e.g. "mooncake trace")."""
+    try:
+        resolved = resolve_path(value, base_dir)
+    except InputError as exc:  # an @data/ path with no shared data folder: blame the field too
+        raise InputError(where, f"{value}: {exc.where} {exc.problem}", exc.expected) from None
+    if resolved.exists() and not resolved.is_file():
+        what_it_is = "a folder" if resolved.is_dir() else "not a regular file (a device, pipe or socket)"
+        raise InputError(where, f"{value} is {what_it_is}", f"a {what} file")
+    if not resolved.is_file():
+        raise InputError(
+            where,
+            f"file not found: {value} (resolved to {resolved})",
+            f"an existing {what} file; relative paths resolve against the config's folder, @data/ paths against the shared data folder",
+        )

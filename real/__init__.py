@@ -12,4 +12,9 @@ The parts, one module each:
 - `profile`: `ProfileGrid`, `profile`, `calibration_rows`, `write_profile` (calibration rows).
 - `step_work`: static flops and bytes of a step.
 - `schedule_trace`: `schedule_without_forward` (the engine's exact schedule, no forward, no clock).
+- `config`: `load_real_config`, `real_config_from_doc`, `engine_settings` (a simulation config as the
+  real side reads it: `[workload]`, `[engine]` under the mirror's names, `[real]`).
+- `machine`: `memory_need`, `check_fits_machine` (a model too large for this machine is refused).
+- `run_record`: a replay as the shared `RunRecord` (what the metrics read).
+- `run`, `profile_run`, `cli`: `infralab real run` and `infralab real profile`.
 """

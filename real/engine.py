@@ -54,6 +54,7 @@ class EngineSettings:
     dtype: str = "fp32"
     threads: int = 2
     seed: int = 0
+    device: str = "cpu"
 
 
 def build_model(shape: ModelShape, settings: EngineSettings) -> LlamaForCausalLM:
@@ -68,7 +69,7 @@ def build_model(shape: ModelShape, settings: EngineSettings) -> LlamaForCausalLM
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(settings.seed)
         model = LlamaForCausalLM(config)
-    return model.to(DTYPES[settings.dtype]).eval()
+    return model.to(device=settings.device, dtype=DTYPES[settings.dtype]).eval()
 
 
 def continuous_batching_config(settings: EngineSettings) -> ContinuousBatchingConfig:
@@ -179,5 +180,6 @@ class RealEngine:
             "cuda_graphs": tuple(config.use_cuda_graph),
             "attention": self.model.config._attn_implementation,
             "dtype": self.settings.dtype,
+            "device": self.settings.device,
             "threads": self.settings.threads,
         }

@@ -35,6 +35,11 @@ RESULT_POLL_S = 0.5
 """How long one wait for a finished request lasts before the deadline is checked again (s)."""
 
 
+class SoftResetError(RuntimeError):
+    """The engine preempted a request for KV space (a soft reset), which drops the token times taken
+    before it: the replay has no honest record of that request."""
+
+
 @dataclass(frozen=True, slots=True)
 class ReplayRequest:
     """One request to replay: arrival (s from the workload's start), prompt and output (tokens).
@@ -103,10 +108,12 @@ def prompt_ids(request_id: int, length: int, vocab_size: int, seed: int) -> list
     return np.random.default_rng([seed, request_id]).integers(0, vocab_size, size=length).tolist()
 
 
-def check_replayable(requests: Sequence[ReplayRequest], engine: RealEngine, where: str = "workload") -> None:
-    """InputError naming the first request the engine cannot replay (or a bad list)."""
+def check_replayable(requests: Sequence[ReplayRequest], context_length: int, cache_tokens: int,
+                     where: str = "workload") -> None:
+    """InputError naming the first request an engine cannot replay: prompt + output over the
+    model's `context_length` or the engine's KV cache (`cache_tokens`; a request that cannot fit
+    alone would be soft reset for ever), a repeated id, a bad arrival or an empty prompt or output."""
     seen: set[int] = set()
-    limit = min(engine.shape.context_length, engine.cache_tokens)
     for index, request in enumerate(requests):
         at = f"{where}: request {index} (id {request.id})"
         if request.id in seen:
@@ -117,9 +124,12 @@ def check_replayable(requests: Sequence[ReplayRequest], engine: RealEngine, wher
         if request.prompt_tokens < 1 or request.output_tokens < 1:
             raise InputError(at, f"{request.prompt_tokens} prompt and {request.output_tokens} output tokens",
                              "at least 1 of each")
-        if request.prompt_tokens + request.output_tokens > limit:
-            raise InputError(at, f"needs {request.prompt_tokens + request.output_tokens} tokens of context",
-                             f"at most {limit} (the model's context and the engine's KV cache)")
+        tokens = request.prompt_tokens + request.output_tokens
+        if tokens > min(context_length, cache_tokens):
+            raise InputError(at, f"needs {tokens} tokens of context ({request.prompt_tokens} prompt + "
+                             f"{request.output_tokens} output)",
+                             f"at most {min(context_length, cache_tokens)} (the model's context {context_length} "
+                             f"and the engine's KV cache {cache_tokens} tokens)")
 
 
 def warm_up(engine: RealEngine, requests: int = 4, prompt_tokens: int = 48, output_tokens: int = 8,
@@ -138,7 +148,7 @@ def replay(engine: RealEngine, requests: Sequence[ReplayRequest], *, rate_scale:
     `timeout_s` bounds the whole replay (RuntimeError past it, or when the engine fails)."""
     if not (rate_scale > 0 and math.isfinite(rate_scale)):
         raise InputError("rate_scale", f"bad value {rate_scale!r}", "a positive number")
-    check_replayable(requests, engine)
+    check_replayable(requests, engine.shape.context_length, engine.cache_tokens)
     order = sorted(requests, key=lambda r: (r.arrival_s, r.id))
     prompts = {r.id: prompt_ids(r.id, r.prompt_tokens, engine.shape.vocab_size, seed) for r in order}
     before = fingerprint(engine, fingerprint_repeats)
@@ -182,7 +192,7 @@ def _timing(request: ReplayRequest, rate_scale: float, submitted_s: float, outpu
     if len(output.generated_tokens) != request.output_tokens or len(stamps) != request.output_tokens:
         # Fewer stamps than tokens: the engine soft-reset the request (preempted it for KV space and
         # requeued it as a new prompt), which drops the stamps taken before; they are not invented here.
-        raise RuntimeError(f"request {request.id} produced {len(output.generated_tokens)} tokens with "
+        raise SoftResetError(f"request {request.id} produced {len(output.generated_tokens)} tokens with "
                            f"{len(stamps)} timestamps, not its forced {request.output_tokens} (a request the "
                            "engine preempts loses its earlier token times: give the engine more KV blocks)")
     return RequestTiming(

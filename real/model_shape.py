@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+from infralab import locations
+from infralab.errors import InputError
+from infralab.input_files import read_toml
 from infralab.model_catalog import model_table
 
 
@@ -49,9 +54,53 @@ TINY = ModelShape(name="tiny-llama-test", num_layers=2, hidden_size=64, num_head
 def catalog_shape(name: str) -> ModelShape:
     """The shape of a model of the shared catalog (`sim/catalog/models/<name>.toml`, read through
     `infralab.model_catalog`: the simulator names the same model with the same numbers)."""
-    table = model_table(name)
-    fields = [f.name for f in dataclasses.fields(ModelShape)]
-    return ModelShape(**{key: table[key] for key in fields if key in table})
+    return shape_from_table(model_table(name), f"model {name!r}")
+
+
+def shape_from_table(table: dict[str, Any], source: str) -> ModelShape:
+    """A model TOML's table (the catalog's field names) as a shape; InputError naming `source` and
+    the field when one is missing or not a positive integer. Other fields are ignored."""
+    fields = {f.name: f for f in dataclasses.fields(ModelShape)}
+    values: dict[str, Any] = {}
+    for name, field in fields.items():
+        if name not in table:
+            if field.default is dataclasses.MISSING:
+                raise InputError(f"{source}: {name}", "missing", "the model catalog's fields (docs/fidelity.md)")
+            continue
+        value = table[name]
+        if name == "tie_word_embeddings":
+            ok = isinstance(value, bool)
+        elif name == "name":
+            ok = isinstance(value, str)
+        else:
+            ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+        if not ok:
+            raise InputError(f"{source}: {name}", f"bad value {value!r}",
+                             "a string" if name == "name" else "true or false" if name == "tie_word_embeddings"
+                             else "a positive integer")
+        values[name] = value
+    return ModelShape(**values)
+
+
+def is_model_path(value: str) -> bool:
+    """Whether a config's `model` names a file (a separator or a .toml suffix), not a catalog entry."""
+    return "/" in value or "\\" in value or value.endswith(".toml")
+
+
+def model_shape(value: str, base_dir: Path, where: str) -> ModelShape:
+    """The model a config's `model` names: a catalog name, or a path (a separator or a .toml suffix)
+    to a model TOML with the catalog's fields, resolved against `base_dir`. `where` names the
+    field in errors."""
+    if is_model_path(value):
+        locations.require_file(value, base_dir, where, "model TOML")
+        path = locations.resolve_path(value, base_dir)
+        return shape_from_table(read_toml(path, "a model TOML"), str(path))
+    if value in SHAPES:  # the catalog's small-llama-cpu, read once; tiny-llama-test, the tests' own
+        return SHAPES[value]
+    try:
+        return catalog_shape(value)
+    except InputError as exc:
+        raise InputError(where, f"{exc.problem} ({exc.where})", exc.expected) from None
 
 
 SMALL = catalog_shape("small-llama-cpu")

@@ -12,7 +12,7 @@ ones; see `StepShape`):
 - kernel `engine_prepare`: the median of `prepare_batch_tensors` (host: building the batch tensors
   and the attention mask).
 
-Variant = the attention implementation, dtype = the model's, device = `cpu`. `flops` and `bytes`
+Variant = the attention implementation, dtype = the model's, device = the engine's (`cpu`, or `cuda`). `flops` and `bytes`
 are `real.step_work`'s static counts; the rates are derived from them; CPU peaks are unknown, so
 `roofline_fraction` is 0 (as for the kernels' cpu rows). What a step spends in the scheduler and in
 `update_batch` is not in these rows: replays record it per step (`real.step_trace`).
@@ -107,7 +107,7 @@ def calibration_rows(engine: RealEngine, result: Profile) -> list[CalibrationRow
             work = (flops, moved) if kernel == STEP_KERNEL else (0, 0)  # batch building is not counted
             rows.append(CalibrationRow(
                 kernel=kernel, variant=engine.settings.attention, shape=shape, dtype=engine.settings.dtype,
-                device="cpu", median_s=seconds, bytes=work[1], flops=work[0],
+                device=engine.settings.device, median_s=seconds, bytes=work[1], flops=work[0],
                 achieved_gbps=work[1] / seconds / 1e9, achieved_tflops=work[0] / seconds / 1e12))
     return rows
 
@@ -119,7 +119,7 @@ def comments(engine: RealEngine, result: Profile) -> list[str]:
         f"model {engine.shape.name}: {engine.shape}",
         f"engine: {engine.resolved()}",
         f"transformers {transformers.__version__}, torch {torch.__version__}, {platform.machine()}, "
-        f"{torch.get_num_threads()} torch threads",
+        f"{engine.settings.threads} torch threads",
         f"median of {result.repeats} synthetic steps per point, passes interleaved over the grid",
         f"fingerprint before {[round(t, 6) for t in result.before.forward_s]} s, "
         f"after {[round(t, 6) for t in result.after.forward_s]} s (drift {drift(result.before, result.after):+.1%})",

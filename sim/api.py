@@ -24,14 +24,15 @@ from typing import Any
 
 import numpy as np
 
+from infralab.metrics.encode_records import ENCODE_COLUMNS, encode_values
+from infralab.metrics.records import RequestRecord, RunRecord
+from infralab.metrics.requests_csv import DERIVED_FIELDS, REQUEST_FIELDS
+from infralab.metrics.run_metrics import is_finished, request_metrics
+from infralab.metrics.summary import Metric, RunSummary
+from infralab.metrics.timeline import DEFAULT_MAX_EVENTS, save_trace
 from infralab.overrides import apply_overrides
 from infralab.sim.config import SimConfig, config_doc, config_from_doc, layout_defaults, resolved_config_text
-from infralab.sim.encode_metrics import ENCODE_COLUMNS, encode_values
-from infralab.sim.metrics import is_finished, request_metrics
-from infralab.sim.records import RequestRecord, RunRecord
-from infralab.sim.run import DERIVED_FIELDS, REQUEST_FIELDS, run_summary, simulate_config, with_seed
-from infralab.sim.summary import Metric, RunSummary
-from infralab.sim.timeline import DEFAULT_MAX_EVENTS, save_trace
+from infralab.sim.run import run_summary, simulate_config, with_seed
 
 DICT_SOURCE = "<config dict>"
 # The numpy type of each requests.csv column, from RequestRecord's field types.

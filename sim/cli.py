@@ -11,7 +11,7 @@ def run(args: argparse.Namespace) -> int:
     """`infralab sim run CONFIG.toml --out DIR [--seed N] [--set KEY=VALUE ...] [--percentiles Q,...]
     [--max-trace-events N] [--no-timeline]`."""
     from infralab.sim.run import run_config_file
-    from infralab.sim.timeline import DEFAULT_MAX_EVENTS
+    from infralab.metrics.timeline import DEFAULT_MAX_EVENTS
 
     cap = DEFAULT_MAX_EVENTS if args.max_trace_events is None else args.max_trace_events
     run_config_file(args.config, args.out, seed=args.seed, max_trace_events=cap, timeline=not args.no_timeline,

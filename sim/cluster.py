@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 import simpy
 
 from infralab.errors import InputError
+from infralab.metrics.records import RequestRecord, RunRecord
 from infralab.sim.concurrency_gate import ConcurrencyGate, concurrency_gate
 from infralab.sim.config import EngineConfig, SimConfig
 from infralab.sim.encode_pool import EncodeInstance, EncodePool, EncodeRecord, InlineEncoder, encode_records
@@ -36,7 +37,6 @@ from infralab.sim.kv_transfer import KVTransfer
 from infralab.sim.link import Link
 from infralab.sim.pool_hardware import ClusterPools
 from infralab.sim.protocols import LinkRate, Router, ServedRequest, StepCostModel, StepListener
-from infralab.sim.records import RequestRecord, RunRecord
 from infralab.sim.routers import make_router
 
 Admit = Callable[[ServedRequest, RequestRecord], None]  # hands an arrived request to a pool

@@ -16,7 +16,7 @@ from typing import Any
 
 import simpy
 
-from infralab.sim.records import RequestRecord
+from infralab.metrics.records import RequestRecord
 
 
 class ConcurrencyGate:

@@ -12,9 +12,9 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args
+from typing import Any, Literal
 
-from pydantic import Field, TypeAdapter
+from pydantic import TypeAdapter
 from pydantic.dataclasses import dataclass
 
 from infralab import locations
@@ -22,123 +22,26 @@ from infralab.config_io import STRICT, dump_toml, load_toml, validate
 from infralab.errors import InputError
 from infralab.field_types import (
     MAX_INSTANCES,
-    MAX_RATE,
-    MAX_REQUESTS,
-    MAX_SPAN_S,
     MAX_TOKENS,
-    MIN_RATE,
     Bool,
     Fraction,
     Int,
-    Number,
-    PositiveSeconds,
     Seconds,
     Tokens,
 )
+from infralab.locations import require_file
+from infralab.metrics.schema import MetricsConfig, RunConfig, SLOConfig, check_percentiles
 from infralab.overrides import apply_overrides
-from infralab.sim.epd_schema import EmbeddingTransferConfig, MultimodalConfig, PoolHardwareSet, check_epd_fields
-
-# Every field is strict and bounded (infralab.field_types; the limits are listed in docs/sim.md).
-Rate = Number(ge=MIN_RATE, le=MAX_RATE)  # requests per second
-SpanSeconds = Number(ge=0.0, le=MAX_SPAN_S)
-
-# The trace formats the workload readers parse (infralab.sim.workloads.traces), named once here.
-TraceFormat = Literal["mooncake", "azure", "vidur"]
-TRACE_FORMATS: tuple[str, ...] = get_args(TraceFormat)
-
-
-# ---- lengths and arrivals (synthetic workloads) ---------------------------------------------
-
-
-@dataclass(frozen=True, config=STRICT)
-class FixedLength:
-    kind: Literal["fixed"]
-    value: Tokens
-
-
-@dataclass(frozen=True, config=STRICT)
-class UniformLength:
-    kind: Literal["uniform"]
-    low: Tokens
-    high: Tokens  # inclusive
-
-
-@dataclass(frozen=True, config=STRICT)
-class LogNormalLength:
-    """Lengths whose log is normal; `median` in tokens, `sigma` the std-dev of the log."""
-
-    kind: Literal["lognormal"]
-    median: Number(ge=1.0, le=MAX_TOKENS)
-    sigma: Number(ge=0.0, le=10.0)  # exp(10) already spans four orders of magnitude
-    max: Tokens | None = None  # clip (without it, lengths are clipped to MAX_TOKENS)
-
-
-@dataclass(frozen=True, config=STRICT)
-class EmpiricalLength:
-    """Lengths resampled from a trace column (`input` or `output`)."""
-
-    kind: Literal["empirical"]
-    path: str  # relative paths resolve against the config file's folder
-    format: TraceFormat
-    column: Literal["input", "output"]
-
-
-LengthSpec = Annotated[
-    Union[FixedLength, UniformLength, LogNormalLength, EmpiricalLength], Field(discriminator="kind")
-]
-
-
-@dataclass(frozen=True, config=STRICT)
-class PoissonArrivals:
-    kind: Literal["poisson"]
-    rate: Rate  # requests per second
-
-
-@dataclass(frozen=True, config=STRICT)
-class GammaArrivals:
-    """Gamma inter-arrival times: mean 1/rate, coefficient of variation `cv` (cv=1 is Poisson)."""
-
-    kind: Literal["gamma"]
-    rate: Rate
-    cv: Number(ge=1e-3, le=100.0)
-
-
-ArrivalSpec = Annotated[Union[PoissonArrivals, GammaArrivals], Field(discriminator="kind")]
-
-
-# ---- workloads -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, config=STRICT)
-class TraceWorkload:
-    """Requests read from a trace file."""
-
-    kind: Literal["trace"]
-    path: str  # relative paths resolve against the config file's folder
-    format: TraceFormat
-    rate_scale: Number(ge=1e-6, le=1e6) = 1.0  # >1 compresses inter-arrival times (more load)
-    start_s: SpanSeconds = 0.0  # time window, seconds from the trace's first request
-    end_s: PositiveSeconds | None = None
-    max_requests: Int(gt=0, le=MAX_REQUESTS) | None = None  # truncation after windowing
-    max_prompt_tokens: Tokens | None = None  # clip prompts (e.g. to the model's context)
-    # Closed loop: at most this many requests in flight (infralab.sim.concurrency_gate); None: open loop.
-    max_concurrency: Int(gt=0, le=MAX_REQUESTS) | None = None
-    multimodal: MultimodalConfig | None = None  # a share of requests with images (sim.epd_schema)
-
-
-@dataclass(frozen=True, config=STRICT)
-class SyntheticWorkload:
-    kind: Literal["synthetic"]
-    num_requests: Int(gt=0, le=MAX_REQUESTS)
-    arrival: ArrivalSpec
-    prompt: LengthSpec
-    output: LengthSpec
-    max_concurrency: Int(gt=0, le=MAX_REQUESTS) | None = None  # closed loop, as in TraceWorkload
-    multimodal: MultimodalConfig | None = None  # as in TraceWorkload
-
-
-WorkloadSpec = Annotated[Union[TraceWorkload, SyntheticWorkload], Field(discriminator="kind")]
-
+from infralab.sim.epd_schema import EmbeddingTransferConfig, PoolHardwareSet, check_epd_fields
+from infralab.workload.schema import (
+    FixedLength,
+    LengthSpec,
+    LogNormalLength,
+    SyntheticWorkload,
+    UniformLength,
+    WorkloadSpec,
+    check_workload,
+)
 
 # ---- hardware, model, costs ------------------------------------------------------------------
 
@@ -341,26 +244,6 @@ class ClusterConfig:
 
 
 @dataclass(frozen=True, config=STRICT)
-class SLOConfig:
-    ttft_s: Number(gt=0.0, le=86400.0) = 2.0
-    tpot_s: Number(gt=0.0, le=86400.0) = 0.1
-
-
-@dataclass(frozen=True, config=STRICT)
-class MetricsConfig:
-    """What the summary reports. `percentiles`: of every latency distribution (0..100, strictly
-    increasing; numpy's linear percentiles, as `vllm bench serve --metric-percentiles`)."""
-
-    percentiles: tuple[Number(ge=0.0, le=100.0), ...] = (50.0, 90.0, 99.0)
-
-
-@dataclass(frozen=True, config=STRICT)
-class RunConfig:
-    name: str = "run"
-    seed: Int(ge=0, le=2**63 - 1) = 0
-
-
-@dataclass(frozen=True, config=STRICT)
 class SimConfig:
     model: str  # catalog name (e.g. "llama-3-8b") or a path to a TOML file
     hardware: HardwareConfig
@@ -396,9 +279,15 @@ def config_doc(path: str | Path, overrides: Sequence[str] = ()) -> dict[str, Any
     return apply_overrides(load_toml(path), overrides, source="--set")
 
 
+REAL_ONLY_TABLES = ("real",)
+
+
 def config_from_doc(doc: dict[str, Any], source: str, base_dir: Path) -> SimConfig:
     """Validate a parsed config document (`source` names it in errors; relative paths in it
-    resolve against `base_dir`) and run the cross-field checks, the layout's fields included."""
+    resolve against `base_dir`) and run the cross-field checks, the layout's fields included.
+    The `[real]` table is the real engine's (`infralab real run` reads it: infralab.real.config),
+    so that one file describes a run on both rungs; the simulator does not read it."""
+    doc = {key: value for key, value in doc.items() if key not in REAL_ONLY_TABLES}
     cfg = validate(SimConfig, doc, source=source)
     check_layout_fields(doc, cfg, source)
     check_config(cfg, source=source, base_dir=base_dir)
@@ -534,22 +423,6 @@ def resolve_path(value: str, base_dir: Path) -> Path:
     return locations.resolve_path(value, base_dir)
 
 
-def _require_file(value: str, base_dir: Path, where: str, what: str) -> None:
-    try:
-        resolved = resolve_path(value, base_dir)
-    except InputError as exc:  # an @data/ path with no shared data folder: blame the field too
-        raise InputError(where, f"{value}: {exc.where} {exc.problem}", exc.expected) from None
-    if resolved.exists() and not resolved.is_file():
-        what_it_is = "a folder" if resolved.is_dir() else "not a regular file (a device, pipe or socket)"
-        raise InputError(where, f"{value} is {what_it_is}", f"a {what} file")
-    if not resolved.is_file():
-        raise InputError(
-            where,
-            f"file not found: {value} (resolved to {resolved})",
-            f"an existing {what} file; relative paths resolve against the config's folder, @data/ paths against the shared data folder",
-        )
-
-
 def _require_folder(value: str, base_dir: Path, where: str, what: str) -> None:
     try:
         resolved = resolve_path(value, base_dir)
@@ -577,27 +450,12 @@ def looks_like_path(value: Any) -> bool:
 def check_config(cfg: SimConfig, source: str, base_dir: Path) -> None:
     """Checks that span fields (ranges, referenced files), beyond what each field's type says."""
     check_percentiles(cfg.metrics.percentiles, f"{source}: metrics.percentiles")
-    lengths = []
     workload = cfg.workload
-    if isinstance(workload, SyntheticWorkload):
-        lengths = [("workload.prompt", workload.prompt), ("workload.output", workload.output)]
-    for where, spec in lengths:
-        if isinstance(spec, UniformLength) and spec.high < spec.low:
-            raise InputError(f"{source}: {where}.high", f"{spec.high} < low {spec.low}", "high >= low")
-        if isinstance(spec, EmpiricalLength):
-            _require_file(spec.path, base_dir, f"{source}: {where}.path", f"{spec.format} trace")
-    if isinstance(workload, TraceWorkload):
-        if workload.end_s is not None and workload.end_s <= workload.start_s:
-            raise InputError(
-                f"{source}: workload.end_s",
-                f"{workload.end_s} <= start_s {workload.start_s}",
-                "end_s > start_s (seconds from the trace's first request)",
-            )
-        _require_file(workload.path, base_dir, f"{source}: workload.path", f"{workload.format} trace")
+    check_workload(workload, source, base_dir)
     if isinstance(workload, SyntheticWorkload):
         check_memory(workload, cfg.cluster, source)
     if cfg.cost.calibration is not None:
-        _require_file(cfg.cost.calibration, base_dir, f"{source}: cost.calibration", "calibration CSV")
+        require_file(cfg.cost.calibration, base_dir, f"{source}: cost.calibration", "calibration CSV")
     if cfg.cost.vidur_profile is not None:
         _require_folder(cfg.cost.vidur_profile, base_dir, f"{source}: cost.vidur_profile", "Vidur profile")
     check_engine_mirror(cfg, source, base_dir)
@@ -610,7 +468,7 @@ def check_config(cfg: SimConfig, source: str, base_dir: Path) -> None:
         ("cluster.transfer.link", cfg.cluster.transfer.link),
     ):
         if looks_like_path(value):
-            _require_file(value, base_dir, f"{source}: {where}", "spec TOML")
+            require_file(value, base_dir, f"{source}: {where}", "spec TOML")
 
 
 def check_engine_mirror(cfg: SimConfig, source: str, base_dir: Path) -> None:
@@ -630,19 +488,13 @@ def check_engine_mirror(cfg: SimConfig, source: str, base_dir: Path) -> None:
         raise InputError(f"{source}: engine.num_blocks", "is read only with cost.step_table",
                          "no engine.num_blocks (the KV cache is sized from device memory), or a cost.step_table")
     if cfg.cost.step_table is not None:
-        _require_file(cfg.cost.step_table, base_dir, f"{source}: cost.step_table", "step-profile CSV")
+        require_file(cfg.cost.step_table, base_dir, f"{source}: cost.step_table", "step-profile CSV")
         if engine.num_blocks is None:
             raise InputError(f"{source}: engine.num_blocks", "unset with cost.step_table (a step table has no memory model)",
                              "the real engine's KV cache in blocks of engine.block_size tokens, e.g. num_blocks = 64")
         if cfg.cost.calibration is not None or cfg.cost.vidur_profile is not None:
             raise InputError(f"{source}: cost.step_table", "set together with cost.calibration or cost.vidur_profile",
                              "one source of step times: a step table times whole steps, the others operators")
-
-
-def check_percentiles(qs: tuple[float, ...], where: str) -> None:
-    """Percentiles must be listed once each, in increasing order, and at least one."""
-    if not qs or any(b <= a for a, b in zip(qs, qs[1:])):
-        raise InputError(where, f"{list(qs)}", "a non-empty list of percentiles in strictly increasing order, e.g. [50, 90, 99]")
 
 
 # A floor on the bytes a run holds per request (its record, its place in the queues) besides its

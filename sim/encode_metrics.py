@@ -1,7 +1,7 @@
 """The encode stage in a multimodal run's results: requests.csv's encode columns and the
 summary's "encode" block (docs/sim.md, "EPD and per-pool hardware").
 
-- requests.csv (after ttft_s, tpot_s, e2e_s): `images`, `image_tokens`, `encode_instance`,
+- requests.csv (after ttft_s, tpot_s, e2e_s; infralab.metrics.encode_records): `images`, `image_tokens`, `encode_instance`,
   `encode_start_s`, `encode_end_s`, `embeddings_ready_s` (`EncodeRecord`), and `encode_s`: the
   seconds the encode stage adds to TTFT (EPD: arrival to embeddings at the prefill instance,
   queue + compute + transfer; inline: the encoder's compute inside the prefill step).
@@ -14,23 +14,14 @@ summary's "encode" block (docs/sim.md, "EPD and per-pool hardware").
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from infralab.sim.encode_pool import ENCODE_DERIVED, ENCODE_FIELDS, EncodeRecord
-from infralab.sim.metrics import distribution, is_finished
-from infralab.sim.records import RunRecord
-from infralab.sim.summary import ResourceStats
-
-ENCODE_COLUMNS = ENCODE_FIELDS + ENCODE_DERIVED
-
-
-def encode_values(enc: EncodeRecord) -> list[Any]:
-    """One request's encode columns (ENCODE_COLUMNS), NaN where undefined."""
-    return [*(getattr(enc, name) for name in ENCODE_FIELDS), enc.encode_s if enc.images else math.nan]
+from infralab.metrics.records import RunRecord
+from infralab.metrics.run_metrics import distribution, is_finished
+from infralab.metrics.summary import ResourceStats
 
 
 def encode_summary(run: RunRecord, instances: Mapping[str, ResourceStats], qs: Sequence[float]) -> dict[str, Any]:

@@ -23,7 +23,6 @@ inline, the encoder's compute inside the prefill step.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -34,39 +33,8 @@ from infralab.sim.encoder_cost import EncoderCost
 from infralab.sim.engine.step import StepPlan
 from infralab.sim.link import Link
 from infralab.sim.protocols import Router, ServedRequest
-from infralab.sim.records import CounterSample, Interval, RequestRecord, RunRecord
-
-# requests.csv's encode columns (multimodal runs only), then the derived `encode_s`.
-ENCODE_FIELDS = ("images", "image_tokens", "encode_instance", "encode_start_s", "encode_end_s", "embeddings_ready_s")
-ENCODE_DERIVED = ("encode_s",)
-
-
-@dataclass(slots=True)
-class EncodeRecord:
-    """One request's encode stage (times in s; NaN when it has no images)."""
-
-    images: int
-    image_tokens: int
-    encode_instance: str = ""
-    encode_start_s: float = math.nan  # the encoder starts on its images
-    encode_end_s: float = math.nan
-    embeddings_ready_s: float = math.nan  # at the prefill instance (inline: encode_end_s)
-    arrival_s: float = math.nan
-
-    @property
-    def encode_s(self) -> float:
-        """Seconds the encode stage adds to TTFT (module docstring); NaN without images."""
-        if self.encode_instance.startswith("encode-"):
-            return self.embeddings_ready_s - self.arrival_s
-        return self.encode_end_s - self.encode_start_s
-
-    @property
-    def queue_s(self) -> float:
-        """EPD: seconds waiting for an encode instance (NaN inline or without images)."""
-        if not self.encode_instance.startswith("encode-"):
-            return math.nan
-        return self.encode_start_s - self.arrival_s
-
+from infralab.metrics.encode_records import EncodeRecord
+from infralab.metrics.records import CounterSample, Interval, RequestRecord, RunRecord
 
 def encode_records(requests, images: Mapping[int, int], image_tokens: int) -> dict[int, EncodeRecord]:
     """An EncodeRecord per request id (`images[id]` images each, `image_tokens` prompt tokens

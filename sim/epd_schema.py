@@ -1,7 +1,7 @@
 """The config tables of multimodal requests, the EPD layout and per-pool hardware (docs/sim.md,
 "EPD and per-pool hardware"); `sim.config` refers to them, one line each.
 
-- `[workload.multimodal]` (`MultimodalConfig`): a share of requests carry images.
+- `[workload.multimodal]` is part of the shared workload schema (`infralab.workload.schema.MultimodalConfig`).
 - `[cluster.embedding_transfer]` (`EmbeddingTransferConfig`): the link image embeddings cross from
   an encode instance to a prefill instance (layout "epd").
 - `[cluster.pool_hardware.<pool>]` (`PoolHardwareConfig`, pools "encode", "prefill", "decode"):
@@ -17,25 +17,9 @@ from pydantic.dataclasses import dataclass
 
 from infralab.config_io import STRICT
 from infralab.errors import InputError
-from infralab.field_types import Int, Number, Tokens
+from infralab.field_types import Int
 
 Degree = Int(gt=0, le=1024)  # a parallel degree (ranks), as sim.config's
-
-
-@dataclass(frozen=True, config=STRICT)
-class MultimodalConfig:
-    """`[workload.multimodal]`: which requests carry images, how many, and the encoder."""
-
-    image_share: Number(ge=0.0, le=1.0)  # fraction of requests with images
-    images_per_request: Int(ge=1, le=1024) = 1
-    encoder: str = "clip-vit-l-14-336"  # catalog encoder or a TOML path
-    tokens_per_image: Tokens | None = None  # None: the encoder's tokens_per_image
-
-    def image_tokens(self, encoder_tokens_per_image: int) -> int:
-        """Prompt tokens one image request's images add."""
-        per_image = self.tokens_per_image if self.tokens_per_image is not None else encoder_tokens_per_image
-        return self.images_per_request * per_image
-
 
 
 @dataclass(frozen=True, config=STRICT)

@@ -19,8 +19,8 @@ import math
 from dataclasses import dataclass, field
 import simpy
 
+from infralab.metrics.records import CounterSample, Interval, RunRecord
 from infralab.sim.protocols import LinkRate
-from infralab.sim.records import CounterSample, Interval, RunRecord
 
 # A flow counts as done when what is left of it is below this fraction of its size: the
 # virtual clock is a float, and the scheduled finish may land a rounding error short.

@@ -22,7 +22,7 @@ from infralab.sim.config import HardwareConfig, SimConfig
 from infralab.sim.encoder_cost import EncoderCost
 from infralab.sim.protocols import StepCostModel
 from infralab.sim.specs import load_accelerator, load_encoder, load_link
-from infralab.sim.workloads.multimodal import draw_images, with_image_tokens
+from infralab.workload.multimodal import draw_images, with_image_tokens
 
 POOLS = ("encode", "prefill", "decode")
 HARDWARE_KNOBS = ("accelerator", "tp", "pp", "tp_link")

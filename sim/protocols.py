@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 class ServedRequest(Protocol):
-    """A request as the simulator reads it (`infralab.sim.workloads.request.Request`)."""
+    """A request as the simulator reads it (`infralab.workload.request.Request`)."""
 
     @property
     def id(self) -> int: ...

@@ -2,11 +2,11 @@
 the results folder (`infralab sim run CONFIG.toml --out DIR`).
 
 The results folder holds:
-- summary.json: the metrics summary (`infralab.sim.metrics.summarize`, `RunSummary.to_json`) plus
+- summary.json: the metrics summary (`infralab.metrics.run_metrics.summarize`, `RunSummary.to_json`) plus
   what was run;
 - requests.csv: one row per request, every `RequestRecord` field but the token times, plus the
   derived ttft_s, tpot_s, e2e_s (seconds; empty when not defined);
-- trace.json: the Perfetto timeline (`infralab.sim.timeline`); summary.json's "timeline" says
+- trace.json: the Perfetto timeline (`infralab.metrics.timeline`); summary.json's "timeline" says
   what it holds (truncated or whole);
 - config.toml: a byte copy of the input config, as written;
 - resolved_config.toml: the config that ran, every default filled in and `--set` applied
@@ -18,11 +18,9 @@ byte-identical files.
 from __future__ import annotations
 
 import contextlib
-import csv
 import dataclasses
 import json
 import math
-import operator
 import os
 import sys
 import time
@@ -31,6 +29,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from infralab.errors import InputError
+from infralab.metrics.records import RunRecord
+from infralab.metrics.requests_csv import write_requests_csv
+from infralab.metrics.run_metrics import print_summary, summarize
+from infralab.metrics.summary import RunSummary
+from infralab.metrics.timeline import DEFAULT_MAX_EVENTS, SUMMARY_FACTS, save_trace, truncation_warning
 from infralab.results import atomic_output_dir, dump_json, pause_point
 from infralab.sim.calibration import load_calibration
 from infralab.sim.cluster import simulate
@@ -44,22 +47,13 @@ from infralab.sim.config import (
     resolved_config_text,
 )
 from infralab.sim.cost_model import CostModel
-from infralab.sim.encode_metrics import ENCODE_COLUMNS, encode_summary, encode_values
-from infralab.sim.metrics import is_finished, print_summary, request_metrics, summarize
+from infralab.sim.encode_metrics import encode_summary
 from infralab.sim.pool_hardware import cluster_accelerators, pool_facts, prepare_pools, reports_pools
 from infralab.sim.protocols import StepCostModel
-from infralab.sim.records import RequestRecord, RunRecord
-from infralab.sim.summary import RunSummary
 from infralab.sim.specs import load_accelerator, load_link, load_model
 from infralab.sim.step_table_cost import run_step_table_cost
-from infralab.sim.timeline import DEFAULT_MAX_EVENTS, SUMMARY_FACTS, save_trace, truncation_warning
-from infralab.sim.workloads import build_workload
+from infralab.workload import build_workload
 
-REQUEST_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord) if f.name != "token_times_s")
-# Time fields are written as floats even when the engine stored an int (0 -> "0.0"), so a column
-# always has one form.
-_FLOAT_FIELDS = frozenset(f.name for f in dataclasses.fields(RequestRecord) if f.type in ("float", float))
-DERIVED_FIELDS = ("ttft_s", "tpot_s", "e2e_s")
 RESOLVED_CONFIG = "resolved_config.toml"
 
 
@@ -169,44 +163,6 @@ def _config_fields_of(source: str) -> Iterator[None]:
         if exc.where.startswith(source) or looks_like_path(exc.where):
             raise
         raise InputError(f"{source}: {exc.where}", exc.problem, exc.expected) from None
-
-
-def _csv_value(value: Any) -> Any:
-    if isinstance(value, float):
-        return "" if math.isnan(value) else repr(value)
-    return value
-
-
-def _csv_time(value: float) -> str:
-    value = float(value)
-    return "" if math.isnan(value) else repr(value)
-
-
-def _request_rows(run: RunRecord) -> Iterator[list[Any]]:
-    """requests.csv's rows, ordered by request id (one getter per row: this is a hot loop at a
-    million requests)."""
-    fields = operator.attrgetter(*REQUEST_FIELDS)
-    formats = [_csv_time if name in _FLOAT_FIELDS else _csv_value for name in REQUEST_FIELDS]
-    no_latencies = ["", "", ""]
-    encodes = dict(zip((r.id for r in run.requests), run.encodes)) if run.encodes is not None else None
-    for req in sorted(run.requests, key=operator.attrgetter("id")):
-        row = [fmt(v) for fmt, v in zip(formats, fields(req))]
-        if is_finished(req):
-            m = request_metrics(req)
-            row += [_csv_time(m.ttft_s), "" if m.tpot_s is None else _csv_time(m.tpot_s), _csv_time(m.e2e_s)]
-        else:
-            row += no_latencies
-        if encodes is not None:  # multimodal runs: the encode stage's columns (infralab.sim.encode_pool)
-            row += [_csv_value(v) for v in encode_values(encodes[req.id])]
-        yield row
-
-
-def write_requests_csv(run: RunRecord, path: Path) -> None:
-    """One row per request (ordered by id): its record fields and derived latencies (seconds)."""
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(REQUEST_FIELDS + DERIVED_FIELDS + (ENCODE_COLUMNS if run.encodes is not None else ()))
-        writer.writerows(_request_rows(run))
 
 
 def run_config_file(

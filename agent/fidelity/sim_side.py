@@ -1,5 +1,5 @@
 """Everything the fidelity study takes from the simulator, in one place: the workload schema and
-builder (the `[workload]` table the simulator reads), the latency definitions (`sim.metrics`),
+builder (the `[workload]` table the simulator reads), the latency definitions (`infralab.metrics.run_metrics`),
 the step-profile lookup and the mirror's run (`hf_fifo` / `hf_prefill_first` timed by
 `[cost] step_table`). When these move to the shared layer, only this module's imports change.
 
@@ -16,17 +16,18 @@ from typing import Any, Protocol
 import numpy as np
 
 from infralab.errors import InputError
+from infralab.metrics.run_metrics import distribution, request_metrics
 from infralab.real.load_generator import ReplayRequest
 from infralab.real.model_shape import ModelShape
 from infralab.real.step_trace import StepRecord
 from infralab.sim.calibration import load_calibration
 from infralab.sim.cluster import simulate
-from infralab.sim.config import SyntheticWorkload, TraceWorkload, WorkloadSpec, config_from_doc
-from infralab.sim.metrics import distribution, request_metrics
+from infralab.sim.config import config_from_doc
 from infralab.sim.specs import load_model
 from infralab.sim.step_table_cost import PREPARE_KERNEL, STEP_KERNEL, run_step_table_cost
-from infralab.sim.workloads.build import build_workload
-from infralab.sim.workloads.request import Request
+from infralab.workload.build import build_workload
+from infralab.workload.request import Request
+from infralab.workload.schema import SyntheticWorkload, TraceWorkload, WorkloadSpec
 
 __all__ = ["SyntheticWorkload", "TraceWorkload", "WorkloadSpec", "build_requests", "host_per_step_s",
            "latency_samples", "latency_stats", "simulate_mirror", "steps_vs_profile"]
@@ -54,7 +55,7 @@ def build_requests(spec: Any, base_dir: Path, seed: int, context_length: int) ->
 
 def latency_samples(requests: Sequence[FinishedRequest]) -> dict[str, np.ndarray]:
     """Per request TTFT, TPOT (requests of 2+ tokens) and E2E, and every inter-token gap pooled
-    (ITL), as `sim.metrics` defines them (seconds)."""
+    (ITL), as `infralab.metrics.run_metrics` defines them (seconds)."""
     per_request = [request_metrics(r) for r in requests]  # type: ignore[arg-type]
     gaps = [np.diff(np.fromiter(r.token_times_s, dtype=float)) for r in requests]
     return {"ttft": np.array([m.ttft_s for m in per_request]),
@@ -64,7 +65,7 @@ def latency_samples(requests: Sequence[FinishedRequest]) -> dict[str, np.ndarray
 
 
 def latency_stats(requests: Sequence[FinishedRequest]) -> dict[str, dict[str, float]]:
-    """metric -> {"mean", "p50", "p90"} (seconds; numpy's linear percentiles, as `sim.metrics`)."""
+    """metric -> {"mean", "p50", "p90"} (seconds; numpy's linear percentiles, as `infralab.metrics.run_metrics`)."""
     out = {}
     for metric, values in latency_samples(requests).items():
         dist = distribution(values, (50.0, 90.0))

@@ -139,6 +139,10 @@ def run_test(
         verdict = final.verdict
         if len(decided) > 1 and decided[0].verdict != final.verdict:
             extra.append(_disagreement(decided[0], final))
+        if ran[-1] is not decided[0] and hyp.kind == "cluster":  # did the real engine see the predicted effect?
+            from infralab.agent.real_agreement import agreement_findings
+
+            extra += agreement_findings(decided[0], ran[-1], [arm.name for arm in hyp.arms], hyp.metrics)
     else:
         final = None
         order = (PARTIAL, INCONCLUSIVE, UNMEASURED)

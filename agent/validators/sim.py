@@ -35,15 +35,15 @@ from infralab.agent.validators.base import Declaration, Measurement, sample_keys
 from infralab.config_io import STRICT
 from infralab.errors import InputError
 from infralab.field_types import MAX_REQUESTS, MAX_SPAN_S, Int, Number
-from infralab.sim.records import RunRecord
-from infralab.sim.summary import Metric, ResourceStats, RunSummary, metric_names
+from infralab.metrics.records import RunRecord
+from infralab.metrics.summary import Metric, ResourceStats, RunSummary, metric_names
 
 if TYPE_CHECKING:
     from infralab.agent.sim_pool import Execution
 
 NAME = "sim"
 CLUSTER = "cluster"
-# What a `cluster` arm measures: flat metric names of the run summary (infralab.sim.summary).
+# What a `cluster` arm measures: flat metric names of the run summary (infralab.metrics.summary).
 CLUSTER_METRICS = metric_names(
     "goodput",
     "goodput_per_instance",
@@ -60,6 +60,9 @@ CLUSTER_METRICS = metric_names(
     "max_link_busy",
     "instances",
 )
+# Mean latencies, measured only for hypotheses that name them (so that the arms' tables of the
+# others stay as they were): the real engine's confirmation of a mean is judged on these.
+MEAN_METRICS = metric_names("ttft_mean_s", "tpot_mean_s")
 
 
 WindowSeconds = Number(ge=0.0, le=MAX_SPAN_S)
@@ -93,7 +96,7 @@ def check_cluster_setup(hyp: Hypothesis, setup: ClusterSetup, where: Any) -> Non
 DECLARATIONS = (
     host.declaration(host.SIM_METRICS),
     # Cluster knobs are dotted paths into the config (any of them): the check applies each arm's.
-    Declaration(CLUSTER, CLUSTER_METRICS, None, ClusterSetup, check=check_cluster_setup),
+    Declaration(CLUSTER, CLUSTER_METRICS + MEAN_METRICS, None, ClusterSetup, check=check_cluster_setup),
 )
 
 
@@ -154,9 +157,10 @@ def measure_cluster(hyp: Hypothesis, setup: ClusterSetup, workdir: Path | None, 
                                           result.details["requests_csv"], Path(source), resolved[(arm_name, seed)]))
     samples, findings, rows = {}, [], []
     for arm in hyp.arms:
-        samples[arm.name] = [cluster_metrics(by_key[(arm.name, seed)].metrics) for seed, _ in sample_keys(hyp)]
+        samples[arm.name] = [cluster_metrics(by_key[(arm.name, seed)].metrics, hyp.metrics)
+                             for seed, _ in sample_keys(hyp)]
         first = by_key[(arm.name, seeds[0])]
-        metrics = cluster_metrics(first.metrics)
+        metrics = cluster_metrics(first.metrics, hyp.metrics)
         own = tuple(f for f in files if f == f"summaries/{arm.name}-seed{seeds[0]}.json")
         findings += [dataclasses.replace(f, evidence=dataclasses.replace(f.evidence, files=own))
                      for f in _cluster_findings(arm, metrics, first.details)]
@@ -166,10 +170,10 @@ def measure_cluster(hyp: Hypothesis, setup: ClusterSetup, workdir: Path | None, 
                        notes=(note,))
 
 
-def cluster_metrics(flat: Mapping[str, Metric]) -> dict[str, Metric]:
+def cluster_metrics(flat: Mapping[str, Metric], wanted: tuple[str, ...] = ()) -> dict[str, Metric]:
     """CLUSTER_METRICS of a run, from its flat metrics (`RunSummary.flat_metrics` with the
-    config's instance count)."""
-    return {name: flat[name] for name in CLUSTER_METRICS}
+    config's instance count), and those of MEAN_METRICS that `wanted` (a hypothesis's metrics) names."""
+    return {name: flat[name] for name in CLUSTER_METRICS + tuple(m for m in MEAN_METRICS if m in wanted)}
 
 
 def _nan_none(x: float) -> float | None:
@@ -179,7 +183,7 @@ def _nan_none(x: float) -> float | None:
 def cluster_details(run: RunRecord, summary: RunSummary) -> dict[str, Any]:
     """The busiest instance and link, and the worst-TTFT request with its phases (seconds).
     Runs in the pool's worker (`run`: the RunRecord, `summary`: its RunSummary)."""
-    from infralab.sim.metrics import is_finished, queue_phase_s
+    from infralab.metrics.run_metrics import is_finished, queue_phase_s
 
     def busiest(table: Mapping[str, ResourceStats]) -> dict[str, Any] | None:
         if not table:
@@ -208,7 +212,7 @@ def cluster_details_and_requests(run: RunRecord, summary: RunSummary) -> dict[st
     that the parent writes the run folder whatever machine the job ran on."""
     import tempfile
 
-    from infralab.sim.run import write_requests_csv
+    from infralab.metrics.requests_csv import write_requests_csv
 
     with tempfile.TemporaryDirectory(prefix="infralab-requests-") as folder:
         path = Path(folder) / "requests.csv"

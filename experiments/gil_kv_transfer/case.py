@@ -28,11 +28,11 @@ from infralab.agent.acceptance import evaluate, parse_criterion
 from infralab.config_io import STRICT, load_toml, validate
 from infralab.errors import InputError
 from infralab.field_types import Int
+from infralab.metrics.records import RunRecord
+from infralab.metrics.timeline import save_trace
 from infralab.results import atomic_output_dir, dump_json
 from infralab.sim.host import attribution
 from infralab.sim.host.scenario import CaseSetup, HostProfile, Scenario, build, run
-from infralab.sim.records import RunRecord
-from infralab.sim.timeline import save_trace
 
 # Strict, bounded integers (no `true` for 1); bounds far above any probe schedule this machine runs.
 PositiveInt = Int(gt=0, le=1_000_000)

@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from infralab.agent.studies import load_hook
+from infralab.metrics.records import Interval, RunRecord
+from infralab.metrics.timeline import save_trace
 from infralab.sim.host import attribution
 from infralab.sim.host.gil import GilParams
 from infralab.sim.host.host_schedule import HostSchedule, run_host_schedule
 from infralab.sim.host.overlap import op_of
-from infralab.sim.records import Interval, RunRecord
-from infralab.sim.timeline import save_trace
 
 _case = load_hook(Path(__file__).with_name("case.py"))
 MODES, ProbeConfig = _case.MODES, _case.ProbeConfig

@@ -17,8 +17,8 @@ from typing import Any
 
 from infralab.agent.explain import explain
 from infralab.agent.run_dir import LoadedRun
+from infralab.metrics.timeline import save_trace
 from infralab.sim.host.scenario import build, run
-from infralab.sim.timeline import save_trace
 
 
 def explain_worst(exp, scenario, holds: bool, label: str, timeline_dir: Path | None) -> dict[str, Any]:

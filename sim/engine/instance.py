@@ -33,6 +33,7 @@ import math
 from collections.abc import Callable
 import simpy
 
+from infralab.metrics.records import CounterSample, CounterSeries, Interval, IntervalLog, RunRecord
 from infralab.sim.config import EngineConfig
 from infralab.sim.engine.hf_scheduler import HF_SCHEDULERS
 from infralab.sim.engine.reference_scheduler import ReferenceScheduler
@@ -40,7 +41,6 @@ from infralab.sim.engine.request_state import Seq
 from infralab.sim.engine.scheduler import Scheduler
 from infralab.sim.engine.step import StepPlan, StepResult
 from infralab.sim.protocols import SchedulerPolicy, ServedRequest, StepCostModel, StepListener
-from infralab.sim.records import CounterSample, CounterSeries, Interval, IntervalLog, RunRecord
 
 COUNTERS = ("waiting", "running", "kv_used_blocks", "kv_cached_blocks")
 # Longest run of decode-only steps timed with one SimPy event (bounds the cost evaluations wasted

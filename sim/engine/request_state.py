@@ -6,8 +6,8 @@ all sharing its `RequestRecord`. Token counts are in tokens; steps are the insta
 
 from __future__ import annotations
 
+from infralab.metrics.records import RequestRecord
 from infralab.sim.protocols import ServedRequest
-from infralab.sim.records import RequestRecord
 
 
 class Seq:

@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from infralab.metrics.records import Interval
 from infralab.sim.host.overlap import intersection, op_of, overlap_fraction, spans, total
 from infralab.sim.host.thread import GIL_WAIT, NATIVE_HOLD, NATIVE_RELEASE, PYTHON
-from infralab.sim.records import Interval
 
 MAIN_TRACK, TRANSFER_TRACK = "thread/main", "thread/kv-transfer"
 COMM_OPS = ("dispatch", "combine")

@@ -19,11 +19,11 @@ from typing import Literal
 
 import simpy
 
+from infralab.metrics.records import RunRecord
+from infralab.random_streams import stream
 from infralab.sim.host.cpu import Cpu
 from infralab.sim.host.gil import Gil, GilParams
 from infralab.sim.host.thread import HostThread
-from infralab.sim.random_streams import stream
-from infralab.sim.records import RunRecord
 
 
 @dataclass(frozen=True)

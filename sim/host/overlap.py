@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from infralab.sim.records import Interval
+from infralab.metrics.records import Interval
 
 Span = tuple[float, float]
 

@@ -32,6 +32,7 @@ from pydantic.dataclasses import dataclass
 
 from infralab.config_io import STRICT
 from infralab.errors import InputError
+from infralab.metrics.records import Interval, RunRecord
 from infralab.sim.config import CostConfig
 from infralab.sim.cost_model import CostModel, StepWork
 from infralab.sim.host.cpu import Cpu
@@ -49,7 +50,6 @@ from infralab.sim.host.moe_prefill import (
 from infralab.sim.host.streams import Stream
 from infralab.sim.host.thread import HostThread
 from infralab.sim.link import Link
-from infralab.sim.records import Interval, RunRecord
 from infralab.sim.specs import LinkSpec, load_accelerator, load_link, load_model
 
 PositiveInt = Annotated[int, Field(gt=0)]

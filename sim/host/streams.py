@@ -14,8 +14,8 @@ from typing import Union
 
 import simpy
 
+from infralab.metrics.records import Interval
 from infralab.sim.host.thread import HostThread, Segment
-from infralab.sim.records import Interval
 
 # A kernel's duration in seconds, or a callable that starts the work and returns its completion
 # event (e.g. `lambda: link.transfer(nbytes)` for communication whose time depends on sharing).

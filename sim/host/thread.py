@@ -25,9 +25,9 @@ from typing import Any
 
 import simpy
 
+from infralab.metrics.records import Interval
 from infralab.sim.host.cpu import Cpu
 from infralab.sim.host.gil import Gil
-from infralab.sim.records import Interval
 
 PYTHON = "python"
 NATIVE_HOLD = "native-hold-gil"

@@ -12,19 +12,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infralab.cli import dispatch, parse
 from infralab.agent.explain import PHASES, explain, gil_waits, request_phases
 from infralab.agent.interval_sets import parse_selector
 from infralab.agent.run_dir import LoadedRun, load_run
+from infralab.cli import dispatch, parse
 from infralab.errors import InputError
-from infralab.sim.records import Interval, RequestRecord, RunRecord
-from infralab.sim.timeline import save_trace
+from infralab.metrics.records import Interval, RequestRecord, RunRecord
+from infralab.metrics.timeline import save_trace
 
+from infralab.metrics.requests_csv import write_requests_csv
+from infralab.metrics.run_metrics import queue_phase_s, summarize
+from infralab.metrics.schema import SLOConfig
+from infralab.metrics.summary import RunSummary
 from infralab.results import dump_json
-from infralab.sim.config import SLOConfig
-from infralab.sim.metrics import queue_phase_s, summarize
-from infralab.sim.summary import RunSummary
-from infralab.sim.run import write_requests_csv
 
 ROOT = Path(__file__).resolve().parents[2]
 

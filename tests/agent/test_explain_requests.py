@@ -14,11 +14,11 @@ from infralab.agent.explain import REQUEST_METRICS, explain
 from infralab.agent.explain_text import format_text, table
 from infralab.agent.run_dir import load_run
 from infralab.cli import main
+from infralab.metrics.records import RequestRecord, RunRecord
+from infralab.metrics.requests_csv import write_requests_csv
+from infralab.metrics.run_metrics import summarize
+from infralab.metrics.schema import SLOConfig
 from infralab.results import dump_json
-from infralab.sim.config import SLOConfig
-from infralab.sim.metrics import summarize
-from infralab.sim.records import RequestRecord, RunRecord
-from infralab.sim.run import write_requests_csv
 
 
 def hand_run(r0_finish_s: float = 3.0) -> RunRecord:

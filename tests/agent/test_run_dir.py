@@ -11,12 +11,12 @@ import pytest
 
 from infralab.agent.run_dir import SIM_RUN_FILES, load_run
 from infralab.errors import InputError
+from infralab.metrics.records import CounterSample, Interval, RequestRecord, RunRecord
+from infralab.metrics.requests_csv import write_requests_csv
+from infralab.metrics.run_metrics import summarize
+from infralab.metrics.schema import SLOConfig
+from infralab.metrics.timeline import save_trace
 from infralab.results import dump_json
-from infralab.sim.config import SLOConfig
-from infralab.sim.metrics import summarize
-from infralab.sim.records import CounterSample, Interval, RequestRecord, RunRecord
-from infralab.sim.run import write_requests_csv
-from infralab.sim.timeline import save_trace
 
 
 def write_run_folder(folder: Path, run: RunRecord) -> Path:

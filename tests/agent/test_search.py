@@ -222,7 +222,7 @@ def test_search_and_cluster_validator_give_the_same_numbers(tmp_path):
 
 
 def test_search_metric_names_are_flat_summary_names():
-    from infralab.sim.summary import ALL_METRIC_NAMES
+    from infralab.metrics.summary import ALL_METRIC_NAMES
 
     assert set(METRICS) <= set(ALL_METRIC_NAMES)
 

@@ -8,10 +8,10 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from infralab.metrics.records import Interval
 from infralab.sim.host.cpu import Cpu
 from infralab.sim.host.gil import Gil, GilParams
 from infralab.sim.host.thread import HostThread
-from infralab.sim.records import Interval
 
 MS = 1e-3
 

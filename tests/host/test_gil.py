@@ -7,9 +7,9 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from infralab.metrics.records import Interval
 from infralab.sim.host.gil import Gil, GilParams
 from infralab.sim.host.thread import GIL_WAIT, NATIVE_HOLD, NATIVE_RELEASE, PYTHON, HostThread
-from infralab.sim.records import Interval
 
 MS = 1e-3
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from infralab.metrics.records import Interval
 from infralab.sim.host.overlap import intersection, merge, op_of, overlap_fraction, spans, total
-from infralab.sim.records import Interval
 
 
 def test_merge_joins_touching_and_overlapping_spans() -> None:

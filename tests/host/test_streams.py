@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import simpy
 
+from infralab.metrics.records import Interval
 from infralab.sim.host.gil import Gil, GilParams
 from infralab.sim.host.streams import Stream, launch, synchronize
 from infralab.sim.host.thread import NATIVE_RELEASE, HostThread
-from infralab.sim.records import Interval
 
 US = 1e-6
 

@@ -83,12 +83,12 @@ def test_the_fingerprint_brackets_the_replay(replayed: Replay) -> None:
 def test_a_request_longer_than_the_cache_is_refused_by_name(engine: RealEngine, workload: Workload) -> None:
     too_long = ReplayRequest(id=5, arrival_s=0.0, prompt_tokens=engine.cache_tokens, output_tokens=1)
     with pytest.raises(InputError, match=r"request 1 \(id 5\).*tokens of context"):
-        check_replayable([workload[0], too_long], engine)
+        check_replayable([workload[0], too_long], engine.shape.context_length, engine.cache_tokens)
 
 
 def test_repeated_ids_are_refused(engine: RealEngine, workload: Workload) -> None:
     with pytest.raises(InputError, match="repeats an id"):
-        check_replayable([workload[0], workload[0]], engine)
+        check_replayable([workload[0], workload[0]], engine.shape.context_length, engine.cache_tokens)
 
 
 @settings(max_examples=30, deadline=None)

@@ -21,6 +21,7 @@ pytest.importorskip("transformers", reason="the real engine needs transformers (
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from infralab.metrics.records import RequestRecord  # noqa: E402
 from infralab.real.engine import EngineSettings, RealEngine  # noqa: E402
 from infralab.real.load_generator import ReplayRequest  # noqa: E402
 from infralab.real.model_shape import TINY  # noqa: E402
@@ -29,8 +30,7 @@ from infralab.sim.cluster import simulate  # noqa: E402
 from infralab.sim.config import config_from_doc  # noqa: E402
 from infralab.sim.engine.hf_scheduler import HFScheduler  # noqa: E402
 from infralab.sim.engine.request_state import Seq  # noqa: E402
-from infralab.sim.records import RequestRecord  # noqa: E402
-from infralab.sim.workloads.request import Request  # noqa: E402
+from infralab.workload.request import Request  # noqa: E402
 
 Row = tuple[int, int, int, bool]  # request id, query tokens, past tokens, samples
 

@@ -10,7 +10,7 @@ from infralab.sim.cluster import simulate
 from infralab.sim.config import ClusterConfig, CostConfig, HardwareConfig, SimConfig, TransferConfig
 from infralab.sim.cost_model import CostModel, StepWork
 from infralab.sim.specs import LinkSpec, load_accelerator, load_link, load_model
-from infralab.sim.workloads.request import Request
+from infralab.workload.request import Request
 
 COST = CostModel(load_model("llama-3-8b"), load_accelerator("H100"), CostConfig())
 LINK = LinkSpec(name="test-rdma", bandwidth=50e9, latency=20e-6)

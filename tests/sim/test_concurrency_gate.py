@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from infralab.errors import InputError
+from infralab.metrics.records import RequestRecord
 from infralab.sim.config import config_from_doc
-from infralab.sim.records import RequestRecord
 from infralab.sim.run import simulate_config
 
 CONFIG = """\

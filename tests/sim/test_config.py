@@ -9,7 +9,8 @@ import pytest
 
 from infralab.cli import main
 from infralab.errors import InputError
-from infralab.sim.config import SimConfig, SyntheticWorkload, TraceWorkload, load_config
+from infralab.sim.config import SimConfig, load_config
+from infralab.workload.schema import SyntheticWorkload, TraceWorkload
 
 VALID = """\
 model = "llama-3-8b"

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infralab.sim import pooled_stats
-from infralab.sim.metrics import counter_stats
-from infralab.sim.records import CounterSample, CounterSeries, ResourceTally
-from infralab.sim.summary import CounterStats
+from infralab.metrics.run_metrics import counter_stats
+from infralab.metrics.records import CounterSample, CounterSeries, ResourceTally
+from infralab.metrics.summary import CounterStats
 
 
 def plain_counter_stats(times, values, lo: float, hi: float) -> CounterStats:

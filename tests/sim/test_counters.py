@@ -16,13 +16,14 @@ import numpy as np
 import pytest
 from support.sim_fakes import FakeCost, sim_config
 
+from infralab.metrics.run_metrics import summarize
+from infralab.metrics.schema import SLOConfig
+from infralab.random_streams import stream
 from infralab.sim.cluster import simulate
-from infralab.sim.config import ClusterConfig, EngineConfig, SLOConfig, TransferConfig
+from infralab.sim.config import ClusterConfig, EngineConfig, TransferConfig
 from infralab.sim.cost_model import CostConfig, CostModel, StepWork
-from infralab.sim.metrics import summarize
-from infralab.sim.random_streams import stream
 from infralab.sim.specs import LinkSpec, load_accelerator, load_model
-from infralab.sim.workloads.request import Request
+from infralab.workload.request import Request
 
 COST = CostModel(load_model("llama-3-8b"), load_accelerator("H100"), CostConfig())
 ROUNDING = 1e-9

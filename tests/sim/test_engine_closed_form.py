@@ -11,7 +11,7 @@ from infralab.sim.cluster import simulate
 from infralab.sim.config import CostConfig, EngineConfig, HostOverheadConfig
 from infralab.sim.cost_model import CostModel, StepWork
 from infralab.sim.specs import load_accelerator, load_model
-from infralab.sim.workloads.request import Request
+from infralab.workload.request import Request
 
 HOST = HostOverheadConfig(per_step_s=2e-4, per_request_s=1e-5, per_output_token_s=3e-6)
 COST = CostModel(load_model("llama-3-8b"), load_accelerator("H100"), CostConfig(host=HOST))

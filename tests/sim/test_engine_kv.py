@@ -11,7 +11,7 @@ from infralab.errors import InputError
 from infralab.sim.cluster import simulate
 from infralab.sim.config import ClusterConfig, EngineConfig, SimConfig
 from infralab.sim.engine.prefix_cache import PrefixCache
-from infralab.sim.workloads.request import Request
+from infralab.workload.request import Request
 
 
 def config(router: str = "round_robin", instances: int = 1, **engine: object) -> SimConfig:

@@ -17,15 +17,15 @@ from support.sim_scenarios import fake_cost
 
 import infralab.sim.engine.instance as instance_module
 
+from infralab.metrics.records import RequestRecord
 from infralab.sim.cluster import simulate
 from infralab.sim.config import ClusterConfig, EngineConfig, TransferConfig
 from infralab.sim.engine.kv_blocks import state_snapshot_blocks
 from infralab.sim.engine.reference_scheduler import ReferenceScheduler
 from infralab.sim.engine.request_state import Seq
 from infralab.sim.engine.scheduler import Scheduler
-from infralab.sim.records import RequestRecord
 from infralab.sim.specs import LinkSpec
-from infralab.sim.workloads.request import Request
+from infralab.workload.request import Request
 
 LINK = LinkSpec(name="test", bandwidth=1e9, latency=1e-4)
 

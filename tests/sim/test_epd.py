@@ -27,7 +27,7 @@ from infralab.sim.encoder_cost import EncoderCost
 from infralab.sim.pool_hardware import ClusterPools, cluster_accelerators
 from infralab.sim.run import run_config_file
 from infralab.sim.specs import LinkSpec, load_accelerator, load_encoder, load_link, load_model
-from infralab.sim.workloads.request import Request
+from infralab.workload.request import Request
 
 ENCODER = load_encoder("clip-vit-l-14-336")
 H100 = load_accelerator("H100")

@@ -10,8 +10,8 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from infralab.metrics.records import CounterSample, Interval, RunRecord
 from infralab.sim.link import Link
-from infralab.sim.records import CounterSample, Interval, RunRecord
 
 try:  # the real spec once it lands; Link only reads .name/.bandwidth/.latency
     from infralab.sim.specs import LinkSpec

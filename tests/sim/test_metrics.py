@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infralab.errors import InputError
-from infralab.sim.config import SLOConfig
-from infralab.sim.metrics import (
+from infralab.metrics.records import CounterSample, Interval, RequestRecord, RunRecord, TokenTimes, is_busy_interval
+from infralab.metrics.run_metrics import (
     busy_time_s,
     counter_stats,
     distribution,
@@ -25,8 +25,8 @@ from infralab.sim.metrics import (
     saturation,
     summarize,
 )
-from infralab.sim.records import CounterSample, Interval, RequestRecord, RunRecord, TokenTimes, is_busy_interval
-from infralab.sim.summary import (
+from infralab.metrics.schema import SLOConfig
+from infralab.metrics.summary import (
     ACCELERATOR_METRIC_NAMES,
     INSTANCE_METRIC_NAMES,
     METRIC_NAMES,

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infralab.cli import main
-from infralab.sim.records import Interval, ResourceTally
+from infralab.metrics.records import Interval, ResourceTally
 
 CONFIG = """\
 model = "llama-3-8b"

@@ -7,12 +7,13 @@ from __future__ import annotations
 import numpy as np
 from support.sim_fakes import FakeCost, sim_config
 
+from infralab.metrics.run_metrics import queue_phase_s, saturation, summarize
+from infralab.metrics.schema import SLOConfig
+from infralab.random_streams import stream
 from infralab.sim.cluster import simulate
-from infralab.sim.config import ClusterConfig, EngineConfig, SLOConfig, TransferConfig
-from infralab.sim.metrics import queue_phase_s, saturation, summarize
-from infralab.sim.random_streams import stream
+from infralab.sim.config import ClusterConfig, EngineConfig, TransferConfig
 from infralab.sim.specs import LinkSpec
-from infralab.sim.workloads.request import Request
+from infralab.workload.request import Request
 
 COST = FakeCost(10**6, per_step_s=1e-3, per_prefill_token_s=1e-6, per_decode_seq_s=1e-4)
 LINK = LinkSpec(name="fast", bandwidth=100e9, latency=1e-5)

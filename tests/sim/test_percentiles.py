@@ -15,10 +15,11 @@ from hypothesis import strategies as st
 
 from infralab.cli import main
 from infralab.errors import InputError
-from infralab.sim.config import SLOConfig, load_config
-from infralab.sim.metrics import distribution, print_summary, summarize
-from infralab.sim.records import RequestRecord, RunRecord
-from infralab.sim.summary import PERCENTILES, Distribution, RunSummary
+from infralab.metrics.records import RequestRecord, RunRecord
+from infralab.metrics.run_metrics import distribution, print_summary, summarize
+from infralab.metrics.schema import SLOConfig
+from infralab.metrics.summary import PERCENTILES, Distribution, RunSummary
+from infralab.sim.config import load_config
 
 CONFIG = """\
 model = "llama-3-8b"

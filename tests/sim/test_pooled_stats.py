@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infralab.sim import pooled_stats
-from infralab.sim.pooled_stats import PooledSample, weighted
-from infralab.sim.summary import PERCENTILES
+from infralab.metrics import pooled_stats
+from infralab.metrics.pooled_stats import PooledSample, weighted
+from infralab.metrics.summary import PERCENTILES
 
 
 def sample_of(x: np.ndarray, parts: int = 3) -> PooledSample:

@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 from support.sim_fakes import sim_config
 
+from infralab.random_streams import stream
 from infralab.sim.cluster import simulate
 from infralab.sim.config import CostConfig, EngineConfig
 from infralab.sim.cost_model import CostModel, StepWork
-from infralab.sim.random_streams import stream
 from infralab.sim.specs import load_accelerator, load_model
-from infralab.sim.workloads.request import Request
+from infralab.workload.request import Request
 
 COST = CostModel(load_model("llama-3-8b"), load_accelerator("H100"), CostConfig())
 CONFIG = sim_config(engine=EngineConfig(max_num_seqs=1, max_batched_tokens=4096, prefix_cache=False))

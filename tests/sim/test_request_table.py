@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infralab.sim.workloads import Request, RequestTable
+from infralab.workload import Request, RequestTable
 
 hashes = st.lists(st.integers(-(2**63), 2**63 - 1), max_size=3).map(tuple)
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from infralab.cli import main
+from infralab.metrics.records import CounterSample, Interval, RequestRecord, RunRecord
+from infralab.metrics.summary import RunSummary
 from infralab.results import MARKER, dump_json
 from infralab.sim import run as sim_run
 from infralab.sim.config import looks_like_path, resolve_path
-from infralab.sim.records import CounterSample, Interval, RequestRecord, RunRecord
-from infralab.sim.summary import RunSummary
 
 TINY = """\
 model = "llama-3-8b"
@@ -238,8 +238,9 @@ def test_a_spec_file_without_a_separator_is_read_as_a_file(tmp_path):
 
 def test_trace_format_names_are_one_tuple():
     from infralab.errors import InputError
-    from infralab.sim import config, workloads
-    from infralab.sim.workloads.traces import parse_trace
+    from infralab import workload as workloads
+    from infralab.workload import schema as config
+    from infralab.workload.traces import parse_trace
 
     assert workloads.TRACE_FORMATS is config.TRACE_FORMATS == ("mooncake", "azure", "vidur")
     with pytest.raises(InputError) as err:

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infralab.sim.records import CounterSample, Interval, RunRecord
-from infralab.sim.timeline import assign_lanes, save_trace, write_trace
+from infralab.metrics.records import CounterSample, Interval, RunRecord
+from infralab.metrics.timeline import assign_lanes, save_trace, write_trace
 
 
 def sample_run() -> RunRecord:

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infralab.sim.records import Interval, RunRecord
+from infralab.metrics.records import Interval, RunRecord
+from infralab.metrics.timeline import load_exact, ns, partial_overlaps, write_trace
 from infralab.sim.run import run_config_file
-from infralab.sim.timeline import load_exact, ns, partial_overlaps, write_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "experiments" / "sim").glob("*.toml"))

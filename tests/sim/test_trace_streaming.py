@@ -10,8 +10,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infralab.sim.workloads import Request, read_trace
-from infralab.sim.workloads.traces import _window, text_lines
+from infralab.workload import Request, read_trace
+from infralab.workload.traces import _window, text_lines
 
 
 @settings(max_examples=300, deadline=None)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from infralab.errors import InputError
-from infralab.sim.workloads import Request, ZeroLengthWarning, read_trace, read_trace_column
+from infralab.workload import Request, ZeroLengthWarning, read_trace, read_trace_column
 
 # The shared traces live beside the checkout (../shared/data/traces); INFRALAB_TRACES overrides.
 _DEFAULT_TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "traces"

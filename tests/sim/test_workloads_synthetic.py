@@ -8,7 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infralab.errors import InputError
-from infralab.sim.config import (
+from infralab.random_streams import stream
+from infralab.workload import build_workload, gamma_arrivals, lognormal_lengths, poisson_arrivals
+from infralab.workload.schema import (
     EmpiricalLength,
     FixedLength,
     GammaArrivals,
@@ -18,8 +20,6 @@ from infralab.sim.config import (
     TraceWorkload,
     UniformLength,
 )
-from infralab.sim.random_streams import stream
-from infralab.sim.workloads import build_workload, gamma_arrivals, lognormal_lengths, poisson_arrivals
 
 
 def _synthetic(n=200, arrival=None, prompt=None, output=None):

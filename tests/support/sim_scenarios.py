@@ -10,7 +10,7 @@ from support.sim_fakes import FakeCost, sim_config
 
 from infralab.sim.config import ClusterConfig, EngineConfig, SimConfig, TransferConfig
 from infralab.sim.specs import LinkSpec
-from infralab.sim.workloads.request import Request
+from infralab.workload.request import Request
 
 LINK = LinkSpec(name="test", bandwidth=1e6, latency=1e-4)
 

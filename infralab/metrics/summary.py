@@ -1,5 +1,5 @@
 """A run's summary as typed values, its JSON form (summary.json) and its one flattening into metric
-names. `infralab.sim.metrics.summarize` computes it from a run's records.
+names. `infralab.metrics.run_metrics.summarize` computes it from a run's records.
 
 Metric names (`RunSummary.flat_metrics`), the one scheme that `infralab search`, the `cluster`
 validator, `infralab explain` and the reports use:
@@ -182,7 +182,7 @@ class ResourceStats:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Saturation:
-    """The saturation verdict (`infralab.sim.metrics.saturation`): slope in s/s; the head and
+    """The saturation verdict (`infralab.metrics.run_metrics.saturation`): slope in s/s; the head and
     tail mean delays (seconds) are None when there were too few requests to judge."""
 
     saturated: bool
@@ -250,7 +250,7 @@ class RunSummary:
     simulated_end_s: float
     run: Mapping[str, Any] | None = None
     # What trace.json holds (events_total, events_written, max_events, truncated,
-    # truncated_after_s: `infralab.sim.timeline.write_trace`'s counts); None when none was written.
+    # truncated_after_s: `infralab.metrics.timeline.write_trace`'s counts); None when none was written.
     timeline: Mapping[str, Any] | None = None
     # KV capacity of one instance, {"kv_blocks", "block_size", "kv_tokens"}, when the caller knows it
     kv_cache: Mapping[str, int] | None = None

@@ -284,7 +284,7 @@ class EarliestEvents:
     by time), shared by its IntervalLog and CounterLog, and how many there were.
 
     The timeline writes at most `limit` events: those before the time of the (limit + 1)-th
-    earliest (`infralab.sim.timeline`). Any limit + 1 earliest events give that time and hold every
+    earliest (`infralab.metrics.timeline`). Any limit + 1 earliest events give that time and hold every
     event before it, so the rest need not be kept. Events come nearly in time order, so once
     `limit` + 1 are held a later one is refused at the cost of one comparison."""
 

@@ -40,8 +40,8 @@ import numpy as np
 from infralab.errors import InputError
 from infralab.field_types import MAX_TOKENS
 from infralab.input_files import read_text
-from infralab.sim.config import TRACE_FORMATS, TraceFormat
-from infralab.sim.workloads.request_table import RequestTable
+from infralab.workload.request_table import RequestTable
+from infralab.workload.schema import TRACE_FORMATS, TraceFormat
 
 
 # Mooncake's hash_ids each cover this many prompt tokens.

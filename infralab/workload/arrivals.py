@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from infralab.sim.config import GammaArrivals, PoissonArrivals
+from infralab.workload.schema import GammaArrivals, PoissonArrivals
 
 
 def poisson_arrivals(rate: float, n: int, rng: np.random.Generator) -> np.ndarray:

@@ -6,12 +6,13 @@ from array import array
 from pathlib import Path
 
 from infralab.errors import InputError
-from infralab.sim.config import SyntheticWorkload, TraceWorkload, resolve_path
-from infralab.sim.random_streams import stream
-from infralab.sim.workloads.arrivals import arrival_times
-from infralab.sim.workloads.lengths import sample_lengths
-from infralab.sim.workloads.request_table import RequestTable
-from infralab.sim.workloads.traces import read_trace
+from infralab.locations import resolve_path
+from infralab.random_streams import stream
+from infralab.workload.arrivals import arrival_times
+from infralab.workload.lengths import sample_lengths
+from infralab.workload.request_table import RequestTable
+from infralab.workload.schema import SyntheticWorkload, TraceWorkload
+from infralab.workload.traces import read_trace
 
 
 def build_workload(

@@ -16,7 +16,7 @@ of all its intervals) over the duration window, bytes moved per link, and the ti
 the maximum of every counter (e.g. "waiting", "running") per track.
 
 The saturation flag is described at `saturation`. `summarize` returns a typed `RunSummary`
-(infralab.sim.summary: its JSON form is summary.json, its `flat_metrics` the metric names that
+(infralab.metrics.summary: its JSON form is summary.json, its `flat_metrics` the metric names that
 search, the cluster validator and explain use).
 """
 
@@ -31,11 +31,11 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from infralab.sim import pooled_stats
-from infralab.sim.config import SLOConfig
-from infralab.sim.pooled_stats import PooledSample
-from infralab.sim.records import RequestRecord, RunRecord, token_time_pieces
-from infralab.sim.summary import (
+from infralab.metrics import pooled_stats
+from infralab.metrics.pooled_stats import PooledSample
+from infralab.metrics.records import RequestRecord, RunRecord, token_time_pieces
+from infralab.metrics.schema import SLOConfig
+from infralab.metrics.summary import (
     PERCENTILES,
     Backlog,
     CounterStats,
@@ -114,7 +114,7 @@ def distribution(values: np.ndarray, qs: Sequence[float] = PERCENTILES) -> Distr
 
 
 def pooled_distribution(sample: PooledSample, qs: Sequence[float] = PERCENTILES) -> Distribution:
-    """`distribution` of a sample given in pooled form (infralab.sim.pooled_stats): the same bits
+    """`distribution` of a sample given in pooled form (infralab.metrics.pooled_stats): the same bits
     as `distribution` of the expanded array, without holding it."""
     if sample.n == 0:
         return Distribution.empty(qs)
@@ -416,8 +416,9 @@ def _ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 1e3:.2f}"
 
 
-def print_summary(summary: RunSummary, file: TextIO = sys.stdout) -> None:
-    """Print the summary as a table laid out like `vllm bench serve`'s (latencies in ms)."""
+def print_summary(summary: RunSummary, file: TextIO = sys.stdout, title: str = "Simulated Serving Benchmark Result") -> None:
+    """Print the summary as a table laid out like `vllm bench serve`'s (latencies in ms) under
+    `title` (a real engine's run says so)."""
     width = 50
 
     def line(label: str, value: Any) -> None:
@@ -426,7 +427,7 @@ def print_summary(summary: RunSummary, file: TextIO = sys.stdout) -> None:
     def rule(title: str) -> None:
         print(f"{title:-^{width}}", file=file)
 
-    print(f"{' Simulated Serving Benchmark Result ':=^{width}}", file=file)
+    print(f"{' ' + title + ' ':=^{width}}", file=file)
     line("Successful requests:", summary.requests.completed)
     line("Total requests:", summary.requests.total)
     line("Benchmark duration (s):", f"{summary.duration_s:.2f}")

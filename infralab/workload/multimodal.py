@@ -18,9 +18,9 @@ from __future__ import annotations
 from array import array
 
 from infralab.errors import InputError
-from infralab.sim.epd_schema import MultimodalConfig
-from infralab.sim.random_streams import stream
-from infralab.sim.workloads.request_table import RequestTable
+from infralab.random_streams import stream
+from infralab.workload.request_table import RequestTable
+from infralab.workload.schema import MultimodalConfig
 
 STREAM = "workload.multimodal"
 

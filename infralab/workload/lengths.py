@@ -8,8 +8,9 @@ import numpy as np
 
 from infralab.errors import InputError
 from infralab.field_types import MAX_TOKENS
-from infralab.sim.config import EmpiricalLength, FixedLength, LogNormalLength, UniformLength, resolve_path
-from infralab.sim.workloads.traces import read_trace_column
+from infralab.locations import resolve_path
+from infralab.workload.schema import EmpiricalLength, FixedLength, LogNormalLength, UniformLength
+from infralab.workload.traces import read_trace_column
 
 LengthSpec = FixedLength | UniformLength | LogNormalLength | EmpiricalLength
 

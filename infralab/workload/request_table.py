@@ -14,7 +14,7 @@ from array import array
 from collections.abc import Iterator, Sequence
 from typing import overload
 
-from infralab.sim.workloads.request import Request
+from infralab.workload.request import Request
 
 
 class RequestTable(Sequence[Request]):

@@ -18,7 +18,7 @@ about 30 MB with the engine's per-step details). When a run has more, the timeli
 full picture of the run up to a cutoff time, and says so in the top-level "metadata".
 Events are written one per line straight to the file, without building the whole document. A run
 need not keep more than the earliest `max_events` + 1 events for this (`RunRecord.with_timeline`,
-`EarliestEvents` in infralab.sim.records): `infralab sim run` keeps no more.
+`EarliestEvents` in infralab.metrics.records): `infralab sim run` keeps no more.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from infralab.sim.records import CounterSample, Interval, RunRecord
+from infralab.metrics.records import CounterSample, Interval, RunRecord
 
 DEFAULT_MAX_EVENTS = 150_000
 # The counts of `write_trace`'s metadata that a run's summary records (RunSummary.timeline).
@@ -189,6 +189,7 @@ def write_trace(
             )
         written += len(mine)
 
+    # The simulator's tags (kept byte for byte); another producer overrides them through `metadata`.
     meta = {
         "generator": "infralab.sim.timeline",
         "time_unit": "microseconds of simulated time",
