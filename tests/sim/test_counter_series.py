@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infralab.sim import pooled_stats
+from infralab.metrics import pooled_stats
 from infralab.metrics.run_metrics import counter_stats
 from infralab.metrics.records import CounterSample, CounterSeries, ResourceTally
 from infralab.metrics.summary import CounterStats
