@@ -459,7 +459,7 @@ def check_config(cfg: SimConfig, source: str, base_dir: Path) -> None:
     if cfg.cost.vidur_profile is not None:
         _require_folder(cfg.cost.vidur_profile, base_dir, f"{source}: cost.vidur_profile", "Vidur profile")
     check_engine_mirror(cfg, source, base_dir)
-    check_epd_fields(cfg, source, lambda value, where: looks_like_path(value) and _require_file(
+    check_epd_fields(cfg, source, lambda value, where: looks_like_path(value) and require_file(
         value, base_dir, f"{source}: {where}", "spec TOML"))
     for where, value in (
         ("model", cfg.model),

@@ -161,8 +161,8 @@ def _workloads(study: FidelityStudy, shape: Shape, engine: RealEngine) -> tuple[
     context = min(study.model.context_length, engine.cache_tokens)
     evaluated = build_requests(shape.workload, study.base_dir, study.seed, context)
     drawn = _burst_candidates(study, shape, context, len(evaluated))
-    check_replayable(evaluated, engine, where)
-    check_replayable(drawn, engine, where)
+    check_replayable(evaluated, engine.shape.context_length, engine.cache_tokens, where)
+    check_replayable(drawn, engine.shape.context_length, engine.cache_tokens, where)
     if len(evaluated) < 2 or max(r.arrival_s for r in evaluated) <= 0:
         raise InputError(f"{where}.workload", f"{len(evaluated)} request(s), the last arriving at "
                          f"{max((r.arrival_s for r in evaluated), default=0.0)} s",
