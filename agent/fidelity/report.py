@@ -109,7 +109,7 @@ def markdown(doc: dict[str, Any]) -> str:
                              f"| {_ms(c['sim'])} | {_pct(c['error'])} {verdict}")
             lines.append(f"| {case['name']} | {LABELS[metric]} | " + " | ".join(cells) + f" | {speed} |")
     counts = doc["counts"]
-    lines += ["", "Verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + ".", ""]
+    lines += ["", "Verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + ".", "", *schedule_lines(doc), ""]
     if doc["failures"]:
         lines.append("Failing comparisons (the error beside the real runs' own spread, the coefficient of variation):")
         lines.append("")
@@ -120,6 +120,24 @@ def markdown(doc: dict[str, Any]) -> str:
                 lines.append(f"- {f['case']} {LABELS[f['metric']]} {f['stat']}: {f['verdict']}, error "
                              f"{_pct(f['error'])}, real spread {f['spread']:.1%}")
     return "\n".join(lines) + "\n"
+
+
+def schedule_lines(doc: dict[str, Any]) -> list[str]:
+    """What the replays' schedules say (`schedule_check`): how many real runs scheduled every step as
+    the mirror does for the same arrivals in steps, and the host time between steps that no step has."""
+    runs = [r for case in doc["cases"] for r in case["runs"] if r.get("schedule") is not None]
+    if not runs:
+        return []
+    same = sum(r["schedule"]["differing"] == 0 for r in runs)
+    gaps = [r["loop"]["busy_gap_s"] for r in runs if math.isfinite(r["loop"]["busy_gap_s"])]
+    wakes = [r["loop"]["wake_up_s"] for r in runs if math.isfinite(r["loop"]["wake_up_s"])]
+    line = (f"Schedule: in {same} of {len(runs)} real runs every step (query tokens, past tokens, sequences, "
+            f"sampling sequences) equals the mirror's for the same arrivals counted in steps.")
+    if gaps:
+        line += f" Between busy steps the loop spent {sum(gaps) / len(gaps) * 1e3:.3f} ms on average"
+        line += (f"; after an idle spell, {_ms(sum(wakes) / len(wakes))} ms went from a submission to its step "
+                 f"(mean over {len(wakes)} runs)." if wakes else ".")
+    return [line]
 
 
 VERDICT_MARK = {"met": "met", "missed": "MISSED", "in range": "in range", "out of range": "OUT"}

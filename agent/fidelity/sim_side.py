@@ -23,14 +23,16 @@ from infralab.real.step_trace import StepRecord
 from infralab.sim.calibration import load_calibration
 from infralab.sim.cluster import simulate
 from infralab.sim.config import config_from_doc
+from infralab.sim.engine.hf_scheduler import HFScheduler, MirroredSequence, schedule_in_steps
 from infralab.sim.specs import load_model
 from infralab.sim.step_table_cost import PREPARE_KERNEL, STEP_KERNEL, run_step_table_cost
 from infralab.workload.build import build_workload
 from infralab.workload.request import Request
 from infralab.workload.schema import SyntheticWorkload, TraceWorkload, WorkloadSpec
 
-__all__ = ["SyntheticWorkload", "TraceWorkload", "WorkloadSpec", "build_requests", "host_per_step_s",
-           "latency_samples", "latency_stats", "simulate_mirror", "steps_vs_profile"]
+__all__ = ["MirroredSequence", "SyntheticWorkload", "TraceWorkload", "WorkloadSpec", "build_requests",
+           "host_per_step_s", "latency_samples", "latency_stats", "mirror_policy", "schedule_in_steps",
+           "simulate_mirror", "steps_vs_profile"]
 
 MIRROR_SCHEDULERS = {"fifo": "hf_fifo", "prefill_first": "hf_prefill_first"}
 """The simulator's name of each engine scheduler (docs/fidelity.md)."""
@@ -103,6 +105,14 @@ def steps_vs_profile(profile_csv: Path, steps: Sequence[StepRecord], dtype: str,
 def _shape(step: StepRecord) -> dict[str, int]:
     batch = step.batch
     return {"q_tokens": batch.q_tokens, "kv_tokens": batch.kv_tokens, "seqs": batch.seqs}
+
+
+def mirror_policy(resolved: dict[str, Any]) -> HFScheduler:
+    """A fresh mirror scheduler of an engine whose settings resolved to `resolved` (`RealEngine.resolved()`)."""
+    return HFScheduler(max_num_seqs=resolved["max_requests_per_batch"], max_batched_tokens=resolved["max_batch_tokens"],
+                       block_size=resolved["page_size"], capacity_blocks=resolved["num_blocks"],
+                       prefill_first=resolved["scheduler"] == "PrefillFirstScheduler",
+                       safety_margin=resolved["safety_margin"])
 
 
 def mirror_config_doc(model: str, resolved: dict[str, Any], scheduler: str, profile_csv: Path,

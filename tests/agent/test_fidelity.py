@@ -161,6 +161,8 @@ def test_a_minimal_study_runs_end_to_end(tmp_path, capsys):
         replay = json.loads((out / run["file"]).read_text())
         assert len(replay["requests"]) == case["requests"] == 5
         assert replay["rate_scale"] == pytest.approx(case["rate_scale"])
+        # The engine scheduled every step as the mirror does for the same arrivals in steps.
+        assert run["schedule"]["differing"] == 0 and run["schedule"]["steps"] == len(replay["steps"])
     for metric in METRICS:
         for stat in STATS:
             c = case["comparison"][metric][stat]
