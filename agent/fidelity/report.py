@@ -137,7 +137,14 @@ def schedule_lines(doc: dict[str, Any]) -> list[str]:
         line += f" Between busy steps the loop spent {sum(gaps) / len(gaps) * 1e3:.3f} ms on average"
         line += (f"; after an idle spell, {_ms(sum(wakes) / len(wakes))} ms went from a submission to its step "
                  f"(mean over {len(wakes)} runs)." if wakes else ".")
-    return [line]
+    lines = [line, "", "Step speed by kind (the replays' own steps vs what the mirror charges for their shapes, "
+                       "mean over the runs; + = slower than calibrated): steps with prompt tokens / decode-only steps:"]
+    for case in doc["cases"]:
+        speeds = [r["steps_vs_profile"] for r in case["runs"] if r.get("error") is None and "prefill_step" in r["steps_vs_profile"]]
+        if speeds:
+            lines.append(f"- {case['name']}: {_pct(float(np.nanmean([v['prefill_step'] for v in speeds])))} / "
+                         f"{_pct(float(np.nanmean([v['decode_step'] for v in speeds])))}")
+    return lines
 
 
 VERDICT_MARK = {"met": "met", "missed": "MISSED", "in range": "in range", "out of range": "OUT"}
