@@ -223,7 +223,7 @@ def _run_shape(study: FidelityStudy, setting: Setting, shape: Shape, engine: Rea
     say(f"{setting.name}/{shape.name}: capacity burst of {len(burst)} requests ...")
     saturated = replay(engine, burst, seed=study.seed + 1)
     capacity = len(burst) / saturated.wall_s
-    host = host_per_step_s(profile_csv, saturated.steps, engine.settings.dtype)
+    host = host_per_step_s(profile_csv, saturated.steps, engine.settings.dtype, engine.settings.device)
     doc = mirror_config_doc(model, engine.resolved(), study.scheduler, profile_csv, host)
     natural = mean_rate(evaluated)
     cases = []
@@ -275,7 +275,8 @@ def _step_checks(result: Replay, profile_csv: Path, engine: RealEngine, host: fl
     """A replay's steps against what the mirror charges for their shapes (`steps_vs_profile`),
     against the mirror's own schedule for the same arrivals in steps (`schedule`), and the host
     time between them that the mirror has no step for (`loop`; `schedule_check`)."""
-    return {"steps_vs_profile": steps_vs_profile(profile_csv, result.steps, engine.settings.dtype, host),
+    return {"steps_vs_profile": steps_vs_profile(profile_csv, result.steps, engine.settings.dtype, host,
+                                                         engine.settings.device),
             "schedule": schedule_vs_mirror(mirror_policy(engine.resolved()), result.requests, result.steps),
             "loop": loop_gaps(result.requests, result.steps)}
 

@@ -75,18 +75,19 @@ def latency_stats(requests: Sequence[FinishedRequest]) -> dict[str, dict[str, fl
     return out
 
 
-def host_per_step_s(profile_csv: Path, steps: Sequence[StepRecord], dtype: str) -> float:
+def host_per_step_s(profile_csv: Path, steps: Sequence[StepRecord], dtype: str, device: str = "cpu") -> float:
     """Host seconds per step outside the forward and the profile's batch building (the scheduler,
     the update, Python), from observed steps: the mean of (step - forward - the table's prepare
     time at the step's shape), floored at 0. Steps whose shape was not observed are left out."""
     table = load_calibration(profile_csv)
     assert table is not None
-    extra = [step.host_s - table.lookup(PREPARE_KERNEL, dtype, "cpu", _shape(step), grid=True)
+    extra = [step.host_s - table.lookup(PREPARE_KERNEL, dtype, device, _shape(step), grid=True)
              for step in steps if not step.batch.missing]
     return max(0.0, sum(extra) / len(extra)) if extra else 0.0
 
 
-def steps_vs_profile(profile_csv: Path, steps: Sequence[StepRecord], dtype: str, host_per_step: float) -> dict[str, float]:
+def steps_vs_profile(profile_csv: Path, steps: Sequence[StepRecord], dtype: str, host_per_step: float,
+                     device: str = "cpu") -> dict[str, float]:
     """How a real run's own steps compare with what the mirror charges for steps of their shapes:
     {"forward": sum of real forwards / sum of the profile's `engine_step` times - 1, "step": sum of
     real step durations / sum of (profiled forward + prepare + `host_per_step`) - 1} (0.1 = the
@@ -100,7 +101,7 @@ def steps_vs_profile(profile_csv: Path, steps: Sequence[StepRecord], dtype: str,
     nan = math.nan
 
     def charged(step: StepRecord, kernel: str) -> float:
-        return table.lookup(kernel, dtype, "cpu", _shape(step), grid=True)
+        return table.lookup(kernel, dtype, device, _shape(step), grid=True)
 
     def ratio(kept: list[StepRecord]) -> float:
         cost = sum(charged(s, STEP_KERNEL) + charged(s, PREPARE_KERNEL) + host_per_step for s in kept)
