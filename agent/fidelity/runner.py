@@ -52,6 +52,7 @@ from infralab.errors import InputError
 from infralab.real.engine import RealEngine
 from infralab.real.fingerprint import Fingerprint, drift
 from infralab.real.load_generator import Replay, ReplayRequest, check_replayable, replay, warm_up
+from infralab.real.machine import check_fits_machine
 from infralab.real.profile import Profile, profile, write_profile
 from infralab.results import dump_json
 
@@ -105,6 +106,9 @@ def run_study(study: FidelityStudy, folder: Path, say: Say) -> StudyResult:
     started = time.perf_counter()
     load_before = os.getloadavg()
     model = model_for_sim(study.model, folder)
+    for setting in study.settings:  # a model too large, or "cuda" without a GPU: one line, before any build
+        check_fits_machine(study.model, setting.engine, f"{study.source}: study.model (setting {setting.name!r})",
+                           device_where=f"{study.source}: study.device")
     engines = [RealEngine(study.model, setting.engine) for setting in study.settings]
     try:
         # Every setting's inputs are checked before the first profile: bad input never costs minutes.
