@@ -129,8 +129,8 @@ def schedule_lines(doc: dict[str, Any]) -> list[str]:
     if not runs:
         return []
     same = sum(r["schedule"]["differing"] == 0 for r in runs)
-    gaps = [r["loop"]["busy_gap_s"] for r in runs if math.isfinite(r["loop"]["busy_gap_s"])]
-    wakes = [r["loop"]["wake_up_s"] for r in runs if math.isfinite(r["loop"]["wake_up_s"])]
+    gaps = [r["loop"]["busy_gap_s"] for r in runs if r["loop"]["busy_gap_s"] is not None]
+    wakes = [r["loop"]["wake_up_s"] for r in runs if r["loop"]["wake_up_s"] is not None]
     line = (f"Schedule: in {same} of {len(runs)} real runs every step (query tokens, past tokens, sequences, "
             f"sampling sequences) equals the mirror's for the same arrivals counted in steps.")
     if gaps:
@@ -142,9 +142,14 @@ def schedule_lines(doc: dict[str, Any]) -> list[str]:
     for case in doc["cases"]:
         speeds = [r["steps_vs_profile"] for r in case["runs"] if r.get("error") is None and "prefill_step" in r["steps_vs_profile"]]
         if speeds:
-            lines.append(f"- {case['name']}: {_pct(float(np.nanmean([v['prefill_step'] for v in speeds])))} / "
-                         f"{_pct(float(np.nanmean([v['decode_step'] for v in speeds])))}")
+            lines.append(f"- {case['name']}: {_pct(_mean_of(speeds, 'prefill_step'))} / {_pct(_mean_of(speeds, 'decode_step'))}")
     return lines
+
+
+def _mean_of(rows: list[dict[str, Any]], key: str) -> float:
+    """Mean of the rows' `key`, leaving out None (no step of that kind); nan when all are None."""
+    values = [row[key] for row in rows if row[key] is not None]
+    return sum(values) / len(values) if values else math.nan
 
 
 VERDICT_MARK = {"met": "met", "missed": "MISSED", "in range": "in range", "out of range": "OUT"}

@@ -56,10 +56,11 @@ def schedule_vs_mirror(policy: Any, requests: Sequence[RequestTiming],
             "first_difference": differing[0] if differing else None}
 
 
-def loop_gaps(requests: Sequence[RequestTiming], steps: Sequence[StepRecord], idle_s: float = 0.002) -> dict[str, float]:
+def loop_gaps(requests: Sequence[RequestTiming], steps: Sequence[StepRecord],
+              idle_s: float = 0.002) -> dict[str, float | None]:
     """Host time between the replay's steps: {"busy_gap_s": mean gap (end -> next start) under
     `idle_s`, the loop's overhead between steps; "wake_up_s": mean time from the first submission
-    in a longer gap to the step that follows it (nan when there was none)}."""
+    in a longer gap to the step that follows it}; None where there was no such gap (JSON has no nan)."""
     gaps = [(steps[i].end_s, steps[i + 1].start_s) for i in range(len(steps) - 1)]
     busy = [start - end for end, start in gaps if start - end < idle_s]
     wakes = []
@@ -68,8 +69,8 @@ def loop_gaps(requests: Sequence[RequestTiming], steps: Sequence[StepRecord], id
             submitted = [r.submitted_s for r in requests if end <= r.submitted_s <= start]
             if submitted:
                 wakes.append(start - min(submitted))
-    nan = float("nan")
-    return {"busy_gap_s": sum(busy) / len(busy) if busy else nan, "wake_up_s": sum(wakes) / len(wakes) if wakes else nan}
+    return {"busy_gap_s": sum(busy) / len(busy) if busy else None,
+            "wake_up_s": sum(wakes) / len(wakes) if wakes else None}
 
 
 def _shape(step: tuple[MirroredSequence, ...]) -> tuple[int, ...]:

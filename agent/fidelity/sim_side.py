@@ -87,14 +87,14 @@ def host_per_step_s(profile_csv: Path, steps: Sequence[StepRecord], dtype: str, 
 
 
 def steps_vs_profile(profile_csv: Path, steps: Sequence[StepRecord], dtype: str, host_per_step: float,
-                     device: str = "cpu") -> dict[str, float]:
+                     device: str = "cpu") -> dict[str, float | None]:
     """How a real run's own steps compare with what the mirror charges for steps of their shapes:
     {"forward": sum of real forwards / sum of the profile's `engine_step` times - 1, "step": sum of
     real step durations / sum of (profiled forward + prepare + `host_per_step`) - 1} (0.1 = the
     real steps took 10 % longer), and "step" split into the steps that computed prompt tokens
     ("prefill_step", what a TTFT waits on) and the decode-only ones ("decode_step"): an aggregate
-    match can hide one kind charged too much and the other too little. Says whether an error comes
-    from step speed or from scheduling."""
+    match can hide one kind charged too much and the other too little; None for a kind the run had
+    no step of. Says whether an error comes from step speed or from scheduling."""
     table = load_calibration(profile_csv)
     assert table is not None
     observed = [step for step in steps if not step.batch.missing]
@@ -103,12 +103,12 @@ def steps_vs_profile(profile_csv: Path, steps: Sequence[StepRecord], dtype: str,
     def charged(step: StepRecord, kernel: str) -> float:
         return table.lookup(kernel, dtype, device, _shape(step), grid=True)
 
-    def ratio(kept: list[StepRecord]) -> float:
+    def ratio(kept: list[StepRecord]) -> float | None:
         cost = sum(charged(s, STEP_KERNEL) + charged(s, PREPARE_KERNEL) + host_per_step for s in kept)
-        return sum(s.duration_s for s in kept) / cost - 1.0 if kept else nan
+        return sum(s.duration_s for s in kept) / cost - 1.0 if kept else None
 
     if not observed:
-        return {"forward": nan, "step": nan, "prefill_step": nan, "decode_step": nan}
+        return {"forward": nan, "step": nan, "prefill_step": None, "decode_step": None}
     forward = sum(charged(s, STEP_KERNEL) for s in observed)
     return {"forward": sum(s.forward_s for s in observed) / forward - 1.0, "step": ratio(observed),
             "prefill_step": ratio([s for s in observed if s.batch.prefill_seqs]),

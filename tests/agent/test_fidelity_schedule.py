@@ -68,3 +68,9 @@ def test_loop_gaps_split_busy_gaps_from_wake_ups() -> None:
     gaps = loop_gaps([A, late_b], observed)
     assert gaps["busy_gap_s"] == pytest.approx(0.0005)
     assert gaps["wake_up_s"] == pytest.approx(0.004)
+
+
+def test_loop_gaps_of_a_replay_that_never_idled_have_no_wake_up() -> None:
+    observed = steps([(5, 0, 1, 1), (1, 5, 1, 1), (6, 0, 1, 1)], [0.0, 0.0905, 0.181])
+    gaps = loop_gaps([A, request(1, 0.05, 0.181, 6, 1)], observed)
+    assert gaps == {"busy_gap_s": pytest.approx(0.0005), "wake_up_s": None}
