@@ -144,6 +144,10 @@ def _check_one_instance(cluster: Any, source: str) -> None:
 
 def check_real_config(cfg: RealRunConfig, source: str, base_dir: Path) -> None:
     """Checks that span fields, beyond what each field's type says."""
+    if cfg.workload.multimodal is not None:
+        raise InputError(f"{source}: workload.multimodal", "set for the real engine",
+                         "no [workload.multimodal] table: the real engine runs a text-only Llama and has no "
+                         "vision encoder (simulate multimodal workloads with infralab sim run)")
     check_workload(cfg.workload, source, base_dir)
     check_percentiles(cfg.metrics.percentiles, f"{source}: metrics.percentiles")
     if cfg.engine.prefix_cache:

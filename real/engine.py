@@ -66,7 +66,10 @@ def build_model(shape: ModelShape, settings: EngineSettings) -> LlamaForCausalLM
         tie_word_embeddings=shape.tie_word_embeddings, eos_token_id=None, bos_token_id=None, pad_token_id=None,
     )
     config._attn_implementation = settings.attention
-    with torch.random.fork_rng(devices=[]):
+    # Built on its device: an 8B shape's fp32 weights drawn on the host would take 32 GB of it and
+    # minutes; on a GPU they are drawn there (its RNG forked too, so the caller's is left alone).
+    cuda = [torch.cuda.current_device()] if settings.device == "cuda" else []
+    with torch.random.fork_rng(devices=cuda), torch.device(settings.device):
         torch.manual_seed(settings.seed)
         model = LlamaForCausalLM(config)
     return model.to(device=settings.device, dtype=DTYPES[settings.dtype]).eval()
@@ -101,7 +104,7 @@ class RealEngine:
         self.processor = self.manager._create_batch_processor()
         self.manager.batch_processor = self.processor
         self.trace = StepTrace()
-        install_step_hooks(self.processor, self.trace)
+        install_step_hooks(self.processor, self.trace, torch.cuda.synchronize if settings.device == "cuda" else None)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ own token times with; `StepTrace.steps_since(origin)` turns them into seconds fr
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from time import perf_counter
 from typing import Any
@@ -150,8 +151,11 @@ class StepTrace:
                                           step["forward_end"], end, step["batch"]))
 
 
-def install_step_hooks(processor: Any, trace: StepTrace) -> None:
-    """Wrap `processor`'s three step methods (on the instance only) so that each step lands in `trace`."""
+def install_step_hooks(processor: Any, trace: StepTrace, synchronize: Callable[[], None] | None = None) -> None:
+    """Wrap `processor`'s three step methods (on the instance only) so that each step lands in `trace`.
+    `synchronize` (e.g. `torch.cuda.synchronize` on a GPU, whose kernels run asynchronously) is
+    called before the forward's end is stamped, so that the forward's time is its own; on CPU
+    nothing runs asynchronously and it is None."""
     prepare, generate, update = processor.prepare_next_batch, processor._generation_step, processor.update_batch
 
     def prepare_next_batch() -> bool:
@@ -164,6 +168,8 @@ def install_step_hooks(processor: Any, trace: StepTrace) -> None:
     def _generation_step(model: Any) -> None:
         start = perf_counter()
         generate(model)
+        if synchronize is not None:
+            synchronize()
         trace._forward(start, perf_counter())
 
     def update_batch() -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from time import perf_counter
 
+import torch
 from transformers.generation.continuous_batching.requests import FutureRequestState, RequestState, RequestStatus
 
 from infralab.real.engine import RealEngine
@@ -64,14 +65,22 @@ def time_step(engine: RealEngine, shape: StepShape) -> StepTiming:
             if not cache.can_store_request_tokens(state, query):  # allocates past + query tokens
                 raise RuntimeError(f"the cache refused synthetic sequence {i} of {shape}")
             futures.append(FutureRequestState(state, has_new_token=True, complete_blocks={}, query_length=query))
+        sync = torch.cuda.synchronize if engine.settings.device == "cuda" else _nothing
+        sync()  # on a GPU, work still queued must not land in this step's time
         start = perf_counter()
         processor.inputs_and_outputs.prepare_batch_tensors(
             requests_in_batch=futures, logits_processors=processor.logit_processor, use_decode_fast_path=False,
             num_q_tokens=shape.q_tokens, max_kv_read=shape.past_tokens, use_padding=False)
+        sync()
         built = perf_counter()
         type(processor)._generation_step(processor, engine.model)  # the class's: the step hooks stay out
+        sync()  # a GPU runs the step asynchronously: time it to its end
         done = perf_counter()
     finally:
         for future in futures:
             cache.free_blocks(future.state.request_id)
     return StepTiming(prepare_s=built - start, forward_s=done - built)
+
+
+def _nothing() -> None:
+    """On CPU every operation has finished when it returns: nothing to wait for."""

@@ -109,7 +109,7 @@ def markdown(doc: dict[str, Any]) -> str:
                              f"| {_ms(c['sim'])} | {_pct(c['error'])} {verdict}")
             lines.append(f"| {case['name']} | {LABELS[metric]} | " + " | ".join(cells) + f" | {speed} |")
     counts = doc["counts"]
-    lines += ["", "Verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + ".", ""]
+    lines += ["", "Verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + ".", "", *schedule_lines(doc), ""]
     if doc["failures"]:
         lines.append("Failing comparisons (the error beside the real runs' own spread, the coefficient of variation):")
         lines.append("")
@@ -120,6 +120,36 @@ def markdown(doc: dict[str, Any]) -> str:
                 lines.append(f"- {f['case']} {LABELS[f['metric']]} {f['stat']}: {f['verdict']}, error "
                              f"{_pct(f['error'])}, real spread {f['spread']:.1%}")
     return "\n".join(lines) + "\n"
+
+
+def schedule_lines(doc: dict[str, Any]) -> list[str]:
+    """What the replays' schedules say (`schedule_check`): how many real runs scheduled every step as
+    the mirror does for the same arrivals in steps, and the host time between steps that no step has."""
+    runs = [r for case in doc["cases"] for r in case["runs"] if r.get("schedule") is not None]
+    if not runs:
+        return []
+    same = sum(r["schedule"]["differing"] == 0 for r in runs)
+    gaps = [r["loop"]["busy_gap_s"] for r in runs if r["loop"]["busy_gap_s"] is not None]
+    wakes = [r["loop"]["wake_up_s"] for r in runs if r["loop"]["wake_up_s"] is not None]
+    line = (f"Schedule: in {same} of {len(runs)} real runs every step (query tokens, past tokens, sequences, "
+            f"sampling sequences) equals the mirror's for the same arrivals counted in steps.")
+    if gaps:
+        line += f" Between busy steps the loop spent {sum(gaps) / len(gaps) * 1e3:.3f} ms on average"
+        line += (f"; after an idle spell, {_ms(sum(wakes) / len(wakes))} ms went from a submission to its step "
+                 f"(mean over {len(wakes)} runs)." if wakes else ".")
+    lines = [line, "", "Step speed by kind (the replays' own steps vs what the mirror charges for their shapes, "
+                       "mean over the runs; + = slower than calibrated): steps with prompt tokens / decode-only steps:"]
+    for case in doc["cases"]:
+        speeds = [r["steps_vs_profile"] for r in case["runs"] if r.get("error") is None and "prefill_step" in r["steps_vs_profile"]]
+        if speeds:
+            lines.append(f"- {case['name']}: {_pct(_mean_of(speeds, 'prefill_step'))} / {_pct(_mean_of(speeds, 'decode_step'))}")
+    return lines
+
+
+def _mean_of(rows: list[dict[str, Any]], key: str) -> float:
+    """Mean of the rows' `key`, leaving out None (no step of that kind); nan when all are None."""
+    values = [row[key] for row in rows if row[key] is not None]
+    return sum(values) / len(values) if values else math.nan
 
 
 VERDICT_MARK = {"met": "met", "missed": "MISSED", "in range": "in range", "out of range": "OUT"}

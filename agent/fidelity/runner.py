@@ -41,17 +41,19 @@ from infralab.agent.fidelity.sim_side import (
     latency_samples,
     latency_stats,
     mirror_config_doc,
+    mirror_policy,
     model_for_sim,
     simulate_mirror,
     steps_vs_profile,
 )
+from infralab.agent.fidelity.schedule_check import loop_gaps, schedule_vs_mirror
 from infralab.agent.fidelity.spec import FidelityStudy, Setting, Shape
 from infralab.errors import InputError
 from infralab.real.engine import RealEngine
 from infralab.real.fingerprint import Fingerprint, drift
 from infralab.real.load_generator import Replay, ReplayRequest, check_replayable, replay, warm_up
+from infralab.real.machine import check_fits_machine
 from infralab.real.profile import Profile, profile, write_profile
-from infralab.real.step_trace import StepRecord
 from infralab.results import dump_json
 
 Say = Callable[[str], None]
@@ -104,6 +106,9 @@ def run_study(study: FidelityStudy, folder: Path, say: Say) -> StudyResult:
     started = time.perf_counter()
     load_before = os.getloadavg()
     model = model_for_sim(study.model, folder)
+    for setting in study.settings:  # a model too large, or "cuda" without a GPU: one line, before any build
+        check_fits_machine(study.model, setting.engine, f"{study.source}: study.model (setting {setting.name!r})",
+                           device_where=f"{study.source}: study.device")
     engines = [RealEngine(study.model, setting.engine) for setting in study.settings]
     try:
         # Every setting's inputs are checked before the first profile: bad input never costs minutes.
@@ -161,8 +166,8 @@ def _workloads(study: FidelityStudy, shape: Shape, engine: RealEngine) -> tuple[
     context = min(study.model.context_length, engine.cache_tokens)
     evaluated = build_requests(shape.workload, study.base_dir, study.seed, context)
     drawn = _burst_candidates(study, shape, context, len(evaluated))
-    check_replayable(evaluated, engine.shape.context_length, engine.cache_tokens, where)
-    check_replayable(drawn, engine.shape.context_length, engine.cache_tokens, where)
+    check_replayable(evaluated, study.model.context_length, engine.cache_tokens, where)
+    check_replayable(drawn, study.model.context_length, engine.cache_tokens, where)
     if len(evaluated) < 2 or max(r.arrival_s for r in evaluated) <= 0:
         raise InputError(f"{where}.workload", f"{len(evaluated)} request(s), the last arriving at "
                          f"{max((r.arrival_s for r in evaluated), default=0.0)} s",
@@ -222,7 +227,7 @@ def _run_shape(study: FidelityStudy, setting: Setting, shape: Shape, engine: Rea
     say(f"{setting.name}/{shape.name}: capacity burst of {len(burst)} requests ...")
     saturated = replay(engine, burst, seed=study.seed + 1)
     capacity = len(burst) / saturated.wall_s
-    host = host_per_step_s(profile_csv, saturated.steps, engine.settings.dtype)
+    host = host_per_step_s(profile_csv, saturated.steps, engine.settings.dtype, engine.settings.device)
     doc = mirror_config_doc(model, engine.resolved(), study.scheduler, profile_csv, host)
     natural = mean_rate(evaluated)
     cases = []
@@ -236,7 +241,7 @@ def _run_shape(study: FidelityStudy, setting: Setting, shape: Shape, engine: Rea
             say(f"{case.name}: real run {rep + 1}/{study.repetitions} ({case.requests} requests at "
                 f"{case.rate_rps:.2f} req/s) ...")
             _real_run(study, engine, case, evaluated, measured.before, folder, rep,
-                      lambda steps: steps_vs_profile(profile_csv, steps, engine.settings.dtype, host))
+                      lambda result: _step_checks(result, profile_csv, engine, host))
     record = {"capacity_rps": capacity, "capacity_burst": {"requests": len(burst),
                                                             "makespan_s": saturated.wall_s,
                                                             "steps": len(saturated.steps),
@@ -248,9 +253,10 @@ def _run_shape(study: FidelityStudy, setting: Setting, shape: Shape, engine: Rea
 
 def _real_run(study: FidelityStudy, engine: RealEngine, case: CaseResult, requests: list[ReplayRequest],
               reference: Fingerprint, folder: Path, rep: int,
-              step_check: Callable[[Sequence[StepRecord]], dict[str, float]]) -> None:
+              step_check: Callable[[Replay], dict[str, Any]]) -> None:
     """One repetition of `case` on the running engine, appended to `case.runs` (with its error, if
-    the replay could not be recorded). `step_check`: the run's steps against the profile."""
+    the replay could not be recorded). `step_check`: the run's steps against the calibration and
+    the mirror's schedule (`_step_checks`)."""
     run: dict[str, Any] = {"rep": rep + 1, "error": None}
     try:
         result = replay(engine, requests, rate_scale=case.rate_scale, seed=study.seed)
@@ -264,9 +270,19 @@ def _real_run(study: FidelityStudy, engine: RealEngine, case: CaseResult, reques
     run.update(_run_facts(result, reference))
     run["file"] = str(path.relative_to(folder))
     run["stats"] = latency_stats(result.requests)
-    run["steps_vs_profile"] = step_check(result.steps)
+    run.update(step_check(result))
     case.runs.append(run)
     case.run_samples.append(latency_samples(result.requests))
+
+
+def _step_checks(result: Replay, profile_csv: Path, engine: RealEngine, host: float) -> dict[str, Any]:
+    """A replay's steps against what the mirror charges for their shapes (`steps_vs_profile`),
+    against the mirror's own schedule for the same arrivals in steps (`schedule`), and the host
+    time between them that the mirror has no step for (`loop`; `schedule_check`)."""
+    return {"steps_vs_profile": steps_vs_profile(profile_csv, result.steps, engine.settings.dtype, host,
+                                                         engine.settings.device),
+            "schedule": schedule_vs_mirror(mirror_policy(engine.resolved()), result.requests, result.steps),
+            "loop": loop_gaps(result.requests, result.steps)}
 
 
 def _run_facts(result: Replay, reference: Fingerprint) -> dict[str, Any]:

@@ -23,14 +23,16 @@ from infralab.real.step_trace import StepRecord
 from infralab.sim.calibration import load_calibration
 from infralab.sim.cluster import simulate
 from infralab.sim.config import config_from_doc
+from infralab.sim.engine.hf_scheduler import HFScheduler, MirroredSequence, schedule_in_steps
 from infralab.sim.specs import load_model
 from infralab.sim.step_table_cost import PREPARE_KERNEL, STEP_KERNEL, run_step_table_cost
 from infralab.workload.build import build_workload
 from infralab.workload.request import Request
 from infralab.workload.schema import SyntheticWorkload, TraceWorkload, WorkloadSpec
 
-__all__ = ["SyntheticWorkload", "TraceWorkload", "WorkloadSpec", "build_requests", "host_per_step_s",
-           "latency_samples", "latency_stats", "simulate_mirror", "steps_vs_profile"]
+__all__ = ["MirroredSequence", "SyntheticWorkload", "TraceWorkload", "WorkloadSpec", "build_requests",
+           "host_per_step_s", "latency_samples", "latency_stats", "mirror_policy", "schedule_in_steps",
+           "simulate_mirror", "steps_vs_profile"]
 
 MIRROR_SCHEDULERS = {"fifo": "hf_fifo", "prefill_first": "hf_prefill_first"}
 """The simulator's name of each engine scheduler (docs/fidelity.md)."""
@@ -73,36 +75,57 @@ def latency_stats(requests: Sequence[FinishedRequest]) -> dict[str, dict[str, fl
     return out
 
 
-def host_per_step_s(profile_csv: Path, steps: Sequence[StepRecord], dtype: str) -> float:
+def host_per_step_s(profile_csv: Path, steps: Sequence[StepRecord], dtype: str, device: str = "cpu") -> float:
     """Host seconds per step outside the forward and the profile's batch building (the scheduler,
     the update, Python), from observed steps: the mean of (step - forward - the table's prepare
     time at the step's shape), floored at 0. Steps whose shape was not observed are left out."""
     table = load_calibration(profile_csv)
     assert table is not None
-    extra = [step.host_s - table.lookup(PREPARE_KERNEL, dtype, "cpu", _shape(step), grid=True)
+    extra = [step.host_s - table.lookup(PREPARE_KERNEL, dtype, device, _shape(step), grid=True)
              for step in steps if not step.batch.missing]
     return max(0.0, sum(extra) / len(extra)) if extra else 0.0
 
 
-def steps_vs_profile(profile_csv: Path, steps: Sequence[StepRecord], dtype: str, host_per_step: float) -> dict[str, float]:
+def steps_vs_profile(profile_csv: Path, steps: Sequence[StepRecord], dtype: str, host_per_step: float,
+                     device: str = "cpu") -> dict[str, float | None]:
     """How a real run's own steps compare with what the mirror charges for steps of their shapes:
     {"forward": sum of real forwards / sum of the profile's `engine_step` times - 1, "step": sum of
     real step durations / sum of (profiled forward + prepare + `host_per_step`) - 1} (0.1 = the
-    real steps took 10 % longer). Says whether an error comes from step speed or from scheduling."""
+    real steps took 10 % longer), and "step" split into the steps that computed prompt tokens
+    ("prefill_step", what a TTFT waits on) and the decode-only ones ("decode_step"): an aggregate
+    match can hide one kind charged too much and the other too little; None for a kind the run had
+    no step of. Says whether an error comes from step speed or from scheduling."""
     table = load_calibration(profile_csv)
     assert table is not None
     observed = [step for step in steps if not step.batch.missing]
+    nan = math.nan
+
+    def charged(step: StepRecord, kernel: str) -> float:
+        return table.lookup(kernel, dtype, device, _shape(step), grid=True)
+
+    def ratio(kept: list[StepRecord]) -> float | None:
+        cost = sum(charged(s, STEP_KERNEL) + charged(s, PREPARE_KERNEL) + host_per_step for s in kept)
+        return sum(s.duration_s for s in kept) / cost - 1.0 if kept else None
+
     if not observed:
-        return {"forward": math.nan, "step": math.nan}
-    forward = sum(table.lookup(STEP_KERNEL, dtype, "cpu", _shape(s), grid=True) for s in observed)
-    prepare = sum(table.lookup(PREPARE_KERNEL, dtype, "cpu", _shape(s), grid=True) for s in observed)
-    return {"forward": sum(s.forward_s for s in observed) / forward - 1.0,
-            "step": sum(s.duration_s for s in observed) / (forward + prepare + host_per_step * len(observed)) - 1.0}
+        return {"forward": nan, "step": nan, "prefill_step": None, "decode_step": None}
+    forward = sum(charged(s, STEP_KERNEL) for s in observed)
+    return {"forward": sum(s.forward_s for s in observed) / forward - 1.0, "step": ratio(observed),
+            "prefill_step": ratio([s for s in observed if s.batch.prefill_seqs]),
+            "decode_step": ratio([s for s in observed if not s.batch.prefill_seqs])}
 
 
 def _shape(step: StepRecord) -> dict[str, int]:
     batch = step.batch
     return {"q_tokens": batch.q_tokens, "kv_tokens": batch.kv_tokens, "seqs": batch.seqs}
+
+
+def mirror_policy(resolved: dict[str, Any]) -> HFScheduler:
+    """A fresh mirror scheduler of an engine whose settings resolved to `resolved` (`RealEngine.resolved()`)."""
+    return HFScheduler(max_num_seqs=resolved["max_requests_per_batch"], max_batched_tokens=resolved["max_batch_tokens"],
+                       block_size=resolved["page_size"], capacity_blocks=resolved["num_blocks"],
+                       prefill_first=resolved["scheduler"] == "PrefillFirstScheduler",
+                       safety_margin=resolved["safety_margin"])
 
 
 def mirror_config_doc(model: str, resolved: dict[str, Any], scheduler: str, profile_csv: Path,

@@ -5,6 +5,8 @@
     model = "small-llama-cpu"     # a model of the catalog (or the real side's test shape)
     scheduler = "fifo"            # the engine's scheduler; the mirror is hf_fifo / hf_prefill_first
     threads = 1                   # torch intra-op threads of the engine
+    device = "cpu"                # or "cuda" (a GPU machine; unchecked here: docs/fidelity.md)
+    dtype = "fp32"                # the model's weights: "fp32" or "bf16"
     loads = [0.3, 0.6, 0.85]      # arrival rate as a fraction of the capacity measured in the run
     repetitions = 3               # real runs per case (>= 2)
     seed = 0                      # the workloads' seed (the capacity burst uses seed + 1)
@@ -68,6 +70,8 @@ class StudyTable:
     loads: Annotated[tuple[Load, ...], Field(min_length=1, max_length=16)]
     scheduler: Literal["fifo", "prefill_first"] = "fifo"
     threads: Int(ge=1, le=256) = 1
+    device: Literal["cpu", "cuda"] = "cpu"
+    dtype: Literal["fp32", "bf16"] = "fp32"
     repetitions: Int(ge=2, le=100) = 3
     seed: Int(ge=0, le=2**31 - 2) = 0
     warmup_requests: Int(ge=1, le=64) = 4
@@ -182,7 +186,8 @@ def _settings(spec: StudyFile, source: str) -> tuple[Setting, ...]:
     return tuple(Setting(s.name, EngineSettings(
         scheduler=spec.study.scheduler, max_batch_tokens=s.max_batch_tokens, num_blocks=s.num_blocks,
         page_size=s.page_size, max_requests_per_batch=s.max_requests_per_batch, safety_margin=s.safety_margin,
-        threads=threads, seed=spec.study.seed)) for s in spec.setting)
+        threads=threads, seed=spec.study.seed, device=spec.study.device, dtype=spec.study.dtype))
+        for s in spec.setting)
 
 
 def _shapes(spec: StudyFile, source: str) -> tuple[Shape, ...]:

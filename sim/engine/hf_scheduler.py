@@ -31,14 +31,16 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import simpy
 
+from infralab.metrics.records import RequestRecord
 from infralab.sim.cost_model import StepWork
 from infralab.sim.engine.request_state import Seq
 from infralab.sim.engine.step import StepPlan, StepResult
+from infralab.workload.request import Request
 
 DEFAULT_SAFETY_MARGIN = {False: 0.15, True: 0.0}  # by prefill_first: FIFOScheduler's, PrefillFirstScheduler's
 
@@ -263,6 +265,35 @@ class HFScheduler:
         assert all(seq.blocks == -(-seq.computed // self.page) for seq in self.active.values())
         assert all(seq.computed >= seq.target for seq in self.active.values() if seq.id in self.decoding)
         assert not any(seq.id in self.active for seq in self.waiting)
+
+
+def schedule_in_steps(policy: HFScheduler, arrivals: Sequence[tuple[int, Request]],
+                      max_steps: int = 100_000) -> list[tuple[MirroredSequence, ...]]:
+    """Every step `policy` plans for `arrivals`, counted in steps instead of seconds: `(after, request)`
+    joins the waiting list once `after` steps have run (the engine takes its input queue at the start
+    of each step), and an idle policy runs no step until the next arrival. The form
+    `infralab.real.schedule_trace.schedule_without_forward` gives the engine's schedule in, so the two
+    compare with no clock involved. RuntimeError if the requests are not finished in `max_steps`."""
+    pending = sorted(arrivals, key=lambda pair: (pair[0], pair[1].arrival_s, pair[1].id))
+    steps: list[tuple[MirroredSequence, ...]] = []
+    clock = 0  # steps run, plus the steps an idle policy skipped while waiting for an arrival
+    while (pending or policy.waiting or policy.active) and len(steps) < max_steps:
+        if pending and not (policy.waiting or policy.active):
+            clock = max(clock, pending[0][0])
+        while pending and pending[0][0] <= clock:
+            request = pending.pop(0)[1]
+            record = RequestRecord(request.id, request.arrival_s, request.prompt_tokens, request.output_tokens)
+            policy.add_waiting(Seq(request, record, decodes_here=True))
+        plan = policy.plan(float(clock))
+        if plan is None:
+            raise RuntimeError("the mirror scheduled nothing while requests were waiting")
+        steps.append(policy.last_batch())
+        policy.finish(plan, [float(clock + 1)])
+        policy.check_invariants()
+        clock += 1
+    if pending or policy.waiting or policy.active:
+        raise RuntimeError(f"requests still unfinished after {max_steps} steps")
+    return steps
 
 
 def hf_fifo(**options: object) -> HFScheduler:

@@ -16,7 +16,7 @@ from infralab.agent.fidelity.compare import METRICS, STATS  # noqa: E402
 from infralab.agent.fidelity.report import write_outputs  # noqa: E402
 from infralab.agent.fidelity.runner import CaseResult, StudyResult  # noqa: E402
 from infralab.agent.fidelity.spec import load_study  # noqa: E402
-from infralab.cli import dispatch, parse  # noqa: E402
+from infralab.cli import dispatch, main, parse  # noqa: E402
 from infralab.errors import InputError  # noqa: E402
 
 TINY_STUDY = """
@@ -98,6 +98,22 @@ def test_the_shipped_studies_are_valid():
     assert {s.engine.max_batch_tokens for s in full.settings} == {64, 256}
     for name in ("full.toml", "quick.toml"):
         load_study(root / name, quick=True)
+    cuda = load_study(root / "cuda_small.toml")
+    assert {(s.engine.device, s.engine.dtype) for s in cuda.settings} == {("cuda", "bf16")}
+
+
+def test_a_cuda_study_on_a_machine_without_cuda_stops_before_any_folder(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    path = write_study(tmp_path, TINY_STUDY.replace('title = "tiny"', 'title = "tiny"\ndevice = "cuda"'))
+    out = tmp_path / "out"
+    capsys.readouterr()
+    assert main(["fidelity", "run", str(path), "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "study.device" in err and "CUDA" in err, err
+    assert not out.exists()
 
 
 def _stats(scale: float) -> dict[str, dict[str, float]]:
@@ -161,6 +177,8 @@ def test_a_minimal_study_runs_end_to_end(tmp_path, capsys):
         replay = json.loads((out / run["file"]).read_text())
         assert len(replay["requests"]) == case["requests"] == 5
         assert replay["rate_scale"] == pytest.approx(case["rate_scale"])
+        # The engine scheduled every step as the mirror does for the same arrivals in steps.
+        assert run["schedule"]["differing"] == 0 and run["schedule"]["steps"] == len(replay["steps"])
     for metric in METRICS:
         for stat in STATS:
             c = case["comparison"][metric][stat]

@@ -21,15 +21,13 @@ pytest.importorskip("transformers", reason="the real engine needs transformers (
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from infralab.metrics.records import RequestRecord  # noqa: E402
 from infralab.real.engine import EngineSettings, RealEngine  # noqa: E402
 from infralab.real.load_generator import ReplayRequest  # noqa: E402
 from infralab.real.model_shape import TINY  # noqa: E402
 from infralab.real.schedule_trace import schedule_without_forward  # noqa: E402
 from infralab.sim.cluster import simulate  # noqa: E402
 from infralab.sim.config import config_from_doc  # noqa: E402
-from infralab.sim.engine.hf_scheduler import HFScheduler  # noqa: E402
-from infralab.sim.engine.request_state import Seq  # noqa: E402
+from infralab.sim.engine.hf_scheduler import HFScheduler, schedule_in_steps  # noqa: E402
 from infralab.workload.request import Request  # noqa: E402
 
 Row = tuple[int, int, int, bool]  # request id, query tokens, past tokens, samples
@@ -59,24 +57,9 @@ def mirror_schedule(engine: RealEngine, arrivals: list[tuple[int, ReplayRequest]
                          block_size=resolved["page_size"], capacity_blocks=resolved["num_blocks"],
                          prefill_first=resolved["scheduler"] == "PrefillFirstScheduler",
                          safety_margin=resolved["safety_margin"])
-    pending = sorted(arrivals, key=lambda pair: (pair[0], pair[1].arrival_s, pair[1].id))
-    steps: list[list[Row]] = []
-    clock = 0
-    while pending or policy.waiting or policy.active:
-        if pending and not (policy.waiting or policy.active):
-            clock = max(clock, pending[0][0])
-        while pending and pending[0][0] <= clock:
-            request = pending.pop(0)[1]
-            served = Request(request.id, request.arrival_s, request.prompt_tokens, request.output_tokens)
-            record = RequestRecord(request.id, request.arrival_s, request.prompt_tokens, request.output_tokens)
-            policy.add_waiting(Seq(served, record, decodes_here=True))
-        plan = policy.plan(float(clock))
-        assert plan is not None, "the mirror scheduled nothing while requests were waiting"
-        steps.append([(s.request_id, s.query_tokens, s.past_tokens, s.samples) for s in policy.last_batch()])
-        policy.finish(plan, [float(clock + 1)])
-        policy.check_invariants()
-        clock += 1
-    return steps
+    served = [(after, Request(r.id, r.arrival_s, r.prompt_tokens, r.output_tokens)) for after, r in arrivals]
+    return [[(s.request_id, s.query_tokens, s.past_tokens, s.samples) for s in step]
+            for step in schedule_in_steps(policy, served)]
 
 
 def real_schedule(engine: RealEngine, arrivals: list[tuple[int, ReplayRequest]]) -> list[list[Row]]:

@@ -273,6 +273,7 @@ def test_a_profile_that_does_not_cover_the_run_stops_the_simulation(profiled: Pa
     ("prefix_cache = false", "", "engine.prefix_cache"),
     ("num_blocks = 24\n", "", "engine.num_blocks"),
     ('num_requests = 6', 'num_requests = 6\nmax_concurrency = 2', "workload.max_concurrency"),
+    ("[real]", "[workload.multimodal]\nimage_share = 0.5\n\n[real]", "workload.multimodal"),
     ("[real]", "[cluster]\ninstances = 2\n\n[real]", "cluster.instances"),
     ("warmup_requests = 1", "warmup_requests = 1\nthreds = 2", "real.threds"),
     ("warmup_requests = 1", 'warmup_requests = 1\ndevice = "tpu"', "real.device"),
