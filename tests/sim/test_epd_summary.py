@@ -8,7 +8,10 @@ import io
 import json
 from typing import Any
 
+import pytest
+
 from infralab.config_io import dump_toml
+from infralab.errors import InputError
 from infralab.sim.run import run_config_file
 
 
@@ -66,3 +69,12 @@ def test_a_text_only_run_prints_no_encode_lines(tmp_path):
     printed, summary = run(tmp_path, config("disaggregated", multimodal=False))
     assert "encode" not in printed.lower() and "encode" not in summary
     assert "per_pool" not in summary["kv_cache"] and "by pool" not in printed
+
+
+def test_a_layer_class_degree_that_does_not_divide_a_pools_tp_names_the_pool_and_the_knob(tmp_path):
+    """[hardware]'s per-layer-class degrees reach every pool as they are: lm_head_tp = 2 does not
+    divide a tp-1 prefill pool."""
+    doc = config("disaggregated", pool_hardware={"prefill": {"tp": 1}})
+    doc["hardware"].update(tp=2, lm_head_tp=2)
+    with pytest.raises(InputError, match=r"cluster.pool_hardware.prefill \(hardware.lm_head_tp\)"):
+        run(tmp_path, doc)
