@@ -4,7 +4,8 @@ baseline. The JSON schema and the definitions are in docs/explain.md; this modul
 What is explained (the "metric", seconds):
 - a simulator results folder: the mean E2E latency (or TTFT with metric="ttft") of the finished
   requests present in both runs (paired by request id), split per request into phases
-  queue | prefill | kv_wait | kv_transfer | decode that add up to it exactly;
+  queue | prefill | kv_wait | kv_transfer | decode that add up to it exactly (a multimodal run,
+  one with encode records: encode | queue | prefill | ...);
 - a timeline with prefill steps ("prefill/steps" track, as the GIL case writes): the span of the
   steps, split by what the critical thread (thread/main) was doing: its ops, and "gil-wait";
 - any other timeline: the span of all its intervals.
@@ -27,6 +28,7 @@ from infralab.agent.explain_text import percent
 from infralab.agent.interval_sets import IntervalSet, default_pairs, op_or_label
 from infralab.agent.run_dir import LoadedRun
 from infralab.errors import InputError
+from infralab.metrics.encode_records import EncodeRecord
 from infralab.metrics.records import Interval, RequestRecord
 from infralab.metrics.run_metrics import is_finished, queue_end_s
 from infralab.metrics.summary import LATENCIES, LATENCY_STATS, Metric, RunSummary, metric_names
@@ -36,6 +38,7 @@ from infralab.sim.host.thread import GIL_WAIT, NATIVE_HOLD, PYTHON
 SCHEMA = "infralab.explain/1"
 PHASES = ("queue", "prefill", "kv_wait", "kv_transfer", "decode")
 TTFT_PHASES = ("queue", "prefill")
+ENCODE = "encode"  # the phase of multimodal runs only (runs with encode records), before queue
 STEP_TRACK = "prefill/steps"
 CRITICAL_THREAD = "thread/main"
 GIL_HOLDING = (PYTHON, NATIVE_HOLD)  # thread states that hold the GIL
@@ -115,7 +118,7 @@ def _delta(run: float, base: float | None) -> float | None:
 # ---- request phases ---------------------------------------------------------------------------
 
 
-def request_phases(req: RequestRecord) -> dict[str, float]:
+def request_phases(req: RequestRecord, enc: EncodeRecord | None = None) -> dict[str, float]:
     """A finished request's life split into PHASES (seconds); they sum to E2E exactly.
 
     queue: arrival -> first scheduled step (the simulator's queue phase, `queue_end_s`); prefill:
@@ -124,12 +127,49 @@ def request_phases(req: RequestRecord) -> dict[str, float]:
     kv_transfer: -> KV transfer end (the part after prefill: a layerwise transfer hidden under
     prefill costs no latency); decode: -> finish. Boundaries are clamped to be non-decreasing, so a
     missing (NaN) time gives a zero phase.
+
+    With `enc` (a multimodal run's encode record), an ENCODE phase comes first (`encode_phases`).
     """
     marks = [req.arrival_s, max(req.arrival_s, queue_end_s(req))]
     prefill_end = req.first_token_s if math.isnan(req.prefill_end_s) else req.prefill_end_s
     for t in (prefill_end, req.kv_transfer_start_s, req.kv_transfer_end_s, req.finish_s):
         marks.append(marks[-1] if math.isnan(t) else max(marks[-1], t))
-    return {name: marks[i + 1] - marks[i] for i, name in enumerate(PHASES)}
+    phases = {name: marks[i + 1] - marks[i] for i, name in enumerate(PHASES)}
+    return phases if enc is None else encode_phases(phases, marks, enc)
+
+
+def encode_phases(phases: dict[str, float], marks: list[float], enc: EncodeRecord) -> dict[str, float]:
+    """PHASES with ENCODE carved out in front (the parts still add up to E2E exactly):
+    - encoded by an encode pool (EPD): encode = arrival -> embeddings ready at the prefill
+      instance, taken from the front of what was the queue phase (the request reaches the prefill
+      pool only then); queue = the rest, waiting at the prefill instance;
+    - encoded inline (the prefilling instance's step runs the encoder first): encode = the
+      encoder's compute (encode_start_s -> encode_end_s) inside the prefill phase, taken out of
+      prefill. requests.csv holds the last encoding: a request preempted and recomputed encodes
+      again, and the earlier encodings stay in prefill (before the first token) or decode;
+    - no images: encode = 0."""
+    arrival, queue_end, prefill_end = marks[0], marks[1], marks[2]
+    encode = 0.0
+    if enc.images and enc.pooled and not math.isnan(enc.embeddings_ready_s):
+        encode = min(max(enc.embeddings_ready_s, arrival), queue_end) - arrival
+        phases = {**phases, "queue": phases["queue"] - encode}
+    elif enc.images and not math.isnan(enc.encode_start_s) and not math.isnan(enc.encode_end_s):
+        encode = max(0.0, min(enc.encode_end_s, prefill_end) - max(enc.encode_start_s, queue_end))
+        phases = {**phases, "prefill": phases["prefill"] - encode}
+    return {ENCODE: encode, **phases}
+
+
+def with_encode(phases: tuple[str, ...]) -> tuple[str, ...]:
+    """A metric's phases in a multimodal run: ENCODE before queue when the metric counts queue and
+    prefill (e2e, ttft; the encode phase is carved out of those two)."""
+    return (ENCODE, *phases) if "queue" in phases and "prefill" in phases else phases
+
+
+def _encodes(run: LoadedRun, ids: Sequence[int]) -> dict[int, EncodeRecord]:
+    """Request id -> its encode record, for `ids`; a request of a run without encode records (a
+    text-only run compared with a multimodal one) has no images."""
+    mine = {r.id: enc for r, enc in zip(run.requests or (), run.encodes or ())}
+    return {i: mine[i] if i in mine else EncodeRecord(images=0, image_tokens=0) for i in ids}
 
 
 def _finished(run: LoadedRun) -> dict[int, RequestRecord]:
@@ -570,14 +610,19 @@ def request_weights(requests: dict[int, RequestRecord], ids: Sequence[int], spec
 def _request_part(run: LoadedRun, base: LoadedRun | None, metric: str, top: int,
                   causes: list[dict[str, Any]]) -> dict[str, Any]:
     spec = REQUEST_METRICS[metric]
-    phases = spec.phases
+    # Multimodal runs (either side has encode records) get the encode phase; text-only runs exactly
+    # the phases they always had.
+    multimodal = run.encodes is not None or (base is not None and base.encodes is not None)
+    phases = with_encode(spec.phases) if multimodal else spec.phases
     mine, theirs = _finished(run), (_finished(base) if base is not None else None)
     paired = sorted(mine) if theirs is None else sorted(set(mine) & set(theirs))
     run_w = request_weights(mine, paired, spec)
     base_w = request_weights(theirs, paired, spec) if theirs is not None else None
     ids = [i for i in paired if i in run_w and (base_w is None or i in base_w)]
-    run_ph = {i: request_phases(mine[i]) for i in ids}
-    base_ph = {i: request_phases(theirs[i]) for i in ids} if theirs is not None else None
+    run_enc = _encodes(run, ids) if multimodal else {}
+    base_enc = _encodes(base, ids) if multimodal and base is not None else {}
+    run_ph = {i: request_phases(mine[i], run_enc.get(i)) for i in ids}
+    base_ph = {i: request_phases(theirs[i], base_enc.get(i)) for i in ids} if theirs is not None else None
     n = len(ids)
 
     def contribution(ph: str, table: dict[int, dict[str, float]], weights: dict[int, float]) -> float:
@@ -655,11 +700,17 @@ def _request_part(run: LoadedRun, base: LoadedRun | None, metric: str, top: int,
 
 
 def _phase_intervals(run: LoadedRun, phase: str, ids: list[int]) -> list[dict[str, Any]]:
-    """Timeline evidence for a phase: the KV flows of the top requests for kv_transfer."""
-    if phase != "kv_transfer":
+    """Timeline evidence for a phase: the KV flows of the top requests for kv_transfer; their
+    encode instances' batches and embedding flows for encode."""
+    if phase not in ("kv_transfer", ENCODE):
         return []
     wanted = set(ids)
-    flows = [iv for iv in run.intervals if iv.track.startswith("link/") and dict(iv.args).get("request") in wanted]
+    if phase == ENCODE:
+        mine = [iv for iv in run.intervals if dict(iv.args).get("request") in wanted
+                and (iv.track.startswith("instance/encode-") or dict(iv.args).get("label") == "embeddings")]
+        return _longest(mine)
+    flows = [iv for iv in run.intervals if iv.track.startswith("link/") and dict(iv.args).get("request") in wanted
+             and dict(iv.args).get("label") != "embeddings"]
     return _longest(flows)
 
 

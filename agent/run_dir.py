@@ -10,7 +10,8 @@ Two kinds of input:
 
 Timelines are read back into the simulator's own records (`Interval`, `CounterSample`): a track is
 the process name of an event's pid (infralab writes one process per track), times are seconds.
-Requests come back as `RequestRecord`s without token times (requests.csv does not hold them).
+Requests come back as `RequestRecord`s without token times (requests.csv does not hold them); a
+multimodal run's encode columns come back as `EncodeRecord`s (`LoadedRun.encodes`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 from infralab.errors import InputError
 from infralab.input_files import read_json, read_text
+from infralab.metrics.encode_records import ENCODE_FIELDS, EncodeRecord
 from infralab.metrics.records import CounterSample, Interval, RequestRecord
 
 SIM_RUN_FILES = ("summary.json", "requests.csv")  # required
@@ -43,6 +45,10 @@ ALL_COLUMNS = _INT_FIELDS + _STR_FIELDS + _FLOAT_FIELDS
 # step, KV transfer times, preemptions) take their RequestRecord defaults when absent, as in a run
 # of an engine that does not measure them (their phases then count as zero).
 REQUIRED_COLUMNS = ("id", "arrival_s", "prompt_tokens", "output_tokens", "first_token_s", "finish_s")
+# A multimodal run's encode columns (infralab.metrics.encode_records): all of them, or none.
+_ENCODE_INT_FIELDS = ("images", "image_tokens")
+_ENCODE_STR_FIELDS = ("encode_instance",)
+_ENCODE_FLOAT_FIELDS = tuple(f for f in ENCODE_FIELDS if f not in _ENCODE_INT_FIELDS + _ENCODE_STR_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,9 @@ class LoadedRun:
     summary: dict[str, Any] | None = None  # summary.json, None for a timeline
     trace_metadata: dict[str, Any] = field(default_factory=dict)
     missing: tuple[str, ...] = ()  # what the folder lacks that explain could use, one line each
+    # A multimodal run's encode stage, one per request in `requests`' order (requests.csv's encode
+    # columns); None for a run without them (a text-only run, a timeline).
+    encodes: tuple[EncodeRecord, ...] | None = None
 
     @property
     def truncated(self) -> bool:
@@ -99,6 +108,7 @@ def _load_sim_run(folder: Path) -> LoadedRun:
         )
     summary = load_summary(folder / "summary.json")
     requests, absent = load_requests_with_gaps(folder / "requests.csv")
+    encodes = load_encodes(folder / "requests.csv")
     if (folder / TRACE_FILE).is_file():
         intervals, counters, meta = load_trace(folder / TRACE_FILE)
         missing: tuple[str, ...] = ()
@@ -116,6 +126,7 @@ def _load_sim_run(folder: Path) -> LoadedRun:
         summary=summary,
         trace_metadata=meta,
         missing=missing,
+        encodes=encodes,
     )
 
 
@@ -213,6 +224,34 @@ def load_requests_with_gaps(path: Path) -> tuple[tuple[RequestRecord, ...], tupl
                     values[name] = _number(row[name], f"{where}, column {name}", float)
             out.append(RequestRecord(**values))
     return tuple(out), absent
+
+
+def load_encodes(path: Path) -> tuple[EncodeRecord, ...] | None:
+    """A multimodal run's encode columns of requests.csv (ENCODE_FIELDS) as EncodeRecords, in the
+    rows' order (empty cells: NaN); None when the file has none of them. A file with some of them
+    but not all is an InputError naming the absent ones."""
+    text = read_text(path, "run", "requests.csv as `infralab sim run` writes it")
+    with io.StringIO(text, newline="") as handle:
+        reader = csv.DictReader(handle)
+        columns = reader.fieldnames or []
+        present = [c for c in ENCODE_FIELDS if c in columns]
+        if not present:
+            return None
+        if len(present) != len(ENCODE_FIELDS):
+            absent = ", ".join(c for c in ENCODE_FIELDS if c not in columns)
+            raise InputError(f"{path}: header", f"some encode columns but not {absent}",
+                             f"all of {', '.join(ENCODE_FIELDS)} (a multimodal run's), or none")
+        out = []
+        for row in reader:
+            where = f"{path}: line {reader.line_num}"
+            values: dict[str, Any] = {name: row[name] or "" for name in _ENCODE_STR_FIELDS}
+            for name in _ENCODE_INT_FIELDS:
+                values[name] = _number(row[name] or "", f"{where}, column {name}", int)
+            for name in _ENCODE_FLOAT_FIELDS:
+                values[name] = _number(row[name] or "", f"{where}, column {name}", float)
+            values["arrival_s"] = _number(row.get("arrival_s") or "", f"{where}, column arrival_s", float)
+            out.append(EncodeRecord(**values))
+    return tuple(out)
 
 
 def load_trace(path: Path) -> tuple[tuple[Interval, ...], tuple[CounterSample, ...], dict[str, Any]]:

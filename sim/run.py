@@ -216,6 +216,9 @@ def run_config_file(
         kv = summary.kv_cache
         print(f"KV cache per instance: {kv['kv_blocks']} blocks x {kv['block_size']} tokens = {kv['kv_tokens']} tokens",
               file=out)
+        if "per_pool" in kv:
+            print("KV cache per instance, by pool: " + ", ".join(f"{pool} {p['kv_tokens']} tokens"
+                                                               for pool, p in kv["per_pool"].items()), file=out)
     print_summary(summary, file=out)
     warning = None if summary.timeline is None else truncation_warning(summary.timeline, run.end_s)
     if warning is not None:
@@ -257,8 +260,11 @@ def run_summary(run: RunRecord, cfg: SimConfig, config_path: Path) -> RunSummary
     summary = summarize(run, cfg.slo, cfg.metrics.percentiles).with_run(run_facts(cfg, config_path))
     if run.encodes is not None:
         summary = summary.with_encode(encode_summary(run, summary.instances, cfg.metrics.percentiles))
-    blocks = run.resources.get("cluster", {}).get("kv_capacity_blocks_per_instance")
-    return summary if blocks is None else summary.with_kv_cache(blocks, cfg.engine.block_size)
+    cluster = run.resources.get("cluster", {})
+    blocks = cluster.get("kv_capacity_blocks_per_instance")
+    # per pool only where pools' hardware differs (`cluster.pool_hardware`): other summaries stay as they were
+    per_pool = cluster.get("kv_capacity_blocks_per_pool")
+    return summary if blocks is None else summary.with_kv_cache(blocks, cfg.engine.block_size, per_pool)
 
 
 def run_facts(cfg: SimConfig, config_path: Path) -> dict[str, Any]:

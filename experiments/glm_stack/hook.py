@@ -6,7 +6,9 @@
 Each arm is base.toml with the overlays of every arm up to it (cumulative, in the published
 order) and the multimodal share; its capacity is the highest Poisson rate (req/s) whose runs meet
 the SLO rule at every seed (`agent/capacity.py`, the rule and bisection of `infralab sim
-capacity`), divided by the arm's accelerators. The cause of each step is what `infralab explain`
+capacity`), divided by the arm's accelerators (over all its pools). An arm with `choose` (the
+last one: EPD's pool sizes) is measured once per candidate and is the candidate with the highest
+capacity per accelerator, by the rule its `choose_rule` states. The cause of each step is what `infralab explain`
 ranks first for the arm against the previous one, both run at the previous arm's capacity rate
 (the same requests and arrival times: a controlled comparison at the highest load both sustain).
 Sections marked `needs = "epd"` that the config schema rejects are skipped, with the reason.
@@ -58,6 +60,10 @@ class ArmSpec:
     source: str  # where its values come from
     set: dict[str, TOML]
     needs: Literal["", "epd"] = ""
+    # Candidates (overlays on top of `set`), e.g. pool sizes: the arm is the one with the highest
+    # capacity per accelerator; `choose_rule` says why these candidates (fixed before measuring).
+    choose: tuple[dict[str, TOML], ...] = ()
+    choose_rule: str = ""
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -114,6 +120,12 @@ def load_stack(path: Path = STACK_FILE) -> Stack:
     names = [a.name for a in spec.arm]
     if len(set(names)) != len(names):
         raise InputError(f"{source}: arm", "two arms share a name", "a unique name per [[arm]]")
+    for i, arm in enumerate(spec.arm):
+        if arm.choose and i != len(spec.arm) - 1:
+            raise InputError(f"{source}: arm[{i}].choose", "candidates on an arm that later arms build on",
+                             "choose only on the last [[arm]]")
+        if arm.choose and not arm.choose_rule:
+            raise InputError(f"{source}: arm[{i}].choose_rule", "missing", "the rule that fixed the candidates")
     known = {a.name for a in spec.assumption}
     for mode, sizes in spec.sizes.items():
         for name in sizes.sensitivity:
@@ -132,11 +144,13 @@ def load_stack(path: Path = STACK_FILE) -> Stack:
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """What runs: each measured arm's overlay (cumulative), the multimodal table used (or None),
-    and notes on what was skipped and why."""
+    and notes on what was skipped and why. An arm with candidates (`choose`) has them in
+    `candidates[arm name]`, and its overlay in `arms` is the first until `measure_arms` picks."""
 
     arms: tuple[tuple[ArmSpec, Overlay], ...]
     multimodal: dict[str, TOML] | None
     skipped: tuple[str, ...]
+    candidates: dict[str, tuple[Overlay, ...]] = dataclasses.field(default_factory=dict)
 
 
 def _requests(sizes: Sizes) -> dict[str, TOML]:
@@ -158,20 +172,27 @@ def plan_arms(stack: Stack, sizes: Sizes) -> Plan:
                 raise
             skipped.append(f"multimodal share (needs {mm.needs}): {exc}")
     arms: list[tuple[ArmSpec, Overlay]] = []
+    candidates: dict[str, tuple[Overlay, ...]] = {}
     changes: dict[str, TOML] = {**(multimodal or {}), **_requests(sizes)}
     for i, arm in enumerate(stack.spec.arm):
         changes = {**changes, **arm.set}
-        overlay = Overlay(arm.name, dict(changes), f"{stack.source}: arm[{i}].set")
+        overlays = [Overlay(arm.name, dict(changes), f"{stack.source}: arm[{i}].set")]
+        if arm.choose:
+            overlays = [Overlay(f"{arm.name}[{k}]", {**changes, **pick}, f"{stack.source}: arm[{i}].choose[{k}]")
+                        for k, pick in enumerate(arm.choose)]
         try:
-            overlay_config(stack.base, overlay)
+            for overlay in overlays:
+                overlay_config(stack.base, overlay)
         except InputError as exc:
             if not arm.needs:
                 raise
             skipped.append(f"arm {arm.name!r} (needs {arm.needs}): {exc}")
             changes = {k: v for k, v in changes.items() if k not in arm.set}
             continue
-        arms.append((arm, overlay))
-    return Plan(tuple(arms), multimodal, tuple(skipped))
+        arms.append((arm, overlays[0]))
+        if arm.choose:
+            candidates[arm.name] = tuple(overlays)
+    return Plan(tuple(arms), multimodal, tuple(skipped), candidates)
 
 
 # ---- measuring ----------------------------------------------------------------------------------
@@ -191,11 +212,35 @@ def binding_constraint(rows: list[dict[str, Any]], label: str, fails_at: float |
     return next((r["why"] for r in rows if r["config"] == label and r["rate_rps"] == fails_at and not r["meets"]), None)
 
 
-def measure_arms(stack: Stack, plan: Plan, sizes: Sizes) -> list[dict[str, Any]]:
+def best_candidate(docs: list[dict[str, Any]]) -> int:
+    """The index of the candidate with the highest capacity per accelerator (an unbracketed one
+    counts as none; ties: the first listed)."""
+    scores = [d["capacity_rps_per_accelerator"] for d in docs]
+    return max(range(len(docs)), key=lambda k: (-1.0 if scores[k] is None else scores[k], -k))
+
+
+def measure_arms(stack: Stack, plan: Plan, sizes: Sizes) -> tuple[list[dict[str, Any]], Plan]:
     """Per arm: its capacity document (capacity.json's), ratio to the baseline and to the
-    previous arm, and the binding SLO."""
-    docs, rows = overlay_capacities(stack.base, [o for _, o in plan.arms], sizes.seeds, sizes.tolerance,
-                                    stack.spec.quantile, stack.spec.start_rps, JOBS, show_progress=False)
+    previous arm, and the binding SLO; an arm with candidates also lists each candidate's
+    capacity and which was chosen. Returns the plan with each such arm's chosen overlay."""
+    groups = [plan.candidates.get(arm.name, (overlay,)) for arm, overlay in plan.arms]
+    flat = [o for group in groups for o in group]
+    all_docs, rows = overlay_capacities(stack.base, flat, sizes.seeds, sizes.tolerance,
+                                        stack.spec.quantile, stack.spec.start_rps, JOBS, show_progress=False)
+    docs, chosen_arms, picks = [], [], []
+    start = 0
+    for (arm, _), group in zip(plan.arms, groups):
+        mine = all_docs[start:start + len(group)]
+        start += len(group)
+        k = best_candidate(mine)
+        docs.append(mine[k])
+        chosen_arms.append((arm, group[k]))
+        picks.append(None if len(group) == 1 else
+                     {"rule": arm.choose_rule, "chosen": k,
+                      "candidates": [{"set": dict(arm.choose[j]), "label": d["label"],
+                                      "accelerators": d["accelerators"], "capacity_rps": d["capacity_rps"],
+                                      "per_accelerator": d["capacity_rps_per_accelerator"]}
+                                     for j, d in enumerate(mine)]})
     base = docs[0]["capacity_rps_per_accelerator"]
     out = []
     for i, ((arm, _), doc) in enumerate(zip(plan.arms, docs)):
@@ -204,8 +249,9 @@ def measure_arms(stack: Stack, plan: Plan, sizes: Sizes) -> list[dict[str, Any]]
         out.append({"arm": arm.name, "label": arm.label, "adds": arm.adds, "source": arm.source,
                     "capacity": doc, "per_accelerator": per_acc, "ratio": ratio(per_acc, base),
                     "step_gain": ratio(per_acc, prev) if i else None,
-                    "binding": binding_constraint(rows, arm.name, doc["fails_at_rps"])})
-    return out
+                    "binding": binding_constraint(rows, doc["label"], doc["fails_at_rps"]),
+                    **({"pools_chosen": picks[i]} if picks[i] is not None else {})})
+    return out, dataclasses.replace(plan, arms=tuple(chosen_arms))
 
 
 def explain_steps(stack: Stack, plan: Plan, arms: list[dict[str, Any]], sizes: Sizes, folder: Path) -> None:
@@ -395,6 +441,23 @@ def sensitivity_markdown(rows: list[dict[str, Any]], final_ratio: float | None) 
                       r["source"]] for r in ordered])
 
 
+def choice_lines(arms: list[dict[str, Any]]) -> list[str]:
+    """The report's lines on an arm chosen among candidates: the rule, and each candidate."""
+    lines = []
+    for a in arms:
+        pick = a.get("pools_chosen")
+        if pick is None:
+            continue
+        lines += [f"{a['label']}: {pick['rule']}", ""]
+        for j, c in enumerate(pick["candidates"]):
+            knobs = ", ".join(f"{k.rsplit('.', 1)[-1]} {v}" for k, v in c["set"].items())
+            mark = " (chosen)" if j == pick["chosen"] else ""
+            lines.append(f"- {knobs}: {c['accelerators']} accelerators, {fmt_number(c['capacity_rps'])} req/s, "
+                         f"{fmt_number(c['per_accelerator'])} req/s per accelerator{mark}")
+        lines.append("")
+    return lines
+
+
 def verdict_of(final_ratio: float | None, threshold: float) -> str:
     from infralab.agent.findings import INCONCLUSIVE
 
@@ -412,7 +475,7 @@ def run_study(out: Path, mode: str, stack: Stack | None = None) -> HookRun:
     folder.mkdir(parents=True, exist_ok=True)
     (out / "figures").mkdir(exist_ok=True)
     plan = plan_arms(stack, sizes)
-    arms = measure_arms(stack, plan, sizes)
+    arms, plan = measure_arms(stack, plan, sizes)
     explain_steps(stack, plan, arms, sizes, folder)
     final_ratio = arms[-1]["ratio"]
     rows, sens_notes = sensitivity(stack, plan, sizes) if sizes.sensitivity else ([], [])
@@ -439,6 +502,7 @@ def run_study(out: Path, mode: str, stack: Stack | None = None) -> HookRun:
              f"sizes `{mode}`: {sizes.num_requests} requests per run, seeds {list(sizes.seeds)}, bisection "
              f"tolerance {sizes.tolerance:g}, SLO rule on {stack.spec.quantile} (simulated numbers, docs/glm_stack.md).",
              "", table, ""]
+    lines += choice_lines(arms)
     if sens:
         lines += ["Sensitivity of the final ratio (each assumption low/high, others as stated):", "", sens, ""]
     elif mode != "full":

@@ -31,16 +31,21 @@ class EncodeRecord:
     arrival_s: float = math.nan
 
     @property
+    def pooled(self) -> bool:
+        """Encoded by an encode pool's instance (EPD), not inline by the prefilling instance."""
+        return self.encode_instance.startswith("encode-")
+
+    @property
     def encode_s(self) -> float:
         """Seconds the encode stage adds to TTFT (module docstring); NaN without images."""
-        if self.encode_instance.startswith("encode-"):
+        if self.pooled:
             return self.embeddings_ready_s - self.arrival_s
         return self.encode_end_s - self.encode_start_s
 
     @property
     def queue_s(self) -> float:
         """EPD: seconds waiting for an encode instance (NaN inline or without images)."""
-        if not self.encode_instance.startswith("encode-"):
+        if not self.pooled:
             return math.nan
         return self.encode_start_s - self.arrival_s
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import sys
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -455,6 +455,8 @@ def print_summary(summary: RunSummary, file: TextIO = sys.stdout, title: str = "
         for key, value in d.percentiles.items():
             if key != "p50":  # P50 is the median, printed above
                 line(f"P{key[1:]} {short} (ms):", _ms(value))
+    if summary.encode is not None:  # multimodal runs only (infralab.sim.encode_metrics)
+        print_encode(summary.encode, line, rule)
     rule("Resources")
     for track, stats in summary.instances.items():
         waiting = stats.counters.get("waiting")
@@ -474,3 +476,20 @@ def print_summary(summary: RunSummary, file: TextIO = sys.stdout, title: str = "
         line("Queue mean by quarter of arrivals:", ", ".join(f"{q:.1f}" for q in b.quarter_means))
         line("Queue growth (req/s):", f"{b.growth_per_s:+.3f}")
     print("=" * width, file=file)
+
+
+def print_encode(encode: Mapping[str, Any], line: Callable[[str, Any], None], rule: Callable[[str], None]) -> None:
+    """print_summary's lines of a multimodal run's encode stage (summary.json "encode"): image
+    counts, the seconds the encode stage adds to TTFT (encode_s, in ms) and, with an encode pool,
+    its busy fractions."""
+    rule("Encode (images)")
+    line("Image requests, images:", f"{encode['image_requests']}, {encode['images']}")
+    where = "encode pool" if encode.get("encode_pool") else "inline, in the prefill step"
+    line("  encoded:", where)
+    dist = encode.get("encode_s") or {}
+    for key, short in (("mean", "Mean"), ("p90", "P90")):
+        if key in dist:
+            line(f"{short} encode (ms):", _ms(dist[key]))
+    busy = encode.get("encode_pool_busy")
+    if busy is not None:
+        line("Encode pool busy (mean, max %):", f"{busy['mean'] * 100:.1f}, {busy['max'] * 100:.1f}")

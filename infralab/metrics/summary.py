@@ -253,7 +253,7 @@ class RunSummary:
     # truncated_after_s: `infralab.metrics.timeline.write_trace`'s counts); None when none was written.
     timeline: Mapping[str, Any] | None = None
     # KV capacity of one instance, {"kv_blocks", "block_size", "kv_tokens"}, when the caller knows it
-    kv_cache: Mapping[str, int] | None = None
+    kv_cache: Mapping[str, Any] | None = None
     backlog: Backlog | None = None
     first_token_side: str | None = None
     # Multimodal runs: the encode stage (infralab.sim.encode_metrics.encode_summary); else None.
@@ -268,11 +268,14 @@ class RunSummary:
     def with_encode(self, block: Mapping[str, Any]) -> RunSummary:
         return dataclasses.replace(self, encode=dict(block))
 
-    def with_kv_cache(self, blocks: int, block_size: int) -> RunSummary:
-        """This summary with one instance's KV capacity: `blocks` blocks of `block_size` tokens."""
-        return dataclasses.replace(
-            self, kv_cache={"kv_blocks": blocks, "block_size": block_size, "kv_tokens": blocks * block_size}
-        )
+    def with_kv_cache(self, blocks: int, block_size: int, per_pool: Mapping[str, int] | None = None) -> RunSummary:
+        """This summary with one instance's KV capacity: `blocks` blocks of `block_size` tokens;
+        with `per_pool` (pool -> blocks of one of its instances, where pools' hardware differs),
+        also "per_pool": {pool: {"kv_blocks", "kv_tokens"}}."""
+        kv: dict[str, Any] = {"kv_blocks": blocks, "block_size": block_size, "kv_tokens": blocks * block_size}
+        if per_pool:
+            kv["per_pool"] = {pool: {"kv_blocks": n, "kv_tokens": n * block_size} for pool, n in per_pool.items()}
+        return dataclasses.replace(self, kv_cache=kv)
 
     # ---- the one flattening ----------------------------------------------------------------
 

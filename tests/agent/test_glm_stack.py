@@ -7,6 +7,7 @@ at its quick sizes)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,54 @@ def test_reproduce_runs_a_study_decided_by_its_hook(tmp_path, monkeypatch):
     assert "Claim: the claim → **accepted**" in md and "](figures/f.png)" in md and "\nquick\n" in md
     assert json.loads((out / "report.json").read_text())["studies"][0]["name"] == "decided"
     assert isinstance(HookRun("a", "b", "c", (), "d"), HookRun)
+
+
+# ---- the EPD arm: a faithful, fair arm ----------------------------------------------------------
+
+
+def test_the_epd_arm_carries_every_technique_to_both_lm_pools_and_counts_every_accelerator():
+    """Each EPD candidate's prefill and decode pools (their own [cluster.pool_hardware] tp) get the
+    earlier arms' [hardware] and [cost] techniques unchanged, the encoder runs on its tp-1 NPU,
+    and the accelerators are counted over the three pools."""
+    from infralab.config_io import validate
+    from infralab.sim.config import SimConfig
+    from infralab.sim.run import prepare_run
+
+    stack = hook.load_stack()
+    plan = hook.plan_arms(stack, stack.sizes("quick"))
+    if "epd" not in plan.candidates:
+        pytest.skip("the config schema has no EPD layout here")
+    layer_split = overlay_config(stack.base, dict((a.name, o) for a, o in plan.arms)["layer_split"])
+    previous = prepare_run(validate(SimConfig, layer_split.data, layer_split.source), layer_split.base_dir).cost
+    splits = []
+    for overlay in plan.candidates["epd"]:
+        c = overlay_config(stack.base, overlay)
+        prepared = prepare_run(validate(SimConfig, c.data, c.source), c.base_dir, c.source)
+        for pool in ("prefill", "decode"):
+            cost = prepared.pools.costs[pool]
+            assert (cost.tp, cost.linear_tp, cost.lm_head_tp, cost.layer_split) == (4, 4, 4, 4), pool
+            assert cost.cfg == previous.cfg  # dtype int8, kv_layer_dtypes, replay_ssm_ring, efficiencies
+            assert cost.accel == previous.accel
+        assert prepared.pools.encoder.cost.tp == 1
+        cluster = c.data["cluster"]
+        p, d = cluster["prefill_instances"], cluster["decode_instances"]
+        assert c.accelerators == 1 * 1 + p * 4 + d * 4
+        splits.append(f"{p}:{d}")
+    # the stated rule's candidates: the distinct P:D ratios of the project's P/D search grid
+    assert splits == ["1:1", "2:1", "3:1", "1:2", "3:2"]
+
+
+def test_an_arm_with_candidates_is_the_one_with_the_highest_capacity_per_accelerator():
+    docs = [{"capacity_rps_per_accelerator": v} for v in (0.2, None, 0.3, 0.3)]
+    assert hook.best_candidate(docs) == 2  # the highest; ties: the first listed; unbracketed: none
+    assert hook.best_candidate([{"capacity_rps_per_accelerator": None}]) == 0
+
+
+def test_candidates_only_on_the_last_arm_and_with_their_rule(tmp_path):
+    text = stack_text().replace('name = "w8a8"', 'name = "w8a8"\nchoose_rule = "x"\nchoose = [{ "slo.ttft_s" = 1.0 }]')
+    stack_path = stack_copy(tmp_path, text)
+    with pytest.raises(InputError, match=r"stack.toml: arm\[3\].choose"):
+        hook.load_stack(stack_path)
+    stack_path.write_text(re.sub(r'choose_rule = """.*?"""\n', "", stack_text(), flags=re.S))
+    with pytest.raises(InputError, match=r"stack.toml: arm\[6\].choose_rule"):
+        hook.load_stack(stack_path)
