@@ -677,12 +677,22 @@ class CostModel:
             terms = self._decode_run_terms[seqs] = self._decode_run_terms_of(seqs, context_tokens)
         if terms is None:
             return decode_run_ends_stepwise(self.decode_step_s, seqs, context_tokens, start_s, steps, horizon_s)
+        # `_decode_run_step_s` inlined (the hot loop of a long trace): the same expressions in the
+        # same order, so the same bits.
+        dense, linear, moe, lm, collective, small, sampler, host = terms
+        c_flops, c_bytes, c_seq = self._decode_coeffs
+        floor = self._decode_floor
+        per_seq = seqs * c_seq
+        overlap = self.cfg.host.overlap == "async"
+        residue = self.cfg.host.async_residue_s
         ends: list[float] = []
+        append = ends.append
         t, context = start_s, context_tokens
-        step_s = self._decode_run_step_s
         for _ in range(steps):
-            t = t + step_s(terms, seqs, context)
-            ends.append(t)
+            attention = max(context * c_flops, context * c_bytes + per_seq, floor)
+            device = sum((dense, attention, linear, moe, lm, collective, small, sampler))
+            t = t + (max(device, host) + residue if overlap else device + host)
+            append(t)
             if t >= horizon_s:
                 break
             context += seqs
