@@ -185,14 +185,19 @@ class Scheduler:
         preempted_before = self.preemptions
         while True:
             preempted_in_pass = self.preemptions
-            self._start_ready(n, now)
+            # (Each rule's queue is tested here first: most steps have nothing for most rules.)
+            if self.ready:
+                self._start_ready(n, now)
             self._grow_decodes(n)
             chunks: list[tuple[Seq, int]] = []
-            taken = self._continue_prefills(n, chunks)
+            taken = self._continue_prefills(n, chunks) if self.prefilling else 0
             if self.preemptions == preempted_in_pass:
-                taken = self._admit_ready(now, chunks, taken)
-                self._admit_waiting(now, chunks, taken)
-                self._grant_reservations()
+                if self.ready:
+                    taken = self._admit_ready(now, chunks, taken)
+                if self.waiting:
+                    self._admit_waiting(now, chunks, taken)
+                if self.inbound:
+                    self._grant_reservations()
                 break
             if chunks or self.decoding:
                 break  # a step that preempted admits nothing
