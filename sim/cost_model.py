@@ -276,6 +276,7 @@ class CostModel:
         self._moe_cache: dict[int, float] = {}
         self._lm_cache: dict[int, tuple[float, float]] = {}  # (lm_head, sampler) by output tokens
         self._small_cache: dict[int, float] = {}
+        self._collective_cache: dict[tuple[int, int], float] = {}  # (tokens, output tokens) -> s
         self._decode_host_cache: dict[int, float] = {}  # decode-only steps: host seconds by seqs
         self._decode_run_terms: dict[int, tuple[float, ...] | None] = {}  # decode_run_ends, by seqs
         self._calibrated = _Calibration(self) if calibration is not None else None
@@ -741,13 +742,16 @@ class CostModel:
         small = self._small_cache.get(tokens)
         if small is None:
             small = self._small_cache[tokens] = self._small_ops_time(tokens)
+        collective = self._collective_cache.get((tokens, outputs))
+        if collective is None:
+            collective = self._collective_cache[tokens, outputs] = self._collective_time(tokens, outputs)
         return (
             dense,
             self._attention_time(work),
             self._linear_attention_time(work),
             moe,
             lm[0],
-            self._collective_time(tokens, outputs),
+            collective,
             small,
             lm[1],
         )
