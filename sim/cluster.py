@@ -171,17 +171,29 @@ def _arrivals(
     admit: Admit,
     clock: _ArrivalClock,
 ):
-    """Hand each request to `admit` (the front pool) at its arrival time (ties: input order)."""
-    order: Sequence[int] = range(len(requests))
-    if any(requests[i].arrival_s > requests[i + 1].arrival_s for i in range(len(requests) - 1)):
-        order = sorted(order, key=lambda i: requests[i].arrival_s)  # stable: in order, as given
-    for pos, i in enumerate(order):
-        request, rec = requests[i], records[i]
+    """Hand each request to `admit` (the front pool) at its arrival time (ties: input order).
+    Each request is read once in the loop (a `RequestTable` builds one per access)."""
+    latest, in_order = -math.inf, True
+    for request in requests:
+        if latest > request.arrival_s:
+            in_order = False
+            break
+        latest = request.arrival_s
+    if in_order:
+        stream = zip(requests, records)
+    else:  # stable: in order, as given
+        order = sorted(range(len(requests)), key=lambda i: requests[i].arrival_s)
+        stream = ((requests[i], records[i]) for i in order)
+    following = next(stream, None)
+    while following is not None:
+        request, rec = following
         clock.next = request.arrival_s
         if request.arrival_s > env.now:
             yield env.timeout(request.arrival_s - env.now)
-        yield from clock.wait_for_slot(rec)
-        clock.next = requests[order[pos + 1]].arrival_s if pos + 1 < len(order) else math.inf
+        if clock.gate is not None:
+            yield from clock.wait_for_slot(rec)
+        following = next(stream, None)
+        clock.next = following[0].arrival_s if following is not None else math.inf
         admit(request, rec)
 
 

@@ -276,6 +276,7 @@ class CostModel:
         self._moe_cache: dict[int, float] = {}
         self._lm_cache: dict[int, tuple[float, float]] = {}  # (lm_head, sampler) by output tokens
         self._small_cache: dict[int, float] = {}
+        self._collective_cache: dict[tuple[int, int], float] = {}  # (tokens, output tokens) -> s
         self._decode_host_cache: dict[int, float] = {}  # decode-only steps: host seconds by seqs
         self._decode_run_terms: dict[int, tuple[float, ...] | None] = {}  # decode_run_ends, by seqs
         self._calibrated = _Calibration(self) if calibration is not None else None
@@ -677,12 +678,22 @@ class CostModel:
             terms = self._decode_run_terms[seqs] = self._decode_run_terms_of(seqs, context_tokens)
         if terms is None:
             return decode_run_ends_stepwise(self.decode_step_s, seqs, context_tokens, start_s, steps, horizon_s)
+        # `_decode_run_step_s` inlined (the hot loop of a long trace): the same expressions in the
+        # same order, so the same bits.
+        dense, linear, moe, lm, collective, small, sampler, host = terms
+        c_flops, c_bytes, c_seq = self._decode_coeffs
+        floor = self._decode_floor
+        per_seq = seqs * c_seq
+        overlap = self.cfg.host.overlap == "async"
+        residue = self.cfg.host.async_residue_s
         ends: list[float] = []
+        append = ends.append
         t, context = start_s, context_tokens
-        step_s = self._decode_run_step_s
         for _ in range(steps):
-            t = t + step_s(terms, seqs, context)
-            ends.append(t)
+            attention = max(context * c_flops, context * c_bytes + per_seq, floor)
+            device = sum((dense, attention, linear, moe, lm, collective, small, sampler))
+            t = t + (max(device, host) + residue if overlap else device + host)
+            append(t)
             if t >= horizon_s:
                 break
             context += seqs
@@ -731,13 +742,16 @@ class CostModel:
         small = self._small_cache.get(tokens)
         if small is None:
             small = self._small_cache[tokens] = self._small_ops_time(tokens)
+        collective = self._collective_cache.get((tokens, outputs))
+        if collective is None:
+            collective = self._collective_cache[tokens, outputs] = self._collective_time(tokens, outputs)
         return (
             dense,
             self._attention_time(work),
             self._linear_attention_time(work),
             moe,
             lm[0],
-            self._collective_time(tokens, outputs),
+            collective,
             small,
             lm[1],
         )

@@ -195,7 +195,14 @@ class Instance:
             if self.listener is not None and plan.chunks:
                 self.listener.step_started(self, plan, start, ends[0] - start)
             self._run_decode_seqs = plan.decode_seqs
-            ends = yield from self._hold(ends)
+            if len(ends) > 1:
+                ends = yield from self._hold(ends)
+            else:  # a single step: `_hold` without the interrupt handling (only runs are interrupted)
+                end = ends[0]
+                if end > env.now:
+                    if env.now < end / 2:
+                        yield env.timeout(0.75 * end - env.now)
+                    yield env.timeout(end - env.now)
             clock = ends[-1]
             result = sched.finish(plan, ends)
             self._record_batch(plan, start, ends, result)

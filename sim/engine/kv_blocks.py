@@ -38,13 +38,14 @@ class BlockPool:
         attempt must not throw cached prefixes away)."""
         if n <= 0:
             return True
-        short = n - self.free
+        cache = self.cache
+        short = self.private + n + cache.blocks - self.capacity  # n - free
         if short > 0:
-            if short > self.cache.blocks - self.cache.pinned_blocks:
+            if short > cache.blocks - cache.pinned_blocks:
                 return False
-            self.cache.evict(short)
+            cache.evict(short)
         self.private += n
-        assert self.private + self.cache.blocks <= self.capacity
+        assert self.private + cache.blocks <= self.capacity
         return True
 
     def release(self, n: int) -> None:

@@ -31,17 +31,10 @@ class PrefixCache:
         self._refs: dict[int, int] = {}  # hash -> number of running requests using it
         self._held: dict[int, int] = {}  # hash -> blocks it takes (its KV, and a snapshot if it has one)
         self._lru: OrderedDict[int, None] = OrderedDict()  # unpinned hashes, oldest first
-        self._blocks = 0  # sum of _held
+        # Plain attributes, not properties: the engine reads them at nearly every step.
+        self.blocks = 0  # KV blocks held by all entries, pinned or not (sum of _held)
+        self.pinned_blocks = 0  # of those, held by pinned entries (sum of _held outside _lru)
         self._unpinned_blocks = 0  # sum of _held over _lru
-
-    @property
-    def blocks(self) -> int:
-        """KV blocks held by all entries, pinned or not."""
-        return self._blocks
-
-    @property
-    def pinned_blocks(self) -> int:
-        return self._blocks - self._unpinned_blocks
 
     def __contains__(self, block_hash: int) -> bool:
         return block_hash in self._refs
@@ -73,7 +66,9 @@ class PrefixCache:
         for h in hashes:
             if self._refs[h] == 0:
                 del self._lru[h]
-                self._unpinned_blocks -= self._held[h]
+                held = self._held[h]
+                self._unpinned_blocks -= held
+                self.pinned_blocks += held
             self._refs[h] += 1
 
     def unpin(self, hashes: list[int]) -> None:
@@ -85,7 +80,9 @@ class PrefixCache:
             self._refs[h] = refs
             if refs == 0:
                 self._lru[h] = None
-                self._unpinned_blocks += self._held[h]
+                held = self._held[h]
+                self._unpinned_blocks += held
+                self.pinned_blocks -= held
 
     def insert_pinned(self, block_hash: int, snapshot_blocks: int = 0) -> None:
         """Add a freshly computed block (with a state snapshot of `snapshot_blocks` blocks, if
@@ -93,7 +90,8 @@ class PrefixCache:
         assert block_hash not in self._refs
         self._refs[block_hash] = 1
         held = self._held[block_hash] = self.entry_blocks + snapshot_blocks
-        self._blocks += held
+        self.blocks += held
+        self.pinned_blocks += held
 
     def evict(self, blocks_wanted: int) -> int:
         """Drop least recently released unpinned entries until at least `blocks_wanted` KV blocks
@@ -103,7 +101,7 @@ class PrefixCache:
             h, _ = self._lru.popitem(last=False)
             del self._refs[h]
             held = self._held.pop(h)
-            self._blocks -= held
+            self.blocks -= held  # an unpinned entry: pinned_blocks stays
             self._unpinned_blocks -= held
             freed += held
         return freed

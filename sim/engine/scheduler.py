@@ -185,14 +185,19 @@ class Scheduler:
         preempted_before = self.preemptions
         while True:
             preempted_in_pass = self.preemptions
-            self._start_ready(n, now)
+            # (Each rule's queue is tested here first: most steps have nothing for most rules.)
+            if self.ready:
+                self._start_ready(n, now)
             self._grow_decodes(n)
             chunks: list[tuple[Seq, int]] = []
-            taken = self._continue_prefills(n, chunks)
+            taken = self._continue_prefills(n, chunks) if self.prefilling else 0
             if self.preemptions == preempted_in_pass:
-                taken = self._admit_ready(now, chunks, taken)
-                self._admit_waiting(now, chunks, taken)
-                self._grant_reservations()
+                if self.ready:
+                    taken = self._admit_ready(now, chunks, taken)
+                if self.waiting:
+                    self._admit_waiting(now, chunks, taken)
+                if self.inbound:
+                    self._grant_reservations()
                 break
             if chunks or self.decoding:
                 break  # a step that preempted admits nothing
@@ -254,16 +259,24 @@ class Scheduler:
         end_s = ends_s[-1]
         kv_used_at: list[tuple[float, int]] = []
         if k > 1:
-            # A run ends at the first step with a finish, so only growth happens inside it.
+            # A run ends at the first step with a finish, so only growth happens inside it. QuietRun
+            # counted the free blocks for it (stale entries too), so each growth is `allocate(1)`
+            # without eviction: the private count, checked once per step.
+            pool = self.pool
+            cache = self.cache
+            grow_at = self._grow_at
+            file_growth = self._file_growth
+            step_end = self.step_end
             for m in run.growth_steps:
                 if m > last_step:
                     break  # the run was cut short
-                for seq, epoch in self._grow_at.pop(m, ()):
+                for seq, epoch in grow_at.pop(m, ()):
                     if seq.epoch == epoch:
-                        assert self.pool.allocate(1), "QuietRun promised free blocks"
+                        pool.private += 1
                         seq.blocks += 1
-                        self._file_growth(seq, m)
-                kv_used_at.append((self.step_end[m - 1], self.pool.used))  # as at step m's start
+                        file_growth(seq, m)
+                assert pool.private + cache.blocks <= pool.capacity, "QuietRun promised free blocks"
+                kv_used_at.append((step_end[m - 1], pool.private + cache.pinned_blocks))  # as at step m's start
         self.step_no = last_step + 1
         finished: list[Seq] = []
         handed_off: list[Seq] = []
@@ -307,10 +320,14 @@ class Scheduler:
     # ---- planning steps -------------------------------------------------------------------------
 
     def _grow_decodes(self, n: int) -> None:
-        for seq, epoch in self._grow_at.pop(n, ()):
+        entries = self._grow_at.pop(n, None)
+        if entries is None:
+            return
+        pool = self.pool
+        for seq, epoch in entries:
             if seq.epoch != epoch:
                 continue
-            if self._allocate_or_preempt(seq, 1, n):
+            if pool.allocate(1) or self._allocate_or_preempt(seq, 1, n):
                 seq.blocks += 1
                 self._file_growth(seq, n)
 
@@ -453,13 +470,17 @@ class Scheduler:
 
     def _file_growth(self, seq: Seq, n: int) -> None:
         """File the step after `n` at which the context outgrows the blocks held, if it decodes then."""
-        # At step m the context (KV tokens incl. the token fed) is prompt + dec_gen0 + (m - dec_step0).
-        capacity = seq.base + seq.blocks * self.block_size
-        m = seq.dec_step0 + capacity + 1 - seq.prompt - seq.dec_gen0
-        last = seq.dec_step0 + seq.output - seq.dec_gen0 - 1
+        # At step m the context (KV tokens incl. the token fed) is prompt + dec_gen0 + (m - dec_step0);
+        # it decodes up to step dec_step0 + output - dec_gen0 - 1.
+        step0_less_gen0 = seq.dec_step0 - seq.dec_gen0
+        m = step0_less_gen0 + seq.base + seq.blocks * self.block_size + 1 - seq.prompt
         assert m > n
-        if m <= last:
-            self._grow_at.setdefault(m, []).append((seq, seq.epoch))
+        if m < step0_less_gen0 + seq.output:
+            entries = self._grow_at.get(m)
+            if entries is None:
+                self._grow_at[m] = [(seq, seq.epoch)]
+            else:
+                entries.append((seq, seq.epoch))
 
     def _stop_decode(self, seq: Seq, last_step: int) -> None:
         """`seq` stops decoding after step `last_step`: record the tokens it emitted meanwhile."""
@@ -486,7 +507,8 @@ class Scheduler:
         """waiting (queued here: for admission, for a reservation, or for their KV or a slot after
         one), running, KV blocks in use, KV blocks held by the prefix cache."""
         waiting = len(self.waiting) + len(self.inbound) + len(self.reserved)
-        return waiting, len(self.running), self.pool.used, self.cache.blocks
+        cache = self.cache
+        return waiting, len(self.running), self.pool.private + cache.pinned_blocks, cache.blocks
 
     # ---- checks (tests) -------------------------------------------------------------------------
 
