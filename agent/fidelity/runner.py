@@ -103,6 +103,10 @@ class StudyResult:
 
 def run_study(study: FidelityStudy, folder: Path, say: Say) -> StudyResult:
     """Run `study`, writing its raw files (profiles, replays) into `folder`."""
+    # The mirror's config names files in `folder` (model spec, profiles) and is resolved against its
+    # own folder: absolute paths, so that a relative output folder (`infralab reproduce`'s default
+    # results/...) is not joined twice.
+    folder = folder.resolve()
     started = time.perf_counter()
     load_before = os.getloadavg()
     model = model_for_sim(study.model, folder)

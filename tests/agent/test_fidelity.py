@@ -159,10 +159,12 @@ def test_the_writer_puts_the_comparisons_in_json_table_and_figures(tmp_path):
     assert all(p.stat().st_size > 0 for p in figures) and on_disk["figures"] == [f"figures/{p.name}" for p in figures]
 
 
-def test_a_minimal_study_runs_end_to_end(tmp_path, capsys):
+def test_a_minimal_study_runs_end_to_end(tmp_path, capsys, monkeypatch):
     path = write_study(tmp_path)
     out = tmp_path / "out"
-    assert dispatch(parse(["fidelity", "run", str(path), "--out", str(out), "--no-progress"])) == 0
+    # A relative --out, as `infralab reproduce` gives by default: the mirror still finds its profile.
+    monkeypatch.chdir(tmp_path)
+    assert dispatch(parse(["fidelity", "run", str(path), "--out", "out", "--no-progress"])) == 0
     doc = json.loads((out / "fidelity.json").read_text())
     table = (out / "table.md").read_text()
     assert table in capsys.readouterr().out
