@@ -119,6 +119,7 @@ def host_schedule(cfg: ProbeConfig, m, seg: ProbeSegments, granularity: str, hol
         slice_s=cfg.slice_us * 1e-6,
         wake_delays_by_held_s=tuple((held, tuple(samples)) for held, samples in m.wake_delays_by_held_s),
         waker_delay_samples_s=tuple(m.waker_delay_samples_s),
+        waker_affine_share=m.waker_affine_share,
     )
 
 
@@ -259,9 +260,11 @@ def _interleaved_rounds(cfg: ProbeConfig, libs, m, cores: int, arms: list[tuple[
     from infralab.kernels.host_probe.affinity import skip_reason
     from infralab.kernels.host_probe.probe import (
         handoff_samples,
+        placement_share,
         wake_delay_samples,
         wake_delays_by_held,
         waker_delay_samples,
+        waker_placements,
     )
 
     scheds = {arm: _schedule(cfg, m, cores, *arm) for arm in arms}
@@ -270,6 +273,7 @@ def _interleaved_rounds(cfg: ProbeConfig, libs, m, cores: int, arms: list[tuple[
     wake: list[float] = []
     by_held: dict[float, list[float]] = {}
     waker: list[float] = []
+    placements: list = []
     for r in range(cfg.repeats):
         for arm in arms[r % len(arms):] + arms[:r % len(arms)]:
             pairs[arm].append(_probe_pair(scheds[arm], libs))
@@ -280,6 +284,8 @@ def _interleaved_rounds(cfg: ProbeConfig, libs, m, cores: int, arms: list[tuple[
             for held, samples in wake_delays_by_held(libs, HANDOFF_TRIALS):
                 by_held.setdefault(held, []).extend(samples)
             waker += waker_delay_samples(libs, HANDOFF_TRIALS)
+        if cores > 1:  # where a thread woken by a computing waker runs (wake-affine placement)
+            placements += waker_placements(libs, HANDOFF_TRIALS, cores=cores)
     here = dataclasses.replace(
         m,
         handoff_s=statistics.median(blocking) if blocking else m.handoff_s,
@@ -289,6 +295,7 @@ def _interleaved_rounds(cfg: ProbeConfig, libs, m, cores: int, arms: list[tuple[
         wake_delays_by_held_s=(tuple((h, tuple(sorted(v))) for h, v in sorted(by_held.items()))
                                or m.wake_delays_by_held_s),
         waker_delay_samples_s=tuple(sorted(waker)) or m.waker_delay_samples_s,
+        waker_affine_share=placement_share(tuple(placements)) if placements else m.waker_affine_share,
     )
     return pairs, here
 
@@ -329,8 +336,9 @@ def _variant(cfg: ProbeConfig, here, cores: int, granularity: str, mode: str, de
     sim_with = [run_host_schedule(hs, True, seed) for seed in seeds]
     sim = _summary([(r.record.intervals, r.prefill_s) for r in sim_without],
                    [(r.record.intervals, r.prefill_s) for r in sim_with])
-    # The same without the waker rule (sim/host/cpu.py): how much the prediction rests on it.
-    plain = dataclasses.replace(hs, waker_delay_samples_s=())
+    # The same without the waker rules (sim/host/cpu.py: the waker delay, the wake-affine placement):
+    # how much the prediction rests on them.
+    plain = dataclasses.replace(hs, waker_delay_samples_s=(), waker_affine_share=None)
     sim["degradation_without_waker_rule"] = _summary(
         [(r.record.intervals, r.prefill_s) for r in sim_without],
         [(r.record.intervals, r.prefill_s) for r in (run_host_schedule(plain, True, seed) for seed in seeds)],
@@ -366,6 +374,7 @@ def _variant(cfg: ProbeConfig, here, cores: int, granularity: str, mode: str, de
             "wake_delay_median_s": _finite_or_none(here.wake_delay_s),
             "wake_delay_samples": len(here.wake_delay_samples_s),
             "waker_delay_median_s": _median_or_none(list(here.waker_delay_samples_s)),
+            "waker_affine_share": here.waker_affine_share,
             "wake_delay_by_held_median_s": {f"{held * 1e3:g} ms": statistics.median(samples)
                                             for held, samples in here.wake_delays_by_held_s},
             "quantum_s": hs.quantum_s,
@@ -407,6 +416,10 @@ def _plain_text(s: dict[str, Any]) -> str:
     return "" if plain is None else f" ({plain:.1%})"
 
 
+def _affine_text(share: float | None) -> str:
+    return "" if share is None else f"; {share:.0%}"
+
+
 def _noise_text(noise: dict[str, Any]) -> str:
     if not noise:
         return "n/a"
@@ -440,8 +453,8 @@ def probe_table(result: dict[str, Any]) -> str:
         "waker rule) from micro-probes beside every round. Predicted, not fitted: the runs with transfer at each "
         "core count.",
         "",
-        "| cores | schedule | dispatch/combine | GIL hand-off / core wake-up (medians) | prefill w/o: probe / sim (s) "
-        "| degradation: probe median [min..max over repeats] | sim (without the waker rule) | rel. err | within 20 % "
+        "| cores | schedule | dispatch/combine | GIL hand-off / core wake-up (medians; woken on the waker's core) | prefill w/o: probe / sim (s) "
+        "| degradation: probe median [min..max over repeats] | sim (without the waker rules) | rel. err | within 20 % "
         "| quiet pairs (others' CPU share, median) | main's core wait (ms): probe / sim "
         "| dispatch/combine covered by KV Python: probe / sim |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -455,7 +468,7 @@ def probe_table(result: dict[str, Any]) -> str:
             ok += " (noisy)"
         lines.append(
             f"| {v['cores']} | {v['granularity']} | {arm_text(v)} | {_us(v['sim_inputs']['handoff_median_s'])} / "
-            f"{_us(v['sim_inputs']['wake_delay_median_s'])} "
+            f"{_us(v['sim_inputs']['wake_delay_median_s'])}{_affine_text(v['sim_inputs'].get('waker_affine_share'))} "
             f"| {p['prefill_without_s']:.4f} / {s['prefill_without_s']:.4f} "
             f"| {p['degradation']:.1%} [{p['spread']['min']:.1%}..{p['spread']['max']:.1%}] "
             f"| {s['degradation']:.1%}{_plain_text(s)} | {rel} | {ok} | {_noise_text(noise)} | {_wait_text(p, s)} "

@@ -8,7 +8,9 @@ of the Linux kernel's accounting tell a noisy run from a quiet one:
   virtual CPU to someone else) less this process's own CPU time (os.times). Both are counted in
   clock ticks (10 ms, USER_HZ), so it is coarse: meaningful over a run of some 0.1 s and more;
 - a thread's run-queue wait (`/proc/thread-self/schedstat`, second field: ns spent runnable but
-  not running, CONFIG_SCHED_INFO). A thread alone on its cores waits only for other processes.
+  not running, CONFIG_SCHED_INFO). A thread alone on its cores waits only for other processes;
+- the CPU a thread runs on, or last ran on if it sleeps (`/proc/<pid>/task/<tid>/stat`, field 39
+  "processor", proc(5)): where the OS placed a woken thread (probe.py's waker_placements).
 
 Readings that this kernel does not expose are None, never a guess. Seconds unless stated.
 """
@@ -22,6 +24,8 @@ from pathlib import Path
 
 _PROC_STAT = Path("/proc/stat")
 _THREAD_SCHEDSTAT = Path("/proc/thread-self/schedstat")
+_THREAD_STAT = Path("/proc/thread-self/stat")
+_PROCESSOR_FIELD = 39  # proc(5): "processor", the CPU number last executed on (1-based fields)
 # /proc/stat columns after the cpu name: user nice system idle iowait irq softirq steal ...
 _BUSY_COLUMNS = (0, 1, 2, 5, 6, 7)
 # Below this many clock ticks of core capacity the tick counts say nothing about a window.
@@ -56,6 +60,20 @@ def thread_sched_ns() -> tuple[int, int] | None:
         run_ns, wait_ns, *_ = _THREAD_SCHEDSTAT.read_text().split()
         return int(run_ns), int(wait_ns)
     except (OSError, ValueError):
+        return None
+
+
+def processor_of(stat: str) -> int:
+    """The "processor" field of a /proc/.../stat text: the CPU the task runs on, or last ran on."""
+    # The command name (field 2) is in parentheses and may hold spaces: count after its end.
+    return int(stat[stat.rindex(")") + 2:].split()[_PROCESSOR_FIELD - 3])
+
+
+def thread_cpu() -> int | None:
+    """The CPU the calling thread runs on; None where the kernel does not expose it."""
+    try:
+        return processor_of(_THREAD_STAT.read_text())
+    except (OSError, ValueError, IndexError):
         return None
 
 

@@ -30,6 +30,7 @@ Timing results are benchmarks of this machine, not facts about any other.
 from __future__ import annotations
 
 import ctypes
+import os
 import queue
 import statistics
 import sys
@@ -40,7 +41,7 @@ from typing import Literal
 
 from infralab.kernels.host_probe.affinity import pinned, skip_reason
 from infralab.kernels.host_probe.build import NativeLibs, load
-from infralab.kernels.host_probe.contention import Contention, CpuSnapshot, thread_sched_ns
+from infralab.kernels.host_probe.contention import Contention, CpuSnapshot, processor_of, thread_sched_ns
 
 PYTHON = "python"
 NATIVE_HOLD = "native-hold-gil"
@@ -257,6 +258,8 @@ class HostMeasurements:
     wake_delays_by_held_s: tuple[tuple[float, tuple[float, ...]], ...] = ()
     # How long a thread woken by the core's holder waits for it (waker_delay_samples); () if not measurable.
     waker_delay_samples_s: tuple[float, ...] = ()
+    # Share of wake-ups by a computing waker run on the waker's CPU with 2+ cores (waker_placements).
+    waker_affine_share: float | None = None
 
 
 def _median_s(samples_ns: list[int]) -> float:
@@ -337,6 +340,90 @@ def waker_delay_samples(libs: NativeLibs, repeats: int) -> tuple[float, ...]:
     """On ONE core: how long a GIL waiter, woken by the release of the thread that holds the
     core and goes on computing, waits to run (seconds, sorted; sim/host/cpu.py's waker rule)."""
     return handoff_samples(libs, repeats, "spin", cores=1, release_ns=WAKER_RELEASE_NS)
+
+
+@dataclass(frozen=True)
+class WakePlacement:
+    """One wake-up of a GIL waiter by the release of a thread that goes on computing."""
+
+    waker_cpu: int  # where the releasing thread ran when it released
+    prev_cpu: int  # where the waiter last ran before it blocked on the GIL
+    woken_cpu: int  # where the waiter ran its first bytecode after the wake-up
+    delay_s: float  # from the release to the waiter's first bytecode
+    run_delay_s: float  # the waiter's run-queue wait across the wake-up (schedstat)
+
+    @property
+    def on_waker_cpu(self) -> bool:
+        return self.woken_cpu == self.waker_cpu
+
+
+def waker_placements(libs: NativeLibs, repeats: int, cores: int = 2,
+                     release_ns: int = WAKER_RELEASE_NS) -> tuple[WakePlacement, ...]:
+    """On `cores` cores (both threads share the mask): where Linux runs a GIL waiter woken by the
+    release of a thread that goes on computing (a CDLL spin of `release_ns`), and how long it
+    waits. The trial is handoff_samples's; the releaser reads its own CPU (sched_getcpu) and, while
+    the waiter sleeps on the GIL, the waiter's last CPU (field 39 of /proc/self/task/<tid>/stat) and
+    run-queue wait (its schedstat); the waiter reads its CPU and wait again at its first bytecode.
+    Every reading keeps the GIL (libc through PyDLL), so none hands the GIL to the waiter early. Linux's wake-affine placement
+    (kernel/sched/fair.c, select_task_rq_fair: wake_affine, then select_idle_sibling) may queue it
+    on the waker's busy CPU although another is idle. Trials where the waiter was not yet waiting
+    when the releaser released, or a reading is missing, are discarded."""
+    with pinned(cores):
+        return _waker_placements(libs, repeats, release_ns)
+
+
+# libc called through PyDLL keeps the GIL: a Python file read releases it, which would hand the GIL
+# to the very waiter whose wake-up is being timed.
+_LIBC = ctypes.PyDLL(None)
+_LIBC.pread.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_long)
+_LIBC.pread.restype = ctypes.c_ssize_t
+
+
+def _pread_keeping_gil(fd: int, size: int = 1024) -> str:
+    buf = ctypes.create_string_buffer(size)
+    n = _LIBC.pread(fd, buf, size, 0)
+    return buf.raw[:max(n, 0)].decode()
+
+
+def _waker_placements(libs: NativeLibs, repeats: int, release_ns: int) -> tuple[WakePlacement, ...]:
+    out: list[WakePlacement] = []
+    for _ in range(repeats * 4):
+        if len(out) >= repeats:
+            break
+        back: list[int] = []
+        after: list = []
+        fds: list[int] = []
+        own = (ctypes.c_uint64 * 2)()
+        inside = threading.Event()
+        stamps = (ctypes.c_uint64 * 2)()
+
+        def waiter() -> None:
+            task = f"/proc/self/task/{threading.get_native_id()}"
+            fds.extend(os.open(f"{task}/{name}", os.O_RDONLY) for name in ("stat", "schedstat"))
+            inside.set()
+            libs.releasing.infralab_spin_ns(2_000_000, own)  # returns while main holds the GIL
+            back.append(time.perf_counter_ns())
+            after.extend((_LIBC.sched_getcpu(), _pread_keeping_gil(fds[1])))
+
+        t = threading.Thread(target=waiter)
+        t.start()
+        inside.wait()
+        libs.holding.infralab_spin_ns(3_000_000, stamps)  # the waiter now sleeps on the GIL
+        prev, before, waker_cpu = _pread_keeping_gil(fds[0]), _pread_keeping_gil(fds[1]), _LIBC.sched_getcpu()
+        libs.releasing.infralab_spin_ns(release_ns, stamps)
+        t.join()
+        for fd in fds:
+            os.close(fd)
+        if not (back and own[1] < stamps[0] <= back[0]) or not prev or not before or not after[1]:
+            continue
+        waited = (int(after[1].split()[1]) - int(before.split()[1])) * 1e-9
+        out.append(WakePlacement(waker_cpu, processor_of(prev), after[0], (back[0] - stamps[0]) * 1e-9, waited))
+    return tuple(out)
+
+
+def placement_share(placements: tuple[WakePlacement, ...]) -> float | None:
+    """The share of wake-ups run on the waker's CPU (None: no sample)."""
+    return sum(p.on_waker_cpu for p in placements) / len(placements) if placements else None
 
 
 def _handoff_samples(libs: NativeLibs, repeats: int, native_wait: str, release_ns: int) -> tuple[float, ...]:

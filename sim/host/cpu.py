@@ -35,6 +35,17 @@ kernels/host_probe/probe.py: handoff_samples with a long busy release). With
 `waker_delay_samples_s`, such a wake-up (`run(who, waker=...)`) takes the waker's core after a
 delay drawn from them, unless the waker blocks or its quantum ends first.
 
+Wake-affine placement (optional, `waker_affine_share`): with a core free, Linux may still queue a
+thread woken by a running waker on the WAKER's CPU (kernel/sched/fair.c, select_task_rq_fair:
+wake_affine picks the waker's or the wakee's previous CPU, select_idle_sibling looks for an idle one
+only within limits), so it waits for its waker although a core idles (measured by
+kernels/host_probe/probe.py: waker_placements, two threads on two cores). With the share set, such
+a wake-up (`run(who, waker=...)` while a core is free) is placed on the waker's core with that
+probability, drawn per wake-up (0 and 1 draw nothing), and then waits as a wake-up by the waker on
+a busy core does: until the waker blocks, its quantum ends, or the waker delay passes; the waker,
+displaced, takes the free core at once. Otherwise the thread takes the free core at once. None (the
+default) and 0: no such placement.
+
 `cores=None` means as many cores as runnable threads (nobody ever waits). Simulated seconds.
 """
 
@@ -70,7 +81,8 @@ class Cpu:
                  wake_delay_samples_s: tuple[float, ...] = (), rng: np.random.Generator | None = None,
                  slice_s: float = 0.0,
                  wake_delays_by_held_s: tuple[tuple[float, tuple[float, ...]], ...] = (),
-                 waker_delay_samples_s: tuple[float, ...] = ()) -> None:
+                 waker_delay_samples_s: tuple[float, ...] = (),
+                 waker_affine_share: float | None = None) -> None:
         if cores is not None and cores < 1:
             raise ValueError(f"cores must be >= 1 or None, got {cores!r}")
         if not quantum_s > 0:
@@ -85,6 +97,11 @@ class Cpu:
         self._wake_delays = wake_delay_samples_s
         self._wake_delays_by_held = wake_delays_by_held_s
         self._waker_delays = waker_delay_samples_s
+        if waker_affine_share is not None and not 0 <= waker_affine_share <= 1:
+            raise ValueError(f"waker_affine_share must be in [0, 1] or None, got {waker_affine_share!r}")
+        self._affine_share = waker_affine_share
+        # Threads waiting on their waker's core although a core is free: waiter -> waker.
+        self._on_waker_core: dict[str, str] = {}
         self._slice_s = slice_s
         self._rng = rng
         self._threads: dict[str, _Thread] = {}
@@ -129,7 +146,13 @@ class Cpu:
         thread = _Thread(self.env.event())
         ready = thread.core_event
         self._threads[who] = thread
-        if self._free_cores() > 0:
+        if self._free_cores() > 0 and self._placed_on_waker(waker):
+            thread.queued_at = self.env.now
+            self._on_waker_core[who] = waker
+            self._arm_quantum()
+            if self._waker_delays:  # else only the waker's blocking or quantum end lets it run
+                self._arm_wake_preemption(thread, waker)
+        elif self._free_cores() > 0:
             self._give_core(who)
         else:
             thread.queued_at = self.env.now
@@ -144,7 +167,8 @@ class Cpu:
         if thread is None:
             return
         if thread.on_core_since is None:
-            self._queue.remove(who)
+            if self._on_waker_core.pop(who, None) is None:
+                self._queue.remove(who)
             self._add_wait(who, self.env.now - thread.queued_at)
             return
         self._off_core(thread)
@@ -201,7 +225,20 @@ class Cpu:
             thread.generation += 1  # its completion timer is stale now
         thread.on_core_since = None
 
+    def _placed_on_waker(self, waker: str | None) -> bool:
+        """Whether a wake-up by `waker`, with a core free, is queued on the waker's core."""
+        share = self._affine_share
+        if not share or waker is None or not self.on_core(waker) or self.cores is None:
+            return False
+        return share >= 1 or (self._rng is not None and float(self._rng.random()) < share)
+
     def _fill_cores(self) -> None:
+        # A thread queued on its waker's core runs first when that core frees (the waker left it).
+        for who, waker in list(self._on_waker_core.items()):
+            if not self.on_core(waker) and self._free_cores() > 0:
+                del self._on_waker_core[who]
+                self._add_wait(who, self.env.now - self._threads[who].queued_at)
+                self._give_core(who)
         while self._queue and self._free_cores() > 0:
             who = self._queue.popleft()
             self._add_wait(who, self.env.now - self._threads[who].queued_at)
@@ -222,12 +259,16 @@ class Cpu:
         thread.done.succeed()
 
     def _arm_quantum(self) -> None:
-        """One timer for the earliest quantum end among core holders, while anyone waits."""
+        """One timer for the earliest quantum end among core holders, while anyone waits (for any
+        core, or for its waker's)."""
         self._quantum_generation += 1
-        if not self._queue or self.cores is None:
+        if not (self._queue or self._on_waker_core) or self.cores is None:
             return
         now, q = self.env.now, self.quantum_s
-        holders = [(w, t) for w, t in self._threads.items() if t.on_core_since is not None]
+        holders = [(w, t) for w, t in self._threads.items() if t.on_core_since is not None
+                   and (self._queue or w in self._on_waker_core.values())]
+        if not holders:
+            return
 
         def next_end(t: _Thread) -> float:
             used = now - t.on_core_since
@@ -240,7 +281,8 @@ class Cpu:
 
     def _quantum_end(self, who: str, generation: int) -> None:
         thread = self._threads.get(who)
-        if generation != self._quantum_generation or not self._queue or thread is None or thread.on_core_since is None:
+        waited_for = self._queue or who in self._on_waker_core.values()
+        if generation != self._quantum_generation or not waited_for or thread is None or thread.on_core_since is None:
             return
         self.preemptions += 1
         self._off_core(thread)
@@ -290,10 +332,13 @@ class Cpu:
         held = self._threads[victim]
         self._off_core(held)
         held.queued_at = self.env.now
-        self._queue.remove(who)
+        if self._on_waker_core.pop(who, None) is None:
+            self._queue.remove(who)
         self._queue.append(victim)
         self._add_wait(who, self.env.now - waiter.queued_at)
         self._give_core(who)
+        if self._free_cores() > 0:  # it was queued on its waker's core: the waker takes the free one
+            self._fill_cores()
 
     def _add_wait(self, who: str, seconds: float) -> None:
         if seconds > 0:

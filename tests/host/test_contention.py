@@ -13,6 +13,8 @@ from infralab.kernels.host_probe.contention import (
     Contention,
     CpuSnapshot,
     cpu_busy_ticks,
+    processor_of,
+    thread_cpu,
     thread_sched_ns,
 )
 from infralab.kernels.host_probe.probe import ProbeSchedule, run_probe
@@ -67,3 +69,15 @@ def test_a_probe_run_records_its_contention_and_its_threads_run_queue_waits() ->
     assert run.contention.wall_s >= run.prefill_s  # the window holds the run (and the readings)
     assert set(run.runqueue_wait_s) == {"thread/main", "thread/kv-transfer"}
     assert all(w is not None and w >= 0 for w in run.runqueue_wait_s.values())
+
+
+def test_the_processor_field_is_counted_after_a_command_name_with_spaces() -> None:
+    # proc(5): field 39 is "processor"; field 2, the command in parentheses, may hold spaces.
+    fields = [str(i) for i in range(3, 53)]
+    fields[39 - 3] = "7"
+    assert processor_of("1234 (a b) c) " + " ".join(fields)) == 7
+
+
+def test_the_calling_thread_runs_on_one_of_its_cores() -> None:
+    cpu = thread_cpu()
+    assert cpu is None or cpu in os.sched_getaffinity(0)

@@ -283,3 +283,116 @@ def test_a_thread_woken_by_a_core_holder_preempts_it_after_the_waker_delay_or_th
         env.process(a())
         env.run()
         assert ends == pytest.approx({"a": a_end, "b": 11.0})
+
+
+def _woken_by_a_computing_waker(cores: int, share: float | None, delay_ms: float) -> dict[str, float]:
+    """b computes 10 ms from 0 and at 1 ms wakes a (1 ms of work); finish times (ms)."""
+    env = simpy.Environment()
+    cpu = Cpu(env, cores, 4 * MS, rng=np.random.default_rng(0), wake_delays_by_held_s=((0.0, (0.0,)),),
+              waker_delay_samples_s=(delay_ms * MS,), waker_affine_share=share)
+    ends: dict[str, float] = {}
+
+    def b():
+        yield cpu.run("b")
+        yield cpu.compute("b", 10 * MS)
+        cpu.block("b")
+        ends["b"] = env.now / MS
+
+    def a():
+        yield env.timeout(1 * MS)
+        yield cpu.run("a", waker="b")
+        yield cpu.compute("a", 1 * MS)
+        cpu.block("a")
+        ends["a"] = env.now / MS
+
+    env.process(b())
+    env.process(a())
+    env.run()
+    return ends
+
+
+@pytest.mark.parametrize(("delay_ms", "a_end"), [(2.0, 4.0), (5.0, 5.0)])
+def test_a_thread_placed_on_its_wakers_core_waits_as_on_one_core_though_a_core_is_free(delay_ms, a_end) -> None:
+    # Two cores, wake-affine share 1: a, woken by b at 1 ms, is queued on b's core although the
+    # other core idles, and runs as on one core (the test above): after the drawn waker delay
+    # (2 ms: 3-4 ms) or at b's quantum end (4 ms: 4-5 ms). b, displaced, takes the free core at
+    # once, so it still ends at 10 ms (on one core: 11 ms).
+    assert _woken_by_a_computing_waker(1, None, delay_ms)["a"] == pytest.approx(a_end)
+    assert _woken_by_a_computing_waker(2, 1.0, delay_ms) == pytest.approx({"a": a_end, "b": 10.0})
+    # Share 0 (or None): a takes the free core at once, 1-2 ms.
+    assert _woken_by_a_computing_waker(2, 0.0, delay_ms) == pytest.approx({"a": 2.0, "b": 10.0})
+
+
+def test_a_thread_placed_on_its_wakers_core_runs_when_the_waker_blocks() -> None:
+    # Two cores, share 1, no waker delays: a, woken by b at 1 ms, waits on b's core until b blocks
+    # at 3 ms (its 2 ms of work done), then runs 3-4 ms; it waited 2 ms although a core was free.
+    env = simpy.Environment()
+    cpu = Cpu(env, 2, 4 * MS, waker_affine_share=1.0)
+    ends: dict[str, float] = {}
+
+    def job(name: str, start: float, work: float, waker: str | None = None):
+        yield env.timeout(start)
+        yield cpu.run(name, waker=waker)
+        yield cpu.compute(name, work)
+        cpu.block(name)
+        ends[name] = env.now / MS
+
+    env.process(job("b", 0.0, 3 * MS))
+    env.process(job("a", 1 * MS, 1 * MS, waker="b"))
+    env.run()
+    assert ends == pytest.approx({"a": 4.0, "b": 3.0})
+    assert cpu.core_wait_s == pytest.approx({"a": 2 * MS})
+
+
+def _gil_waiter_woken_by_a_copying_releaser(cores: int, share: float | None) -> tuple[dict[str, float], int]:
+    env = simpy.Environment()
+    cpu = Cpu(env, cores, 4 * MS, rng=np.random.default_rng(0), wake_delays_by_held_s=((0.0, (0.0,)),),
+              waker_delay_samples_s=(2 * MS,), waker_affine_share=share)
+    gil = Gil(env, GilParams(switch_interval_s=5 * MS, handoff_s=0.1 * MS), cpu=cpu)
+    intervals: list[Interval] = []
+    m, t = HostThread(env, "m", gil, intervals, cpu), HostThread(env, "t", gil, intervals, cpu)
+    ends = _run(env, [
+        (m, lambda th: _seq(th.native(0.5 * MS, holds_gil=False, label="sleep", busy=False), th.python(1 * MS))),
+        (t, lambda th: _seq(th.python(2 * MS), _compute(1)(th), th.python(0.8 * MS))),
+    ])
+    return ends, gil.barges
+
+
+def test_a_gil_waiter_placed_on_its_releasers_core_waits_while_the_releaser_barges_back() -> None:
+    # The GIL case of test_a_gil_waiter_woken_by_the_cores_holder..., with a 0.1 ms hand-off and
+    # t's last Python 0.8 ms. t releases the GIL at 2 ms for a 1 ms copy and so wakes m (2.1 ms).
+    # - One core, or two with share 1: m is queued on t's core (although the other is free: its
+    #   2 ms waker delay would end at 4.1 ms); t's copy ends at 3 ms, t takes the free GIL back (a
+    #   barge), runs its Python 3-3.8 ms and ends; m gets t's core and the GIL, runs 3.8-4.8 ms.
+    # - Two cores, share 0: m takes the free core at 2.1 ms and the GIL with it: Python 2.1-3.1 ms;
+    #   t, back from its copy at 3 ms, waits for the GIL: signalled at 3.1, it runs 3.2-4.0 ms.
+    one_core = _gil_waiter_woken_by_a_copying_releaser(1, None)
+    assert one_core[0] == pytest.approx({"m": 4.8, "t": 3.8}) and one_core[1] == 1
+    assert _gil_waiter_woken_by_a_copying_releaser(2, 1.0) == one_core
+    ends, barges = _gil_waiter_woken_by_a_copying_releaser(2, 0.0)
+    assert ends == pytest.approx({"m": 3.1, "t": 4.0}) and barges == 0
+
+
+def _host_run(share: float | None, cores: int) -> list[tuple]:
+    from infralab.sim.host.host_schedule import HostSchedule, run_host_schedule
+
+    sched = HostSchedule(
+        steps=2, layers=3, launch_s=0.2 * MS, dispatch_s=1.5 * MS, combine_s=0.3 * MS, chunk_python_s=0.4 * MS,
+        copy_s=0.3 * MS, granularity="per_layer", holds_gil=True,
+        gil=GilParams(5 * MS, 30e-6, handoff_samples_s=(20e-6, 30e-6, 60e-6)), cores=cores,
+        wake_delays_by_held_s=((0.0, (0.0, 1 * MS)),), waker_delay_samples_s=(0.5 * MS, 2 * MS),
+        waker_affine_share=share,
+    )
+    run = run_host_schedule(sched, True, seed=3)
+    return [run.prefill_s, sorted(run.core_wait_s.items())] + [
+        (iv.track, iv.name, iv.start_s, iv.end_s) for iv in run.record.intervals]
+
+
+@pytest.mark.parametrize("cores", [1, 2])
+def test_a_wake_affine_share_of_zero_changes_nothing_bit_for_bit(cores: int) -> None:
+    assert _host_run(0.0, cores) == _host_run(None, cores)
+
+
+def test_a_wake_affine_share_must_be_a_probability() -> None:
+    with pytest.raises(ValueError):
+        Cpu(simpy.Environment(), 2, waker_affine_share=1.5)

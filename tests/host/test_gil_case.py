@@ -102,6 +102,7 @@ def test_the_sim_mirror_of_the_probe_schedule_is_its_sum_without_transfer() -> N
         handoff_samples_s, wake_delay_samples_s = (1e-5, 3e-5), (0.0, 2e-3)
         wake_delays_by_held_s = ((2.5e-4, (0.0,)), (2e-3, (0.0, 2e-3)))
         waker_delay_samples_s = (2e-3,)
+        waker_affine_share = 0.5  # half the wake-ups by a computing waker queue on its core
         copy_cold_bytes_per_s = 4096 * 1024 / 3e-4  # a 4 MiB chunk copies in 0.3 ms (cold caches)
 
     cfg = ProbeConfig(steps=2, layers=3, blocks_per_chunk=100)
@@ -110,6 +111,7 @@ def test_the_sim_mirror_of_the_probe_schedule_is_its_sum_without_transfer() -> N
         for cores in (1, 2):
             sched = host_schedule(cfg, M, seg, "per_layer", holds, cores)
             assert sched.copy_s == pytest.approx(3e-4) and sched.cores == cores
+            assert sched.waker_affine_share == 0.5  # the micro-probe's share, passed through as measured
             alone = run_host_schedule(sched, with_transfer=False)
             assert alone.prefill_s == pytest.approx(6 * (2 * 1.1e-4 + 1e-3 + 2e-4))
             both = run_host_schedule(sched, with_transfer=True)
@@ -225,6 +227,7 @@ def test_the_sim_mirror_of_native_descriptors_moves_the_loop_out_of_python() -> 
         python_unit_s, switch_interval_s, handoff_s = 1e-7, 0.005, 2e-5
         handoff_samples_s, wake_delay_samples_s = (1e-5,), ()
         wake_delays_by_held_s = waker_delay_samples_s = ()
+        waker_affine_share = None
         copy_cold_bytes_per_s = 4096 * 1024 / 3e-4
 
     cfg = ProbeConfig(steps=1, layers=3, blocks_per_chunk=100)

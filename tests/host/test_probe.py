@@ -144,3 +144,20 @@ def test_native_descriptors_run_as_one_releasing_call_per_chunk(libs) -> None:
     calls = [iv for iv in mover if iv.name != GIL_WAIT]  # a releasing call may wait to get the GIL back
     assert [iv.name for iv in calls] == [NATIVE_RELEASE] * 3
     assert all(iv.end_ns - iv.start_ns >= 30_000 for iv in calls)
+
+
+def test_waker_placements_record_where_a_woken_thread_runs(libs) -> None:
+    from infralab.kernels.host_probe.affinity import skip_reason, usable_cores
+    from infralab.kernels.host_probe.probe import placement_share, waker_placements
+
+    if skip_reason(2) is not None:
+        pytest.skip(skip_reason(2))
+    before = os.sched_getaffinity(0)
+    placements = waker_placements(libs, 4, cores=2, release_ns=2_000_000)
+    assert os.sched_getaffinity(0) == before
+    assert placements
+    pinned_to = set(usable_cores()[:2])
+    assert all({p.waker_cpu, p.prev_cpu, p.woken_cpu} <= pinned_to for p in placements)
+    assert all(p.delay_s > 0 and p.run_delay_s >= 0 for p in placements)
+    assert placement_share(placements) == sum(p.woken_cpu == p.waker_cpu for p in placements) / len(placements)
+    assert placement_share(()) is None
