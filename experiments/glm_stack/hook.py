@@ -157,20 +157,31 @@ def _requests(sizes: Sizes) -> dict[str, TOML]:
     return {"workload.num_requests": sizes.num_requests}
 
 
+def _accepted(stack: Stack, overlays: list[Overlay], needs: str, what: str, notes: list[str]) -> bool:
+    """True when the base config takes every overlay. When it rejects one and the section is marked
+    `needs` (a schema it waits for), the reason goes into `notes` and the section is skipped
+    (False); any other rejection is raised."""
+    try:
+        for overlay in overlays:
+            overlay_config(stack.base, overlay)
+    except InputError as exc:
+        if not needs:
+            raise
+        notes.append(f"{what} (needs {needs}): {exc}")
+        return False
+    return True
+
+
 def plan_arms(stack: Stack, sizes: Sizes) -> Plan:
     """The cumulative overlay of every arm the schema accepts. A section marked `needs` that the
     config rejects is skipped (with the error); any other error is raised."""
     skipped: list[str] = []
     multimodal = None
     mm = stack.spec.multimodal
-    if mm is not None:
-        try:
-            overlay_config(stack.base, Overlay("multimodal", {**mm.set, **_requests(sizes)}, f"{stack.source}: multimodal.set"))
-            multimodal = dict(mm.set)
-        except InputError as exc:
-            if not mm.needs:
-                raise
-            skipped.append(f"multimodal share (needs {mm.needs}): {exc}")
+    if mm is not None and _accepted(stack, [Overlay("multimodal", {**mm.set, **_requests(sizes)},
+                                                       f"{stack.source}: multimodal.set")],
+                                    mm.needs, "multimodal share", skipped):
+        multimodal = dict(mm.set)
     arms: list[tuple[ArmSpec, Overlay]] = []
     candidates: dict[str, tuple[Overlay, ...]] = {}
     changes: dict[str, TOML] = {**(multimodal or {}), **_requests(sizes)}
@@ -180,13 +191,7 @@ def plan_arms(stack: Stack, sizes: Sizes) -> Plan:
         if arm.choose:
             overlays = [Overlay(f"{arm.name}[{k}]", {**changes, **pick}, f"{stack.source}: arm[{i}].choose[{k}]")
                         for k, pick in enumerate(arm.choose)]
-        try:
-            for overlay in overlays:
-                overlay_config(stack.base, overlay)
-        except InputError as exc:
-            if not arm.needs:
-                raise
-            skipped.append(f"arm {arm.name!r} (needs {arm.needs}): {exc}")
+        if not _accepted(stack, overlays, arm.needs, f"arm {arm.name!r}", skipped):
             changes = {k: v for k, v in changes.items() if k not in arm.set}
             continue
         arms.append((arm, overlays[0]))
@@ -330,16 +335,10 @@ def sensitivity(stack: Stack, plan: Plan, sizes: Sizes) -> tuple[list[dict[str, 
         if a not in chosen:
             continue
         sides = [(side, changes) for side, changes in (("low", a.low), ("high", a.high)) if changes]
-        try:
-            pending = [Overlay(f"{a.name}-{side}-{which.label}", {**which.changes, **changes},
-                               f"{stack.source}: assumption[{k}].{side}")
-                       for side, changes in sides for which in (base_overlay, final_overlay)]
-            for o in pending:
-                overlay_config(stack.base, o)
-        except InputError as exc:
-            if not a.needs:
-                raise
-            notes.append(f"assumption {a.name!r} (needs {a.needs}): {exc}")
+        pending = [Overlay(f"{a.name}-{side}-{which.label}", {**which.changes, **changes},
+                           f"{stack.source}: assumption[{k}].{side}")
+                   for side, changes in sides for which in (base_overlay, final_overlay)]
+        if not _accepted(stack, pending, a.needs, f"assumption {a.name!r}", notes):
             continue
         overlays += pending
         keys += [(a, side) for side, _ in sides]
