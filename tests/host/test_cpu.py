@@ -261,28 +261,7 @@ def test_a_thread_woken_by_a_core_holder_preempts_it_after_the_waker_delay_or_th
     # One core; b computes 10 ms from 0 and at 1 ms wakes a (1 ms of work). Woken by b, a waits a
     # drawn 2 ms: it runs 3-4 ms; with 5 ms b's quantum ends first (4 ms): a runs 4-5 ms.
     for delay_ms, a_end in ((2.0, 4.0), (5.0, 5.0)):
-        env = simpy.Environment()
-        cpu = Cpu(env, 1, 4 * MS, rng=np.random.default_rng(0), wake_delays_by_held_s=((0.0, (0.0,)),),
-                  waker_delay_samples_s=(delay_ms * MS,))
-        ends: dict[str, float] = {}
-
-        def b():
-            yield cpu.run("b")
-            yield cpu.compute("b", 10 * MS)
-            cpu.block("b")
-            ends["b"] = env.now / MS
-
-        def a():
-            yield env.timeout(1 * MS)
-            yield cpu.run("a", waker="b")
-            yield cpu.compute("a", 1 * MS)
-            cpu.block("a")
-            ends["a"] = env.now / MS
-
-        env.process(b())
-        env.process(a())
-        env.run()
-        assert ends == pytest.approx({"a": a_end, "b": 11.0})
+        assert _woken_by_a_computing_waker(1, None, delay_ms) == pytest.approx({"a": a_end, "b": 11.0})
 
 
 def _woken_by_a_computing_waker(cores: int, share: float | None, delay_ms: float) -> dict[str, float]:
