@@ -61,12 +61,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from infralab.errors import InputError
 from infralab.sim.calibration import CalibrationRow, CalibrationTable, scale, shape_key
 from infralab.sim.config import CostConfig, HardwareConfig
+from infralab.sim.cost.work import EXTRA_OPS, OPS, StepCost, StepWork
 from infralab.sim.specs import DTYPE_BYTES, AcceleratorSpec, LinkSpec, ModelSpec
 from infralab.work_formulas import (
     KV_CACHE_DTYPES,
@@ -76,8 +77,6 @@ from infralab.work_formulas import (
     replay_ssm_cycle_flops,
     replay_ssm_state_bytes,
 )
-
-OPS = ("dense_gemm", "attention", "linear_attention", "moe_experts", "lm_head", "tp_collectives", "small_ops", "sampler")
 
 KDA_CHUNK = 64  # tokens per chunk of the chunked KDA prefill (flash-linear-attention's default)
 KDA_DECODE_FLOPS_PER_STATE_ELEMENT = 8  # decay, k.S, rank-1 update (3), q.S, per K x V element
@@ -94,8 +93,6 @@ SAMPLER_LOGIT_PASSES = 3  # softmax reads the logits, sampling reads them again 
 
 # Calibration tables and the cost config use one dtype vocabulary (infralab.work_formulas).
 _TABLE_DTYPE = {name: name for name in DTYPE_BYTES}
-# Operators added only when a GLM-class knob asks for them (StepCost.by_op keys beyond OPS).
-EXTRA_OPS = ("kv_broadcast", "ep_all_to_all", "pp_transfer")
 W8A8_DTYPES = ("int8", "fp8e4m3")  # weight dtypes whose GEMMs run 8-bit x 8-bit (W8A8)
 
 
@@ -118,67 +115,6 @@ _SAME_RATE = {"bf16": ("bf16", "fp16"), "fp16": ("fp16", "bf16")}
 def _table_dtypes(dtype: str) -> tuple[str, ...]:
     """Table dtypes whose rows time `dtype` (a cost-config dtype), preferred first."""
     return _SAME_RATE.get(dtype, (_TABLE_DTYPE[dtype],))
-
-
-@dataclass(frozen=True, slots=True)
-class StepWork:
-    """What one engine step computes, summed over its sequences (tokens, pairs of tokens)."""
-
-    prefill_seqs: int = 0
-    prefill_tokens: int = 0  # new prompt tokens computed this step
-    prefill_attn_pairs: int = 0  # sum over prefill seqs of new*cached + new*(new+1)/2
-    prefill_context_tokens: int = 0  # sum over prefill seqs of cached + new (KV read or written)
-    decode_seqs: int = 0  # one token each
-    decode_context_tokens: int = 0  # sum of the decode sequences' context lengths
-    output_tokens: int = 0  # tokens emitted: decode seqs + prefills that finish their prompt
-
-    @staticmethod
-    def prefill(tokens: int, cached: int = 0) -> StepWork:
-        """One whole prompt of `tokens` new tokens after `cached` cached ones; it emits 1 token."""
-        return StepWork.prefill_chunk(tokens, cached, finishes=True)
-
-    @staticmethod
-    def prefill_chunk(tokens: int, cached: int = 0, finishes: bool = False) -> StepWork:
-        """A chunk of `tokens` new prompt tokens after `cached` already in the KV cache; it emits a
-        token only when it `finishes` the prompt."""
-        return StepWork(
-            prefill_seqs=1,
-            prefill_tokens=tokens,
-            prefill_attn_pairs=tokens * cached + tokens * (tokens + 1) // 2,
-            prefill_context_tokens=cached + tokens,
-            output_tokens=1 if finishes else 0,
-        )
-
-    @staticmethod
-    def decode(seqs: int, context_tokens: int) -> StepWork:
-        """`seqs` decode sequences with `context_tokens` context in total; each emits a token."""
-        return StepWork(decode_seqs=seqs, decode_context_tokens=context_tokens, output_tokens=seqs)
-
-    @property
-    def tokens(self) -> int:
-        """Tokens that pass through the layers this step (prefill tokens + one per decode seq)."""
-        return self.prefill_tokens + self.decode_seqs
-
-    def __add__(self, other: StepWork) -> StepWork:
-        return StepWork(
-            self.prefill_seqs + other.prefill_seqs,
-            self.prefill_tokens + other.prefill_tokens,
-            self.prefill_attn_pairs + other.prefill_attn_pairs,
-            self.prefill_context_tokens + other.prefill_context_tokens,
-            self.decode_seqs + other.decode_seqs,
-            self.decode_context_tokens + other.decode_context_tokens,
-            self.output_tokens + other.output_tokens,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class StepCost:
-    """Seconds of one step: device (sum of `by_op`), host overheads, and their sum."""
-
-    device_s: float
-    host_s: float
-    total_s: float
-    by_op: Mapping[str, float]
 
 
 @dataclass(frozen=True, slots=True)
