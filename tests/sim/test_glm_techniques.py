@@ -14,7 +14,7 @@ from infralab.errors import InputError
 from infralab.sim import api
 from infralab.sim.catalog_view import spec_figures
 from infralab.sim.config import CostConfig, HardwareConfig
-from infralab.sim.cost_model import CostModel, StepWork, pipeline_bubble_fraction, stage_layers
+from infralab.sim.cost import CostModel, StepWork, pipeline_bubble_fraction, stage_layers
 from infralab.sim.specs import load_accelerator, load_encoder, load_link, load_model
 from infralab.work_formulas import replay_ssm_cycle_bytes, replay_ssm_cycle_flops
 
