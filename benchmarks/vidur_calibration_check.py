@@ -39,7 +39,7 @@ from infralab import locations
 from infralab.calibration_table import CalibrationRow
 from infralab.sim.calibration import CalibrationTable
 from infralab.sim.config import CostConfig, EfficiencyConfig, RooflineExtrasConfig
-from infralab.sim.cost_model import CostModel
+from infralab.sim.cost import CostModel
 from infralab.sim.specs import ModelSpec, load_accelerator, load_link, load_model
 from infralab.vidur_profile import read_vidur_profile
 

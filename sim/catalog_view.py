@@ -19,7 +19,7 @@ from typing import Any
 
 from infralab.errors import InputError
 from infralab.sim.config import CostConfig, EngineConfig, HardwareConfig
-from infralab.sim.cost_model import W8A8_DTYPES, CostModel
+from infralab.sim.cost import W8A8_DTYPES, CostModel
 from infralab.sim.specs import catalog_names, load_accelerator, load_encoder, load_link, load_model
 
 # HardwareConfig's GLM-class knobs that `spec_figures` passes through (None: off).

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infralab.sim.cost_model import CostModel
+from infralab.sim.cost import CostModel
 from infralab.sim.specs import VisionEncoderSpec
 
 ENCODER_DTYPE = "bf16"

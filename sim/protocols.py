@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 if TYPE_CHECKING:
     import simpy
 
-    from infralab.sim.cost_model import StepWork
+    from infralab.sim.cost import StepWork
     from infralab.sim.engine.instance import Instance
     from infralab.sim.engine.request_state import Seq
     from infralab.sim.engine.step import StepPlan, StepResult
@@ -57,7 +57,7 @@ class StepCostModel(Protocol):
     ) -> list[float]:
         """End times (s) of up to `steps` decode-only steps from `start_s` (context grows by `seqs`
         per step), none after the first at or after `horizon_s`: exactly
-        `cost_model.decode_run_ends_stepwise(self.decode_step_s, ...)`."""
+        `cost.decode_run_ends_stepwise(self.decode_step_s, ...)` (`sim/cost/model.py`)."""
         ...
 
     def kv_capacity_tokens(self, gpu_memory_utilization: float, max_num_seqs: int = 0, max_batched_tokens: int = 0) -> int:

@@ -46,7 +46,7 @@ from infralab.sim.config import (
     resolve_path,
     resolved_config_text,
 )
-from infralab.sim.cost_model import CostModel
+from infralab.sim.cost import CostModel
 from infralab.sim.encode_metrics import encode_summary
 from infralab.sim.pool_hardware import cluster_accelerators, pool_facts, prepare_pools, reports_pools
 from infralab.sim.protocols import StepCostModel

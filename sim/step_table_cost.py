@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from infralab.errors import InputError
 from infralab.sim.calibration import CalibrationTable
 from infralab.sim.config import HostOverheadConfig, SimConfig
-from infralab.sim.cost_model import StepWork, decode_run_ends_stepwise
+from infralab.sim.cost import StepWork, decode_run_ends_stepwise
 from infralab.sim.protocols import ServedRequest
 
 STEP_KERNEL = "engine_step"  # the names `infralab.real.profile` writes (real never imports sim)

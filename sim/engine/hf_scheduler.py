@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import simpy
 
 from infralab.metrics.records import RequestRecord
-from infralab.sim.cost_model import StepWork
+from infralab.sim.cost import StepWork
 from infralab.sim.engine.request_state import Seq
 from infralab.sim.engine.step import StepPlan, StepResult
 from infralab.workload.request import Request

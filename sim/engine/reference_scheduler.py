@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import simpy
 
-from infralab.sim.cost_model import StepWork
+from infralab.sim.cost import StepWork
 from infralab.sim.engine.kv_blocks import BlockPool
 from infralab.sim.engine.prefix_cache import PrefixCache
 from infralab.sim.engine.request_state import Seq

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infralab.sim.cost_model import StepWork
+from infralab.sim.cost import StepWork
 from infralab.sim.engine.request_state import Seq
 
 

@@ -34,7 +34,7 @@ from infralab.config_io import STRICT
 from infralab.errors import InputError
 from infralab.metrics.records import Interval, RunRecord
 from infralab.sim.config import CostConfig
-from infralab.sim.cost_model import CostModel, StepWork
+from infralab.sim.cost import CostModel, StepWork
 from infralab.sim.host.cpu import Cpu
 from infralab.sim.host.gil import Gil, GilParams
 from infralab.sim.host.kv_transfer_thread import KvChunk, TransferCosts, kv_transfer_loop

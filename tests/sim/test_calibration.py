@@ -9,7 +9,7 @@ import pytest
 from infralab.errors import InputError
 from infralab.sim.calibration import COLUMNS, CalibrationTable
 from infralab.sim.config import CostConfig
-from infralab.sim.cost_model import CostModel, StepWork
+from infralab.sim.cost import CostModel, StepWork
 from infralab.sim.specs import load_accelerator, load_model
 
 H100 = load_accelerator("H100")

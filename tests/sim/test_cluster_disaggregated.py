@@ -8,7 +8,7 @@ from support.sim_fakes import sim_config
 
 from infralab.sim.cluster import simulate
 from infralab.sim.config import ClusterConfig, CostConfig, HardwareConfig, SimConfig, TransferConfig
-from infralab.sim.cost_model import CostModel, StepWork
+from infralab.sim.cost import CostModel, StepWork
 from infralab.sim.specs import LinkSpec, load_accelerator, load_link, load_model
 from infralab.workload.request import Request
 

@@ -168,7 +168,7 @@ def test_input_error_is_one_line(tmp_path):
 
 
 def test_request_too_long_for_the_kv_cache_names_config(capsys, tmp_path):
-    for module in ("infralab.sim.cost_model", "infralab.sim.cluster"):
+    for module in ("infralab.sim.cost", "infralab.sim.cluster"):
         pytest.importorskip(module)
     # A prompt inside the model's context (8,192 tokens) that still outgrows a KV cache shrunk to
     # under 1 GB (22.5 % of the 85.1 GB the H100 reports, less 16 GB of weights, 0.4 GB non-torch and

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from infralab.errors import InputError
 from infralab.sim.config import CostConfig, EfficiencyConfig, HostOverheadConfig, RooflineExtrasConfig
-from infralab.sim.cost_model import OPS, CostModel, StepWork
+from infralab.sim.cost import OPS, CostModel, StepWork
 from infralab.sim.specs import LinkSpec, load_accelerator, load_link, load_model
 
 H100 = load_accelerator("H100")

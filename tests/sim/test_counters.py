@@ -20,8 +20,8 @@ from infralab.metrics.run_metrics import summarize
 from infralab.metrics.schema import SLOConfig
 from infralab.random_streams import stream
 from infralab.sim.cluster import simulate
-from infralab.sim.config import ClusterConfig, EngineConfig, TransferConfig
-from infralab.sim.cost_model import CostConfig, CostModel, StepWork
+from infralab.sim.config import ClusterConfig, CostConfig, EngineConfig, TransferConfig
+from infralab.sim.cost import CostModel, StepWork
 from infralab.sim.specs import LinkSpec, load_accelerator, load_model
 from infralab.workload.request import Request
 

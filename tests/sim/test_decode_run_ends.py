@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from infralab.sim.calibration import COLUMNS, CalibrationTable
 from infralab.sim.config import CostConfig, HostOverheadConfig
-from infralab.sim.cost_model import CostModel, StepWork, decode_run_ends_stepwise
+from infralab.sim.cost import CostModel, StepWork, decode_run_ends_stepwise
 from infralab.sim.specs import load_accelerator, load_link, load_model
 
 NVLINK = load_link("nvlink4")

@@ -9,7 +9,7 @@ from support.sim_fakes import sim_config
 
 from infralab.sim.cluster import simulate
 from infralab.sim.config import CostConfig, EngineConfig, HostOverheadConfig
-from infralab.sim.cost_model import CostModel, StepWork
+from infralab.sim.cost import CostModel, StepWork
 from infralab.sim.specs import load_accelerator, load_model
 from infralab.workload.request import Request
 

@@ -22,7 +22,7 @@ from infralab.errors import InputError
 from infralab.sim import api
 from infralab.sim.cluster import simulate
 from infralab.sim.config import ClusterConfig, CostConfig, EfficiencyConfig, HardwareConfig, TransferConfig
-from infralab.sim.cost_model import CostModel, StepWork
+from infralab.sim.cost import CostModel, StepWork
 from infralab.sim.encoder_cost import EncoderCost
 from infralab.sim.pool_hardware import ClusterPools, cluster_accelerators
 from infralab.sim.run import run_config_file

@@ -14,7 +14,7 @@ from infralab.errors import InputError
 from infralab.sim import api
 from infralab.sim.catalog_view import spec_figures
 from infralab.sim.config import CostConfig, HardwareConfig
-from infralab.sim.cost_model import CostModel, StepWork, pipeline_bubble_fraction, stage_layers
+from infralab.sim.cost import CostModel, StepWork, pipeline_bubble_fraction, stage_layers
 from infralab.sim.specs import load_accelerator, load_encoder, load_link, load_model
 from infralab.work_formulas import replay_ssm_cycle_bytes, replay_ssm_cycle_flops
 
@@ -77,7 +77,7 @@ def test_linear_tp_adds_its_all_reduce_and_lm_head_tp_its_gather():
     one = cost(tp=4, linear_tp=1).step(work).by_op
     four = cost(tp=4, linear_tp=4).step(work).by_op
     payload = 8 * KIMI.hidden_size * 2
-    all_reduce = cost(tp=4)._all_reduce(payload, 4)
+    all_reduce = cost(tp=4).all_reduce_s(payload)  # over the 4 ranks
     assert four["tp_collectives"] - one["tp_collectives"] == pytest.approx(20 * all_reduce)
     assert four["linear_attention"] < one["linear_attention"]
     gathered = cost(tp=4, lm_head_tp=4).step(work).by_op
@@ -167,8 +167,8 @@ def test_kv_dtype_per_layer_sets_capacity_and_transfer_bytes():
 
 def test_quantised_kv_reads_fewer_bytes_and_pays_for_dequantisation():
     seqs, context = 64, 64 * 50_000
-    bf16 = cost()._decode_attention_coeffs()
-    int8 = cost(cfg=CostConfig(kv_layer_dtypes=("int8",) * 7))._decode_attention_coeffs()
+    bf16 = cost()._decode_coeffs
+    int8 = cost(cfg=CostConfig(kv_layer_dtypes=("int8",) * 7))._decode_coeffs
     latent = 576
     assert int8[1] == pytest.approx(7 * (latent + 4) / (H200.hbm_bandwidth * 0.8))
     assert int8[1] < bf16[1]

@@ -23,7 +23,7 @@ from support.sim_fakes import sim_config
 from infralab.random_streams import stream
 from infralab.sim.cluster import simulate
 from infralab.sim.config import CostConfig, EngineConfig
-from infralab.sim.cost_model import CostModel, StepWork
+from infralab.sim.cost import CostModel, StepWork
 from infralab.sim.specs import load_accelerator, load_model
 from infralab.workload.request import Request
 

@@ -24,7 +24,7 @@ import infralab.sim.engine.instance as instance_module
 from infralab.errors import InputError
 from infralab.sim.cluster import simulate
 from infralab.sim.config import CostConfig, EngineConfig, load_config
-from infralab.sim.cost_model import CostModel
+from infralab.sim.cost import CostModel
 from infralab.sim.run import simulate_config
 from infralab.sim.specs import load_accelerator, load_link, load_model
 

@@ -169,7 +169,7 @@ def test_rerun_replaces_an_earlier_result(tmp_path, monkeypatch):
 
 
 def needs_simulator():
-    for module in ("infralab.sim.specs", "infralab.sim.cost_model", "infralab.sim.cluster"):
+    for module in ("infralab.sim.specs", "infralab.sim.cost", "infralab.sim.cluster"):
         pytest.importorskip(module)
 
 

@@ -18,7 +18,7 @@ from infralab.cli import main
 from infralab.errors import InputError
 from infralab.sim.calibration import CalibrationTable, load_calibration
 from infralab.sim.config import HostOverheadConfig, load_config
-from infralab.sim.cost_model import StepWork
+from infralab.sim.cost import StepWork
 from infralab.sim.step_table_cost import StepTableCost, step_shape
 
 Q, KV, SEQS = (1, 4, 16, 64), (1, 16, 256, 1024), (1, 4, 16)

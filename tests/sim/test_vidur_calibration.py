@@ -15,7 +15,7 @@ from infralab.errors import InputError
 from infralab.locations import resolve_path
 from infralab.sim.calibration import CalibrationTable, load_calibration, scale
 from infralab.sim.config import CostConfig, EngineConfig, HostOverheadConfig, vllm_batch_defaults
-from infralab.sim.cost_model import CostModel, StepWork
+from infralab.sim.cost import CostModel, StepWork
 from infralab.sim.specs import load_accelerator, load_link, load_model
 from infralab.vidur_profile import VIDUR_DEVICES, read_vidur_profile
 

@@ -7,7 +7,7 @@ from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from infralab.sim.config import HardwareConfig, SimConfig
-from infralab.sim.cost_model import StepWork, decode_run_ends_stepwise
+from infralab.sim.cost import StepWork, decode_run_ends_stepwise
 from infralab.workload.schema import FixedLength, PoissonArrivals, SyntheticWorkload
 
 # simulate() takes its requests from the caller; the config's workload is never read, but SimConfig
