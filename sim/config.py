@@ -129,6 +129,10 @@ class CostConfig:
     # KV-cache dtype per full-attention layer, in layer order (mixed INT8 / FP8 / BF16); None: kv_dtype
     # for all. Only the formats the KV kernels implement (infralab.work_formulas.KV_CACHE_DTYPES).
     kv_layer_dtypes: tuple[Literal["int8", "fp8e4m3", "bf16", "fp32"], ...] | None = None
+    # The dtype attention's math runs in (full attention, MLA's absorbed decode, KDA's chunked
+    # prefill): None, the activation dtype (bf16; fp16 or fp32 for such models). W8A8 (`dtype` int8 or
+    # fp8e4m3) quantises GEMMs only; "fp8e4m3" here is FP8 attention (FlashAttention-3's FP8 path).
+    attention_dtype: Literal["bf16", "fp16", "fp8e4m3", "fp32"] | None = None
     # ReplaySSM ring length L for the KDA decode state (kernels/replay_ssm.py); None: plain state.
     replay_ssm_ring: Int(gt=0, le=4096) | None = None
     efficiency: EfficiencyConfig = EfficiencyConfig()

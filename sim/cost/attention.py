@@ -75,7 +75,7 @@ class FullAttention:
             new = max(1, round(work.prefill_tokens / seqs))
             measured = self._calibrated.prefill_attention(new, max(new, round(work.prefill_context_tokens / seqs)))
         if measured is not None:
-            ideal = max(flops / g.peak, nbytes / g.accel.hbm_bandwidth)
+            ideal = max(flops / g.attn_peak, nbytes / g.accel.hbm_bandwidth)
             return self._full_layers * max(seqs * measured, ideal)
         return self._full_layers * max(g.roofline(flops, nbytes, g.attn_rate), g.launch)
 
@@ -137,5 +137,5 @@ class FullAttention:
         measured = self._calibrated.decode_attention(seqs, context) if self._calibrated else None
         if measured is None:
             return max(self._full_layers * g.roofline(flops, nbytes, g.attn_rate), self.decode_floor)
-        ideal = max(flops / g.peak, nbytes / g.accel.hbm_bandwidth)
+        ideal = max(flops / g.attn_peak, nbytes / g.accel.hbm_bandwidth)
         return self._full_layers * max(measured, ideal)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from infralab.sim.calibration import CalibrationRow, CalibrationTable, scale, shape_key
-from infralab.sim.cost.geometry import Geometry
+from infralab.sim.cost.geometry import Geometry, attention_dtype
 from infralab.sim.cost.small_ops import SMALL_OP_KERNELS
 from infralab.sim.specs import DTYPE_BYTES
 
@@ -97,9 +97,11 @@ class Calibration:
             self._matmul = CalibratedKernel(table, "w8a8_matmul", (cfg.dtype, *others), device, peaks)
         else:
             self._matmul = CalibratedKernel(table, "matmul", _table_dtypes(cfg.dtype), device, peaks)
-        kv_dtypes = (*_table_dtypes(cfg.kv_dtype), *_table_dtypes(cfg.dtype))
-        self._attention = CalibratedKernel(table, "paged_decode_attention", kv_dtypes, device, peaks)
-        self._prefill = CalibratedKernel(table, "prefill_attention", kv_dtypes, device, peaks)
+        # Attention rows by KV dtype, else the attention's compute dtype (never the weights' 8-bit one).
+        kv_dtypes = (*_table_dtypes(cfg.kv_dtype), *_table_dtypes(attention_dtype(cfg)))
+        attention_peaks = (g.attn_peak, bw)
+        self._attention = CalibratedKernel(table, "paged_decode_attention", kv_dtypes, device, attention_peaks)
+        self._prefill = CalibratedKernel(table, "prefill_attention", kv_dtypes, device, attention_peaks)
         act_dtypes = _table_dtypes("fp32" if cfg.dtype == "fp32" else "bf16")
         self._small = {k: CalibratedKernel(table, k, act_dtypes, device, peaks) for k in SMALL_OP_KERNELS}
         self._all_reduce = CalibratedKernel(table, "all_reduce", act_dtypes, device, peaks)

@@ -198,12 +198,14 @@ class LmHead:
             return 0.0
         g = self._g
         vocab, h = g.model.vocab_size // g.lm_head_tp, g.model.hidden_size
-        measured = self._calibrated.gemm(vocab, h, rows) if self._calibrated else None
+        # An 8-bit checkpoint's LM head is bf16: the table's (8-bit) matmul rows do not time it.
+        same_dtype = self._calibrated is not None and g.lm_peak == g.peak
+        measured = self._calibrated.gemm(vocab, h, rows) if same_dtype else None
         flops = 2.0 * rows * vocab * h
         nbytes = vocab * h * g.lm_width + rows * (h * g.act_width + vocab * LOGITS_BYTES)
         if measured is not None:
-            return max(measured, flops / g.peak, nbytes / g.accel.hbm_bandwidth)
-        return max(g.roofline(flops, nbytes, g.gemm_rate), g.launch)
+            return max(measured, flops / g.lm_peak, nbytes / g.accel.hbm_bandwidth)
+        return max(g.roofline(flops, nbytes, g.lm_peak * g.cfg.efficiency.gemm), g.launch)
 
 
 class Sampler:

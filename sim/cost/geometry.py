@@ -3,6 +3,11 @@
 model, the accelerator, the cost config and the hardware config (`Geometry.of`), with the checks
 of bad combinations (one InputError naming the field).
 
+Precision per operator: GEMMs (dense, MoE experts, LM head) run at the peak of the weights'
+dtype (W8A8 = INT8 or FP8 GEMMs, 8-bit x 8-bit); attention (prefill, decode, MLA's absorbed form)
+and KDA's chunked prefill run at the activations' dtype (`attention_dtype`), whatever the weights or
+the KV cache are stored in; KDA's decode recurrence on the FP32 units.
+
 Rates: each operator's time is a roofline, max(flops / (peak FLOP/s x efficiency), bytes / (HBM
 bytes/s x memory efficiency)), for one TP rank (ranks run in lockstep); `Geometry.roofline`.
 
@@ -55,8 +60,10 @@ class Geometry:
     weight_width: int
     act_width: int
     lm_width: int
-    peak: float
+    peak: float  # the GEMMs' dtype (weights x activations: 8-bit x 8-bit under W8A8)
     gemm_rate: float
+    attn_peak: float  # attention's compute dtype (`attention_dtype`)
+    lm_peak: float  # the LM head's dtype (bf16 in 8-bit checkpoints)
     attn_rate: float
     state_peak: float
     state_rate: float
@@ -106,6 +113,8 @@ class Geometry:
         # 8-bit checkpoints keep the LM head in bf16 (as ModelSpec.weight_bytes assumes).
         lm_width = DTYPE_BYTES[cfg.dtype] if weight_width >= 2 else DTYPE_BYTES["bf16"]
         peak = accel.peak(cfg.dtype)
+        attn_peak = accel.peak(attention_dtype(cfg))
+        lm_peak = peak if weight_width >= 2 else accel.peak("bf16")
         # KDA decode recurrences run on FP32 cores; only models with KDA layers need that figure.
         state_peak = accel.peak("fp32") if model.num_linear_attention_layers else 0.0
         m = model
@@ -141,7 +150,8 @@ class Geometry:
             micro_batches=micro_batches, replay_ring=replay_ring,
             plain_collectives=plain_collectives, plain=plain,
             weight_width=weight_width, act_width=act_width, lm_width=lm_width,
-            peak=peak, gemm_rate=peak * eff.gemm, attn_rate=peak * eff.attention,
+            peak=peak, gemm_rate=peak * eff.gemm, attn_peak=attn_peak, attn_rate=attn_peak * eff.attention,
+            lm_peak=lm_peak,
             state_peak=state_peak, state_rate=state_peak * eff.attention,
             mem_rate=accel.hbm_bandwidth * eff.memory, launch=cfg.extras.kernel_launch_s,
             heads=heads, qk_dim=qk_dim, v_dim=v_dim, kv_heads=kv_heads, kv_dim=kv_dim,
@@ -155,6 +165,15 @@ class Geometry:
     def roofline(self, flops: float, nbytes: float, rate: float) -> float:
         """Seconds of `flops` at `rate` or `nbytes` at the effective HBM rate, whichever is longer."""
         return max(flops / rate, nbytes / self.mem_rate)
+
+
+def attention_dtype(cfg: CostConfig) -> str:
+    """The dtype attention's math runs in: `cfg.attention_dtype`, else the activations' (bf16 for
+    bf16 and 8-bit models, fp16 and fp32 for those). Quantising weights (W8A8) or the KV cache
+    changes the bytes attention reads, never this rate."""
+    if cfg.attention_dtype is not None:
+        return cfg.attention_dtype
+    return cfg.dtype if cfg.dtype in ("fp16", "fp32") else "bf16"
 
 
 def _check_parallelism(m: ModelSpec, tp: int, linear_tp: int, pp: int, tp_link: LinkSpec | None) -> None:

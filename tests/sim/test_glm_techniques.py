@@ -146,6 +146,29 @@ def test_w8a8_gemms_run_at_the_int8_rate():
     assert w8a8["dense_gemm"] == pytest.approx(bf16 / 2, rel=0.02)
 
 
+@pytest.mark.parametrize("model", [KIMI, LLAMA8], ids=["mla+kda", "gqa"])
+def test_w8a8_changes_gemm_time_and_weight_bytes_only(model):
+    """W8A8 quantises GEMM weights and activations: attention (prefill, decode, MLA's absorbed
+    form), KDA's recurrences and every other term keep their time; only the GEMMs and the LM head's
+    neighbours move, and the weights shrink."""
+    bf16 = cost(model=model, accel=ASCEND, tp=4, link=HCCS)
+    w8a8 = cost(model=model, accel=ASCEND, tp=4, link=HCCS, cfg=CostConfig(dtype="int8"))
+    for work in (StepWork.prefill(8192), StepWork.decode(64, 64 * 4096), StepWork.prefill(512) + StepWork.decode(8, 8 * 100_000)):
+        a, b = bf16.step(work).by_op, w8a8.step(work).by_op
+        for op in ("attention", "linear_attention", "tp_collectives", "small_ops", "sampler", "lm_head"):
+            assert b[op] == a[op], op
+        assert b["dense_gemm"] < a["dense_gemm"]
+    assert w8a8.weight_bytes() < bf16.weight_bytes()
+    assert w8a8.kv_bytes_per_token() == bf16.kv_bytes_per_token()
+
+
+def test_fp8_attention_is_its_own_knob():
+    work = StepWork.prefill(16384)  # attention compute-bound
+    plain = cost(model=LLAMA8, accel=H100, cfg=CostConfig(dtype="fp8e4m3")).step(work).by_op["attention"]
+    fp8 = cost(model=LLAMA8, accel=H100, cfg=CostConfig(dtype="fp8e4m3", attention_dtype="fp8e4m3")).step(work).by_op
+    assert fp8["attention"] == pytest.approx(plain / 2, rel=0.05)  # the FP8 tensor-core rate is twice BF16's
+
+
 # ---- KV-cache quantisation per layer group ---------------------------------------------------------
 
 
