@@ -133,6 +133,10 @@ class CostConfig:
     # prefill): None, the activation dtype (bf16; fp16 or fp32 for such models). W8A8 (`dtype` int8 or
     # fp8e4m3) quantises GEMMs only; "fp8e4m3" here is FP8 attention (FlashAttention-3's FP8 path).
     attention_dtype: Literal["bf16", "fp16", "fp8e4m3", "fp32"] | None = None
+    # The all-reduce of TP's hidden states: "custom", the engine's own one/two-stage kernel for small
+    # messages where the link describes one (vLLM's and SGLang's default on NVLink; NCCL above its
+    # size limit), or "nccl" for every message (`--disable-custom-all-reduce`). docs/sim.md.
+    allreduce: Literal["nccl", "custom"] = "custom"
     # ReplaySSM ring length L for the KDA decode state (kernels/replay_ssm.py); None: plain state.
     replay_ssm_ring: Int(gt=0, le=4096) | None = None
     efficiency: EfficiencyConfig = EfficiencyConfig()

@@ -97,22 +97,56 @@ class AcceleratorSpec:
 
 
 @dataclass(frozen=True, config=STRICT)
+class CollectiveCurve:
+    """One collective over one number of ranks as NCCL runs it on a link: seconds = `floor_s` +
+    bytes moved per rank / `bus_bandwidth` (nccl-tests' bus-bandwidth convention: 2(w-1)/w x the
+    message for an all-reduce, (w-1)/w x the whole buffer for an all-gather or reduce-scatter)."""
+
+    floor_s: Number(ge=0.0, le=60.0)
+    bus_bandwidth: BytesPerSecond
+
+
+@dataclass(frozen=True, config=STRICT)
+class CustomAllReduceSpec:
+    """An engine's own all-reduce for small messages over peer-to-peer loads (vLLM's
+    csrc/custom_all_reduce.cuh, which SGLang adopted): one stage (every rank reads every peer's
+    buffer) or two (reduce-scatter then all-gather), chosen by world size and size as that kernel
+    chooses; each stage pays `stage_floor_s` (its launch and the flag barrier across ranks), bytes
+    flow at the link's bandwidth x the collective efficiency. Used for messages under `max_bytes`
+    on `world_sizes` ranks (vLLM: < 8 MiB on 2, 4, 6 or 8 fully connected GPUs), NCCL otherwise."""
+
+    stage_floor_s: Number(ge=0.0, le=60.0)
+    max_bytes: Int(gt=0, le=1 << 40) = 8 * 2**20
+    world_sizes: tuple[Int(ge=2, le=1024), ...] = (2, 4, 6, 8)
+    source: str = ""
+
+
+@dataclass(frozen=True, config=STRICT)
 class LinkSpec:
     """A point-to-point link: `bandwidth` in bytes/s per direction, `latency` in seconds per
     message (the fixed cost a transfer or one collective step pays before bytes flow), and
-    optionally a measured all-reduce curve."""
+    optionally measured collective curves."""
 
     name: str
     bandwidth: BytesPerSecond
     latency: Number(ge=0.0, le=60.0)
-    # A measured all-reduce curve over this interconnect (e.g. fitted on NCCL profiles): seconds of
-    # the smallest messages, and the bus bandwidth (bytes/s moved per rank, 2(n-1)/n x payload,
-    # per second) of large ones. Without them the cost model uses `bandwidth` x collective
-    # efficiency and `latency` per ring step.
-    all_reduce_floor_s: Number(ge=0.0, le=60.0) | None = None
-    all_reduce_bus_bandwidth: BytesPerSecond | None = None
+    # Measured NCCL curves over this interconnect, by number of ranks ("2", "4", "8"): the
+    # all-reduce's, and the all-gather's (also timing reduce-scatter and all-to-all, the other ring
+    # collectives). A world size not in a table takes the nearest one's curve. Without a table the
+    # cost model uses `bandwidth` x collective efficiency and `latency` per ring step.
+    all_reduce: dict[str, CollectiveCurve] | None = dataclasses.field(default=None, hash=False)
+    all_gather: dict[str, CollectiveCurve] | None = dataclasses.field(default=None, hash=False)
+    custom_all_reduce: CustomAllReduceSpec | None = None
     source: str = ""
     notes: str = ""
+
+    @field_validator("all_reduce", "all_gather")
+    @classmethod
+    def _world_sizes(cls, value: dict[str, CollectiveCurve] | None) -> dict[str, CollectiveCurve] | None:
+        for key in value or {}:
+            if not key.isdigit() or int(key) < 2:
+                raise ValueError(f"table keys are numbers of ranks (2, 4, 8, ...), not {key!r}")
+        return value
 
 
 # ---- models ------------------------------------------------------------------------------------

@@ -1,17 +1,24 @@
 """Communication between the ranks of one instance, on one rank (seconds):
 
-- ``tp_collectives`` (`Collectives.time`): two ring all-reduces of the hidden states per layer
-  (after attention and after the MLP/experts), plus a gather of the logits when the LM head is
-  vocabulary-parallel. Per all-reduce: the link's measured curve when its spec has one
-  (`all_reduce_floor_s` + 2(tp-1)/tp x bytes / `all_reduce_bus_bandwidth`, fitted on Vidur's NCCL
-  profiles), else 2(tp-1)/tp x bytes / (link bytes/s x collective efficiency) + 2(tp-1) x link
-  latency; a calibration table's `all_reduce` rows replace both. Zero when tp = 1. With a parallel
+- ``tp_collectives`` (`Collectives.time`): two all-reduces of the hidden states per layer (after
+  attention and after the MLP/experts), plus an all-gather of the logits when the LM head is
+  vocabulary-parallel. Each collective is timed by `collective_s`: the engine's own all-reduce for
+  small messages where the link has one and `cost.allreduce` is "custom" (vLLM's one-stage /
+  two-stage kernel: `custom_stages`), else the link's NCCL curve for that number of ranks
+  (`floor_s` + bytes moved per rank / bus bandwidth; a world size the link's table lacks takes the
+  nearest one's), else bytes / (link bytes/s x collective efficiency) + a link latency per ring
+  step. A calibration table's `all_reduce` rows replace them all. Zero when tp = 1. With a parallel
   degree per layer class (`linear_tp`, `moe_ep`) each class all-reduces over its own ranks.
 - ``kv_broadcast`` (`Collectives.kv_broadcast_time`, Layer Split): the owner of a full-attention
   layer's KV broadcasts it to the other ranks of its group, overlapped with the compute since the
   previous full-attention layer.
 - ``ep_all_to_all`` (`Collectives.ep_all_to_all_time`, expert parallelism): a dispatch and a
-  combine all-to-all per MoE layer.
+  combine all-to-all per MoE layer, on the link's all-gather curve (the same ring traffic,
+  (w-1)/w of each rank's buffer).
+
+The curves' sources: the link files (sim/catalog/links/*.toml), fitted by
+`benchmarks/fit_collectives.py` on Vidur's NCCL profiles and the calibration points of
+experiments/fidelity_public (docs/calibration.md, "Collectives").
 
 Assumptions (stated, not hidden): collectives are not overlapped with compute (Layer Split's
 prefetched broadcast excepted).
@@ -24,8 +31,70 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from infralab.errors import InputError
 from infralab.sim.cost.geometry import LOGITS_BYTES, Geometry
 from infralab.sim.cost.work import StepWork
+from infralab.sim.specs import CollectiveCurve, LinkSpec
+
+COLLECTIVES = ("all_reduce", "custom_all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv")
+ONE_STAGE_BYTES = {4: 512 * 1024, 8: 256 * 1024}  # vLLM custom_all_reduce.cuh: one stage below these
+
+
+def custom_stages(world: int, nbytes: float) -> tuple[int, float]:
+    """(stages, bytes each rank reads from its peers) of vLLM's custom all-reduce of `nbytes` over
+    `world` fully connected ranks, as its kernel chooses (csrc/custom_all_reduce.cuh, vllm-project/vllm
+    @ c9eabec): one stage, every rank reading every peer's whole buffer, on 2 ranks, on up to 4
+    under 512 KiB or up to 8 under 256 KiB; else two (reduce-scatter, then all-gather)."""
+    if world == 2 or any(world <= w and nbytes < limit for w, limit in ONE_STAGE_BYTES.items()):
+        return 1, (world - 1) * nbytes
+    return 2, 2.0 * (world - 1) / world * nbytes
+
+
+def curve_for(table: dict[str, CollectiveCurve] | None, world: int) -> CollectiveCurve | None:
+    """The curve of `world` ranks in a link's table, else of the nearest number of ranks in it (by
+    ratio; the larger on a tie), else None."""
+    if not table:
+        return None
+    if str(world) in table:
+        return table[str(world)]
+    nearest = min(table, key=lambda k: (abs(math.log2(int(k) / world)), -int(k)))
+    return table[nearest]
+
+
+def uses_custom(link: LinkSpec, world: int, nbytes: float) -> bool:
+    """Whether an engine with its own all-reduce runs this one on it (else NCCL)."""
+    spec = link.custom_all_reduce
+    return spec is not None and world in spec.world_sizes and nbytes < spec.max_bytes
+
+
+def collective_s(link: LinkSpec, kind: str, world: int, nbytes: float, efficiency: float = 0.7,
+                 allreduce: str = "nccl") -> float:
+    """Seconds of one collective `kind` (COLLECTIVES) of `nbytes` (the message of an all-reduce, the
+    whole buffer of an all-gather / reduce-scatter / all-to-all, as nccl-tests counts its `size`)
+    over `world` ranks of `link`. An "all_reduce" uses the engine's own kernel when `allreduce` is
+    "custom" and the link has one that takes it (`uses_custom`); "custom_all_reduce" asks for that
+    kernel outright. `efficiency`: the fraction of link bandwidth where no curve is measured."""
+    if world < 2 or nbytes <= 0:
+        return 0.0
+    rate = link.bandwidth * efficiency
+    if kind == "custom_all_reduce" or (kind == "all_reduce" and allreduce == "custom" and uses_custom(link, world, nbytes)):
+        spec = link.custom_all_reduce
+        if spec is None:
+            raise InputError(f"link {link.name}", "has no custom_all_reduce table", "a link that describes one")
+        stages, moved = custom_stages(world, nbytes)
+        return stages * spec.stage_floor_s + moved / rate
+    if kind == "sendrecv":
+        return nbytes / link.bandwidth + link.latency
+    if kind == "all_reduce":
+        moved, steps, table = 2.0 * (world - 1) / world * nbytes, 2 * (world - 1), link.all_reduce
+    elif kind in ("all_gather", "reduce_scatter", "alltoall"):
+        moved, steps, table = (world - 1) / world * nbytes, world - 1, link.all_gather
+    else:
+        raise InputError("collective", f"unknown {kind!r}", f"one of {COLLECTIVES}")
+    curve = curve_for(table, world)
+    if curve is not None:
+        return curve.floor_s + moved / curve.bus_bandwidth
+    return moved / rate + steps * link.latency
 
 if TYPE_CHECKING:
     from infralab.sim.cost.calibrated import Calibration
@@ -46,16 +115,13 @@ class Collectives:
         return measured if measured is not None else self._all_reduce(payload_bytes)
 
     def _all_reduce(self, payload: float, ranks: int | None = None) -> float:
-        """Seconds of one ring all-reduce of `payload` bytes over `ranks` (default tp) ranks of the
-        TP link (module docstring)."""
+        """Seconds of one all-reduce of `payload` bytes over `ranks` (default tp) ranks of the TP
+        link (`collective_s`, with the engine's all-reduce `cost.allreduce`)."""
         g = self._g
-        tp, link = (g.tp if ranks is None else ranks), g.tp_link
+        link = g.tp_link
         assert link is not None
-        moved = 2.0 * (tp - 1) / tp * payload
-        if link.all_reduce_bus_bandwidth is not None:
-            floor = link.all_reduce_floor_s if link.all_reduce_floor_s is not None else 2 * (tp - 1) * link.latency
-            return floor + moved / link.all_reduce_bus_bandwidth
-        return moved / (link.bandwidth * g.cfg.efficiency.collective) + 2 * (tp - 1) * link.latency
+        return collective_s(link, "all_reduce", g.tp if ranks is None else ranks, payload,
+                            g.cfg.efficiency.collective, g.cfg.allreduce)
 
     def time(self, tokens: int, output_tokens: int) -> float:
         """``tp_collectives`` of a step of `tokens` tokens emitting `output_tokens`."""
@@ -65,7 +131,6 @@ class Collectives:
             return 0.0
         link = g.tp_link
         assert link is not None  # checked in Geometry.of
-        rate = link.bandwidth * g.cfg.efficiency.collective
         total = 0.0
         if tokens and g.plain_collectives:
             payload = tokens * g.model.hidden_size * g.act_width
@@ -76,7 +141,7 @@ class Collectives:
         head = g.lm_head_tp
         if output_tokens and head > 1:  # vocab-parallel LM head: gather the logit shards
             payload = output_tokens * g.model.vocab_size * LOGITS_BYTES
-            total += (head - 1) / head * payload / rate + (head - 1) * link.latency
+            total += collective_s(link, "all_gather", head, payload, g.cfg.efficiency.collective)
         return total
 
     def _class_all_reduces(self, payload: float) -> float:
@@ -120,13 +185,13 @@ class Collectives:
     def ep_all_to_all_time(self, tokens: int) -> float:
         """Expert parallelism: per MoE layer a dispatch and a combine all-to-all over the `moe_ep`
         ranks. Each rank starts from its 1/ep share of the step's tokens (data-parallel attention
-        style) and sends the (ep - 1)/ep of its routed copies (k per token) that go to other ranks:
-        bytes / (link bytes/s x collective efficiency) + (ep - 1) message latencies, each way."""
+        style) and sends the (ep - 1)/ep of its routed copies (k per token) that go to other ranks
+        (`collective_s` "alltoall"), each way."""
         if tokens == 0:
             return 0.0
         g = self._g
         m, ep, link = g.model, g.moe_ep, g.tp_link
         assert link is not None
-        moved = tokens / ep * m.experts_per_token * m.hidden_size * g.act_width * (ep - 1) / ep
-        one_way = moved / (link.bandwidth * g.cfg.efficiency.collective) + (ep - 1) * link.latency
+        buffer = tokens / ep * m.experts_per_token * m.hidden_size * g.act_width
+        one_way = collective_s(link, "alltoall", ep, buffer, g.cfg.efficiency.collective)
         return m.num_moe_layers * 2 * one_way

@@ -15,6 +15,7 @@ H100 = load_accelerator("H100")
 H200 = load_accelerator("H200")
 NVLINK = load_link("nvlink4")
 LLAMA8 = load_model("llama-3-8b")
+LLAMA70 = load_model("llama-3-70b")
 MIXTRAL = load_model("mixtral-8x7b")
 KIMI = load_model("kimi-linear-48b-a3b")
 # The hand-worked figures below are the plain roofline's: the extras (launch floors, small
@@ -83,12 +84,47 @@ def test_tp_halves_gemm_time_and_adds_collectives():
     one, two = cost(tp=1).step(work), cost(tp=2).step(work)
     assert two.by_op["dense_gemm"] == pytest.approx(one.by_op["dense_gemm"] / 2, rel=1e-9)
     assert one.by_op["tp_collectives"] == 0
-    payload = 4096 * 4096 * 2  # tokens x hidden x bf16
-    rate = NVLINK.bandwidth * CFG.efficiency.collective
-    # nvlink4 carries a measured all-reduce curve (floor + bus bandwidth, fitted on Vidur's profile)
-    all_reduce = 3.8e-5 + 2 * (1 / 2) * payload / 5.5e11
-    gather = (1 / 2) * 1 * 128256 * 4 / rate + NVLINK.latency  # one row of FP32 logits
+    payload = 4096 * 4096 * 2  # tokens x hidden x bf16: 32 MiB, above the custom all-reduce's 8 MiB
+    # nvlink4 carries measured NCCL curves per number of GPUs (floor + bus bandwidth)
+    curve = NVLINK.all_reduce["2"]
+    all_reduce = curve.floor_s + 2 * (1 / 2) * payload / curve.bus_bandwidth
+    ag = NVLINK.all_gather["8"]  # the nearest world size the link's all-gather table has
+    gather = ag.floor_s + (1 / 2) * 1 * 128256 * 4 / ag.bus_bandwidth  # one row of FP32 logits
     assert two.by_op["tp_collectives"] == pytest.approx(2 * 32 * all_reduce + gather, rel=1e-9)
+
+
+def test_decode_all_reduces_take_the_engines_custom_kernel_below_its_size_limit():
+    """A decode step's all-reduce (batch x hidden x 2 bytes) is small: vLLM runs its own one-stage
+    kernel on it, not NCCL; `cost.allreduce = "nccl"` (--disable-custom-all-reduce) gives NCCL's."""
+    work = StepWork.decode(8, 8 * 1000)
+    payload = 8 * LLAMA70.hidden_size * 2
+    custom = CostModel(LLAMA70, H100, CFG, tp=4, tp_link=NVLINK).step(work).by_op["tp_collectives"]
+    nccl_cfg = CostConfig(extras=CFG.extras, allreduce="nccl")
+    nccl = CostModel(LLAMA70, H100, nccl_cfg, tp=4, tp_link=NVLINK).step(work).by_op["tp_collectives"]
+    spec, curve = NVLINK.custom_all_reduce, NVLINK.all_reduce["4"]
+    gather = 0.0  # the LM head is not vocabulary-parallel beyond tp here: its gather is in both
+    one_stage = spec.stage_floor_s + 3 * payload / (NVLINK.bandwidth * CFG.efficiency.collective)
+    nccl_one = curve.floor_s + 2 * (3 / 4) * payload / curve.bus_bandwidth
+    assert custom - nccl == pytest.approx(2 * 80 * (one_stage - nccl_one) + gather, rel=1e-9)
+    assert custom < 0.5 * nccl
+
+
+def test_collective_rules():
+    """vLLM's stage rule, the nearest world size's curve, and the ring collectives' bytes."""
+    from infralab.sim.cost.collectives import collective_s, curve_for, custom_stages
+
+    assert custom_stages(2, 7 * 2**20) == (1, 7 * 2**20)  # two GPUs: always one stage
+    assert custom_stages(4, 256 * 1024)[0] == 1 and custom_stages(4, 512 * 1024)[0] == 2
+    assert custom_stages(8, 255 * 1024)[0] == 1 and custom_stages(8, 256 * 1024) == (2, 2 * 7 / 8 * 256 * 1024)
+    table = NVLINK.all_reduce
+    assert curve_for(table, 8) is table["8"] and curve_for(table, 16) is table["8"] and curve_for(table, 3) is table["4"]
+    assert curve_for(None, 8) is None
+    big = 64 * 2**20  # above the custom kernel's limit: NCCL whatever the knob
+    assert collective_s(NVLINK, "all_reduce", 8, big, 0.7, "custom") == collective_s(NVLINK, "all_reduce", 8, big, 0.7, "nccl")
+    ag = NVLINK.all_gather["8"]
+    assert collective_s(NVLINK, "all_gather", 8, big) == pytest.approx(ag.floor_s + 7 / 8 * big / ag.bus_bandwidth)
+    assert collective_s(NVLINK, "reduce_scatter", 8, big) == collective_s(NVLINK, "all_gather", 8, big)
+    assert collective_s(NVLINK, "all_reduce", 1, big) == 0.0
 
 
 def test_a_link_without_a_measured_curve_uses_its_nominal_bandwidth_and_latency():

@@ -15,6 +15,7 @@ from infralab.sim import api
 from infralab.sim.catalog_view import spec_figures
 from infralab.sim.config import CostConfig, HardwareConfig
 from infralab.sim.cost import CostModel, StepWork, pipeline_bubble_fraction, stage_layers
+from infralab.sim.cost.collectives import collective_s
 from infralab.sim.specs import load_accelerator, load_encoder, load_link, load_model
 from infralab.work_formulas import replay_ssm_cycle_bytes, replay_ssm_cycle_flops
 
@@ -83,7 +84,8 @@ def test_linear_tp_adds_its_all_reduce_and_lm_head_tp_its_gather():
     gathered = cost(tp=4, lm_head_tp=4).step(work).by_op
     local = cost(tp=4, lm_head_tp=1).step(work).by_op
     logits = 8 * KIMI.vocab_size * 4
-    gather = 3 / 4 * logits / (NVLINK.bandwidth * 0.7) + 3 * NVLINK.latency
+    gather = collective_s(NVLINK, "all_gather", 4, logits)  # one all-gather of the FP32 logit shards
+    assert gather > 0
     assert gathered["tp_collectives"] - local["tp_collectives"] == pytest.approx(gather)
     assert local["lm_head"] > gathered["lm_head"]
 
@@ -91,8 +93,10 @@ def test_linear_tp_adds_its_all_reduce_and_lm_head_tp_its_gather():
 def test_expert_parallelism_adds_two_all_to_alls_per_moe_layer():
     tokens = 64
     by_op = cost(tp=4, moe_ep=4).step(StepWork.prefill(tokens)).by_op
-    moved = tokens / 4 * 8 * KIMI.hidden_size * 2 * 3 / 4
-    one_way = moved / (NVLINK.bandwidth * 0.7) + 3 * NVLINK.latency
+    buffer = tokens / 4 * 8 * KIMI.hidden_size * 2  # each rank's routed copies (k = 8), bf16
+    curve = NVLINK.all_gather["8"]  # all-to-all rides the ring collectives' curve (nearest world size)
+    one_way = curve.floor_s + 3 / 4 * buffer / curve.bus_bandwidth
+    assert one_way == collective_s(NVLINK, "alltoall", 4, buffer)
     assert by_op["ep_all_to_all"] == pytest.approx(26 * 2 * one_way)
     assert "ep_all_to_all" not in cost(tp=4).step(StepWork.prefill(tokens)).by_op
 
