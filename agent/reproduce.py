@@ -65,6 +65,14 @@ def reproduce(out: str | Path | None = None, quick: bool = False, studies: tuple
                 entries.append(entry)
                 sections.append(section)
                 continue
+            if study.measurements is not None:  # the cost model against public measurements
+                from infralab.agent.public_points.in_reproduce import public_points_study
+
+                entry, section = public_points_study(study.name, study.title, study.measurements, tmp, _relative, say)
+                say(f"      {entry['verdict'].upper()} in {entry['wall_s']:.0f} s")
+                entries.append(entry)
+                sections.append(section)
+                continue
             started = time.perf_counter()
             if not study.hypotheses:  # decided by its hook (agent/studies.py, HookRun)
                 decided = load_hook(study.hook_path).run(tmp, quick)

@@ -13,6 +13,10 @@
     study file instead of hypotheses:
       fidelity = "quick.toml"      # relative to this folder; `reproduce --quick` applies its [quick]
 
+    A study of the cost model against public measurements (infralab.agent.public_points) names its
+    points file:
+      measurements = "points.toml" # relative to this folder
+
     experiments/<name>/hook.py     # optional
       def report(results: list[TestResult], out: Path) -> tuple[list[str], str]:
           # figures written under out/figures (paths relative to out) and the study's Markdown
@@ -52,6 +56,7 @@ class StudyTable:
     # neither, the study's hook.py (`run`, HookRun).
     hypotheses: tuple[str, ...] = ()
     fidelity: str | None = None
+    measurements: str | None = None  # a public-measurements points file (agent/public_points)
     confirm: Bool = False
     chart: Bool = True
     order: Int(ge=-1_000_000, le=1_000_000) = 1000
@@ -87,6 +92,7 @@ class Study:
     order: int
     folder: Path
     fidelity: Path | None = None
+    measurements: Path | None = None
 
     @property
     def hook_path(self) -> Path | None:
@@ -98,13 +104,13 @@ def load_study(folder: Path) -> Study:
     """Read and check `folder/study.toml` (InputError names the file and field)."""
     path = folder / STUDY_FILE
     spec = validate(StudyFile, load_toml(path), str(path)).study
-    if spec.hypotheses and spec.fidelity is not None:
-        raise InputError(f"{path}: study.hypotheses", "given together with study.fidelity",
-                         "hypothesis files, or one fidelity study file (not both)")
-    fidelity = None if spec.fidelity is None else (folder / spec.fidelity).resolve()
-    if fidelity is not None and not fidelity.is_file():
-        raise InputError(f"{path}: study.fidelity", f"{spec.fidelity!r} is not a file",
-                         "a fidelity study TOML, relative to the study folder")
+    deciders = [name for name, value in (("hypotheses", spec.hypotheses), ("fidelity", spec.fidelity),
+                                         ("measurements", spec.measurements)) if value]
+    if len(deciders) > 1:
+        raise InputError(f"{path}: study.{deciders[0]}", f"given together with study.{deciders[1]}",
+                         "one of: hypothesis files, one fidelity study file, one measurements file")
+    fidelity = _study_file(folder, path, "fidelity", spec.fidelity, "a fidelity study TOML")
+    measurements = _study_file(folder, path, "measurements", spec.measurements, "a public-measurements points TOML")
     files = []
     for i, name in enumerate(spec.hypotheses):
         file = (folder / name).resolve()
@@ -112,10 +118,21 @@ def load_study(folder: Path) -> Study:
             raise InputError(f"{path}: study.hypotheses[{i}]", f"{name!r} is not a file",
                              "a hypothesis TOML, relative to the study folder")
         files.append(file)
-    if not files and fidelity is None and not (folder / HOOK_FILE).is_file():
-        raise InputError(f"{path}: study.hypotheses", "missing, and the study has no fidelity file or hook.py",
-                         "hypothesis files, one fidelity study file, or a hook.py whose run(out, quick) decides the study")
-    return Study(folder.name, spec.title, tuple(files), spec.confirm, spec.chart, spec.order, folder, fidelity)
+    if not files and fidelity is None and measurements is None and not (folder / HOOK_FILE).is_file():
+        raise InputError(f"{path}: study.hypotheses", "missing, and the study has no fidelity file, measurements file or hook.py",
+                         "hypothesis files, one fidelity study file, one measurements file, or a hook.py whose run(out, quick) decides the study")
+    return Study(folder.name, spec.title, tuple(files), spec.confirm, spec.chart, spec.order, folder, fidelity,
+                 measurements)
+
+
+def _study_file(folder: Path, path: Path, field: str, name: str | None, what: str) -> Path | None:
+    """The study's `field` file, resolved against its folder (None when not given)."""
+    if name is None:
+        return None
+    file = (folder / name).resolve()
+    if not file.is_file():
+        raise InputError(f"{path}: study.{field}", f"{name!r} is not a file", f"{what}, relative to the study folder")
+    return file
 
 
 def discover_studies(root: Path | None = None) -> list[Study]:

@@ -233,6 +233,14 @@ COMMANDS: tuple[Command, ...] = (
                 arg("--quick", action="store_true", help="apply the file's [quick] table (smoke-test sizes)"),
                 arg("--no-progress", action="store_true", help="no progress lines on stderr"),
             )),
+    Command(("fidelity", "public"), "score the cost model on public measurements: error per point and family, parity plot",
+            "infralab.agent.public_points.cli:run", (
+                arg("points", metavar="POINTS.toml",
+                    help="public measurements (docs/calibration.md), e.g. experiments/fidelity_public/points.toml"),
+                arg("--out", required=True, metavar="DIR", help="results folder to write"),
+                arg("--json", action="store_true", help="print public_points.json instead of the tables"),
+                arg("--no-progress", action="store_true", help="no progress lines on stderr"),
+            )),
     Command(("explain",), "where a run's time went, and why it differs from a baseline run",
             "infralab.agent.cli:explain", (
                 arg("run", metavar="RUN", help="results folder or timeline .json"),
@@ -268,7 +276,7 @@ GROUPS = {
     "sim": "discrete-event simulation of a serving cluster",
     "kernels": "Triton kernels: numerics checks and microbenchmarks",
     "gil": "host threads and the GIL: the KV-transfer vs prefill case study",
-    "fidelity": "the simulator against the real engine: error beside the real run-to-run spread",
+    "fidelity": "the simulator against the real engine and against public measurements: error beside the spread",
     "real": "the real engine (transformers' continuous batching): replays and step profiles",
 }
 

@@ -141,23 +141,23 @@ def _check_point(p: Point, where: str) -> None:
     if unknown:
         raise InputError(f"{where}.includes", f"unknown {unknown}", f"some of {sorted(INCLUDES)}")
     if p.family == "collective":
-        _require(p.collective is not None and p.world >= 2 and p.message_bytes > 0, where,
-                 "collective, world, message_bytes", "a collective over >= 2 ranks of a positive size")
+        _require(p.collective is not None, f"{where}.collective", "missing", "the collective measured")
+        _require(p.world >= 2, f"{where}.world", f"{p.world}", "the number of ranks, >= 2")
+        _require(p.message_bytes > 0, f"{where}.message_bytes", f"{p.message_bytes}", "a positive size in bytes")
         return
-    _require(bool(p.model), f"{where}.model", "model", "a model for a non-collective point")
+    _require(bool(p.model), f"{where}.model", "missing", "a model for a non-collective point")
+    _require(p.input_tokens > 0, f"{where}.input_tokens", f"{p.input_tokens}", "a positive prompt length")
     if p.family == "serving":
-        _require(p.num_prompts > 0 and p.input_tokens > 0 and p.output_tokens > 0, where,
-                 "num_prompts, input_tokens, output_tokens", "positive counts for a serving point")
-    else:
-        _require(p.input_tokens > 0, f"{where}.input_tokens", "input_tokens", "a positive prompt length")
-        needs_output = p.family == "decode"
-        _require(not needs_output or p.output_tokens >= 2, f"{where}.output_tokens", "output_tokens",
+        _require(p.num_prompts > 0, f"{where}.num_prompts", f"{p.num_prompts}", "the benchmark's request count")
+        _require(p.output_tokens > 0, f"{where}.output_tokens", f"{p.output_tokens}", "a positive output length")
+    elif p.family == "decode":
+        _require(p.output_tokens >= 2, f"{where}.output_tokens", f"{p.output_tokens}",
                  ">= 2 output tokens for a decode point (a time per output token needs a second token)")
 
 
-def _require(ok: bool, where: str, fields: str, expected: str) -> None:
+def _require(ok: bool, where: str, problem: str, expected: str) -> None:
     if not ok:
-        raise InputError(where, f"{fields} missing or out of range", expected)
+        raise InputError(where, problem, expected)
 
 
 def scored_points(points: Sequence[Point]) -> list[Point]:

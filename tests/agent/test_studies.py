@@ -63,6 +63,9 @@ def test_the_shipped_studies_are_discovered_in_order():
         if study.fidelity is not None:  # a fidelity study names its study file instead (agent/fidelity)
             assert not study.hypotheses and study.fidelity.is_file()
             continue
+        if study.measurements is not None:  # public measurements (agent/public_points)
+            assert not study.hypotheses and study.measurements.is_file()
+            continue
         # hypothesis files, or none and a hook that decides the study (agent/studies.py, HookRun)
         assert (study.hypotheses or study.hook_path) and all(p.is_file() for p in study.hypotheses)
 
@@ -84,6 +87,13 @@ def test_bad_study_file_names_file_and_field(tmp_path):
         load_study(folder)
     (folder / "study.toml").write_text('[study]\ntitle = "t"\nhypotheses = []\n')
     with pytest.raises(InputError, match="study.hypotheses"):
+        load_study(folder)
+    (folder / "p.toml").write_text("")
+    (folder / "study.toml").write_text('[study]\ntitle = "t"\nfidelity = "p.toml"\nmeasurements = "p.toml"\n')
+    with pytest.raises(InputError, match="study.fidelity: given together with study.measurements"):
+        load_study(folder)
+    (folder / "study.toml").write_text('[study]\ntitle = "t"\nmeasurements = "nope.toml"\n')
+    with pytest.raises(InputError, match="study.measurements"):
         load_study(folder)
 
 

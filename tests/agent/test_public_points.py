@@ -1,0 +1,115 @@
+"""The public-measurements study: the points file's checks (roles by the pre-registered rule,
+metrics per family, unknown labels), what a point simulates, and the statistics per family."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from infralab.agent.public_points.score import FamilyStats, Scored, family_stats, verdict
+from infralab.agent.public_points.simulate import Simulated, config_of, simulate
+from infralab.agent.public_points.spec import Point, load_points, role_of
+from infralab.errors import InputError
+
+SHIPPED = Path(__file__).resolve().parents[2] / "experiments" / "fidelity_public" / "points.toml"
+
+
+def point(pid: str = "p", **fields) -> Point:
+    base = dict(id=pid, family="decode", role=role_of(pid), source="s", locator="l", evidence="e", engine="vLLM",
+                hardware="h", metric="tpot_s", measured=0.01, accelerator="H100", model="llama-3-8b",
+                input_tokens=128, output_tokens=128)
+    base.update(fields)
+    return Point(**base)
+
+
+def write(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "points.toml"
+    path.write_text(body)
+    return path
+
+
+def table(pid: str, **fields) -> str:
+    values = dict(id=pid, family="decode", role=role_of(pid), source="s", locator="l", evidence="e", engine="x",
+                  hardware="h", metric="tpot_s", measured=0.01, accelerator="H100", model="llama-3-8b",
+                  input_tokens=128, output_tokens=128)
+    values.update(fields)
+    lines = ["[[point]]"] + [f"{k} = {v!r}".replace("'", '"') if isinstance(v, str) else f"{k} = {v}"
+                             for k, v in values.items()]
+    return "\n".join(lines) + "\n"
+
+
+def test_roles_follow_the_pre_registered_rule(tmp_path):
+    pid = "some-point"
+    wrong = "evaluation" if role_of(pid) == "calibration" else "calibration"
+    with pytest.raises(InputError, match=r"points.toml: point\[0\].role"):
+        load_points(write(tmp_path, table(pid, role=wrong)))
+    assert [p.role for p in load_points(write(tmp_path, table(pid)))] == [role_of(pid)]
+    # the rule is blind to everything but the id, and splits about a third to calibration
+    share = sum(role_of(f"id-{i}") == "calibration" for i in range(3000)) / 3000
+    assert 0.28 < share < 0.39
+
+
+@pytest.mark.parametrize(("fields", "where"), [
+    ({"metric": "time_s"}, "metric"),
+    ({"includes": ["telepathy"]}, "includes"),
+    ({"output_tokens": 1}, "output_tokens"),
+    ({"family": "collective", "metric": "time_s", "world": 1, "collective": "all_reduce", "message_bytes": 8}, "world"),
+    ({"measured": -1.0}, "measured"),
+])
+def test_a_bad_point_names_file_and_field(tmp_path, fields, where):
+    with pytest.raises(InputError, match=rf"points.toml: point\[0\]\.{where}"):
+        load_points(write(tmp_path, table("bad", **fields)))
+
+
+def test_duplicate_ids_are_refused(tmp_path):
+    with pytest.raises(InputError, match=r"point\[1\].id"):
+        load_points(write(tmp_path, table("a") + table("a")))
+
+
+def test_a_point_with_a_cold_start_is_shown_not_scored():
+    assert not point("cold", includes=("cold_start",), role="evaluation").scored or role_of("cold") == "calibration"
+    p = next(point(f"x{i}") for i in range(50) if role_of(f"x{i}") == "evaluation")
+    assert p.scored
+    assert not Point(**{**p.__dict__, "includes": ("cold_start",)}).scored
+
+
+def test_a_latency_point_simulates_a_batch_arriving_together():
+    p = point("lat", batch=8, input_tokens=32, output_tokens=128, metric="e2e_latency_s")
+    cfg = config_of(p)
+    assert cfg["workload"]["num_requests"] == 8 and cfg["engine"]["max_num_seqs"] == 8
+    assert cfg["workload"]["prompt"] == {"kind": "fixed", "value": 32}
+    e2e = simulate(p).value
+    tpot = simulate(point("lat2", batch=8, input_tokens=32, output_tokens=128, metric="tpot_s")).value
+    ttft = simulate(point("lat3", family="prefill", metric="ttft_s", batch=8, input_tokens=32, output_tokens=1)).value
+    # the batch's latency is its prefill plus 127 decode steps of about one TPOT each
+    assert e2e == pytest.approx(ttft + 127 * tpot, rel=0.02)
+
+
+def test_family_statistics_score_only_evaluation_points():
+    def scored(pid: str, family: str, measured: float, simulated: float, role: str) -> Scored:
+        p = point(pid, family=family, role=role, measured=measured, metric="tpot_s" if family == "decode" else "ttft_s")
+        return Scored(p, Simulated(simulated, ""))
+
+    rows = [scored("a", "decode", 1.0, 1.05, "evaluation"), scored("b", "decode", 1.0, 0.85, "evaluation"),
+            scored("c", "decode", 1.0, 1.09, "evaluation"), scored("d", "decode", 1.0, 9.0, "calibration"),
+            scored("e", "prefill", 2.0, 2.0, "evaluation")]
+    stats = {s.family: s for s in family_stats(rows)}
+    decode = stats["decode"]
+    assert decode.n == 3 and math.isclose(decode.median_abs, 0.09) and math.isclose(decode.worst_abs, 0.15)
+    assert (decode.over, decode.under) == (2, 1) and math.isclose(decode.signed_median, 0.05)
+    assert stats["overall"].n == 4 and stats["prefill"].met and decode.met
+    assert verdict(list(stats.values())) == "accepted"
+    assert verdict([FamilyStats("decode", 3, 0.2, 0.3, 0.2, 3, 0)]) == "rejected"
+    assert verdict([FamilyStats("decode", 3, 0.2, 0.3, 0.2, 3, 0), stats["prefill"]]) == "partial"
+
+
+def test_the_shipped_points_load_and_cite_their_sources():
+    points = load_points(SHIPPED)
+    assert len(points) >= 60
+    families = {p.family for p in points if p.scored}
+    assert families == {"decode", "prefill", "collective", "serving"}
+    for p in points:
+        assert p.source and p.locator and p.evidence and p.engine
+        assert p.source.startswith(("http", "github "))
