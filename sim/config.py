@@ -21,6 +21,7 @@ from infralab import locations
 from infralab.config_io import STRICT, dump_toml, load_toml, validate
 from infralab.errors import InputError
 from infralab.field_types import (
+    Number,
     MAX_INSTANCES,
     MAX_TOKENS,
     Bool,
@@ -74,6 +75,8 @@ class EfficiencyConfig:
     """Fractions of peak a well-tuned kernel reaches, per operator class."""
 
     gemm: Fraction = 0.7
+    # 8-bit x 8-bit GEMMs (W8A8, FP8 or INT8) as a fraction of their (twice as high) peak; None: `gemm`.
+    gemm_8bit: Fraction | None = None
     attention: Fraction = 0.5
     memory: Fraction = 0.8  # streaming reads/writes (weights, KV, linear-attention state)
     collective: Fraction = 0.7
@@ -114,6 +117,18 @@ class RooflineExtrasConfig:
     residual_add_memory: Fraction = 0.89
     decode_attention_floor_s: Seconds = 1.9e-5  # least time of one layer's decode attention
     sampler: Bool = True  # count the sampler's pass over the logits
+    # vLLM's fused_add_rms_norm: the residual add and the RMSNorm that follows it are one kernel
+    # (reads x and the residual, writes both), as every current engine runs them.
+    fused_add_norm: Bool = True
+    # GEMMs near the roofline's ridge reach neither peak: time = (compute^p + memory^p)^(1/p) with
+    # this p (None: max(compute, memory), the plain roofline). docs/sim.md, "Cost model".
+    # Steps that run eagerly (any prefill; decode-only steps replay a CUDA graph) pay
+    # `eager_launch_s` of idle device time per kernel launched: the launch latency a graph hides.
+    # Both fitted (with efficiency.gemm_8bit, which stayed at gemm's 0.7) by
+    # benchmarks/fit_step_constants.py on the 31 calibration decode and prefill points of
+    # experiments/fidelity_public (mean |log error| 0.32 -> 0.22); never on its evaluation points.
+    ridge_sharpness: Number(ge=1.0, le=64.0) | None = None
+    eager_launch_s: Seconds = 0.0
 
     def memory_fraction(self, kernel: str) -> float:
         """The HBM fraction of a small-op kernel (`rms_norm`, `rope`, `silu_mul`, `residual_add`)."""

@@ -20,6 +20,7 @@ Units: seconds, bytes, tokens per second.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,11 +60,12 @@ class Simulated:
     detail: str
 
 
-def simulate(point: Point) -> Simulated:
-    """The simulator's counterpart of `point.measured` (same unit)."""
+def simulate(point: Point, overrides: Sequence[str] = ()) -> Simulated:
+    """The simulator's counterpart of `point.measured` (same unit). `overrides`: `--set`-style
+    assignments applied to the point's config (a fit tries constants this way)."""
     if point.family == "collective":
         return _collective(point)
-    result = api.run(config_of(point))
+    result = api.run(config_of(point), overrides=overrides)
     if point.family == "serving":
         value = result.metrics[SERVING_METRICS[point.metric]]
         assert isinstance(value, float)

@@ -145,6 +145,10 @@ class Calibration:
         shape = {"Q": new, "T": context, "H": g.heads, "HKV": g.kv_heads, "D": g.kv_dim}
         return self._prefill.time(shape)
 
+    def covers_small_op(self, kernel: str) -> bool:
+        """Whether the table has rows for the small kernel `kernel` on this device."""
+        return self._small[kernel].active
+
     def small_op(self, kernel: str, shape: dict[str, int]) -> float | None:
         """Seconds of one call of a per-layer elementwise kernel (SMALL_OP_KERNELS)."""
         return self._small[kernel].time(shape)

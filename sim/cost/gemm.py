@@ -99,7 +99,7 @@ class DenseGemms:
     def _roofline(self, gemm: Gemm, m: int) -> float:
         """The class's GEMMs at the roofline, each at least one kernel launch."""
         g = self._g
-        return max(g.roofline(*self._work(gemm, m), g.gemm_rate), gemm.count * g.launch)
+        return max(g.gemm_roofline(*self._work(gemm, m), g.gemm_rate), gemm.count * g.launch)
 
     def _ideal(self, gemm: Gemm, m: int) -> float:
         """The same GEMMs at 100 % of peak: the floor no measurement can beat."""
@@ -183,6 +183,8 @@ class MoeExperts:
         h = m.hidden_size
         flops = 2.0 * routed * 3 * h * width
         nbytes = touched * 3 * h * width * g.weight_width + routed * (2 * h + 3 * width) * g.act_width
+        if flop_rate == g.gemm_rate:  # the roofline (the other call is the 100 %-of-peak floor)
+            return g.gemm_roofline(flops, nbytes, flop_rate, byte_rate)
         return max(flops / flop_rate, nbytes / byte_rate)
 
 
@@ -205,7 +207,7 @@ class LmHead:
         nbytes = vocab * h * g.lm_width + rows * (h * g.act_width + vocab * LOGITS_BYTES)
         if measured is not None:
             return max(measured, flops / g.lm_peak, nbytes / g.accel.hbm_bandwidth)
-        return max(g.roofline(flops, nbytes, g.lm_peak * g.cfg.efficiency.gemm), g.launch)
+        return max(g.gemm_roofline(flops, nbytes, g.lm_peak * g.cfg.efficiency.gemm), g.launch)
 
 
 class Sampler:

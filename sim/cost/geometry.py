@@ -150,7 +150,7 @@ class Geometry:
             micro_batches=micro_batches, replay_ring=replay_ring,
             plain_collectives=plain_collectives, plain=plain,
             weight_width=weight_width, act_width=act_width, lm_width=lm_width,
-            peak=peak, gemm_rate=peak * eff.gemm, attn_peak=attn_peak, attn_rate=attn_peak * eff.attention,
+            peak=peak, gemm_rate=peak * _gemm_efficiency(cfg), attn_peak=attn_peak, attn_rate=attn_peak * eff.attention,
             lm_peak=lm_peak,
             state_peak=state_peak, state_rate=state_peak * eff.attention,
             mem_rate=accel.hbm_bandwidth * eff.memory, launch=cfg.extras.kernel_launch_s,
@@ -165,6 +165,26 @@ class Geometry:
     def roofline(self, flops: float, nbytes: float, rate: float) -> float:
         """Seconds of `flops` at `rate` or `nbytes` at the effective HBM rate, whichever is longer."""
         return max(flops / rate, nbytes / self.mem_rate)
+
+    def gemm_roofline(self, flops: float, nbytes: float, rate: float, byte_rate: float | None = None) -> float:
+        """A GEMM's seconds: the roofline, blended near its ridge when `extras.ridge_sharpness` = p
+        is set: (compute^p + memory^p)^(1/p), which is the roofline's max far from the ridge and
+        up to 2^(1/p) x it at the ridge, where a kernel streams its weights and keeps its tensor
+        cores busy at once and reaches neither peak. `byte_rate`: the memory rate (default the
+        effective HBM rate)."""
+        compute, memory = flops / rate, nbytes / (self.mem_rate if byte_rate is None else byte_rate)
+        p = self.cfg.extras.ridge_sharpness
+        if p is None:
+            return max(compute, memory)
+        return (compute**p + memory**p) ** (1.0 / p)
+
+
+def _gemm_efficiency(cfg: CostConfig) -> float:
+    """The GEMMs' fraction of their peak: `gemm_8bit` for 8-bit x 8-bit (W8A8) GEMMs when set."""
+    eff = cfg.efficiency
+    if DTYPE_BYTES[cfg.dtype] == 1 and eff.gemm_8bit is not None:
+        return eff.gemm_8bit
+    return eff.gemm
 
 
 def attention_dtype(cfg: CostConfig) -> str:

@@ -85,6 +85,8 @@ class CostModel:
         self._host_s = self._host.host_s
         self._with_host = self._host.with_host
         self._full_layers = g.full_layers
+        self._eager_launch_s = cfg.extras.eager_launch_s
+        self._dense_launches = sum(gemm.count for gemm in self._dense.classes)
         self._decode_floor = self._attention.decode_floor
         self._decode_coeffs = self._attention.decode_coeffs
         self._dense_cache: dict[int, float] = {}
@@ -204,8 +206,23 @@ class CostModel:
             by_op = (self._pipeline.step(work, self._op_times_with_knobs) if self.pp > 1
                      else self._op_times_with_knobs(work))
             device = sum(by_op.values())
+        if work.prefill_tokens and self._eager_launch_s:  # run eagerly: no CUDA graph hides the launches
+            by_op["launch_gaps"] = gaps = self.kernel_launches(work) * self._eager_launch_s
+            device += gaps
         host = self._host_s(work)
         return StepCost(device_s=device, host_s=host, total_s=self._with_host(device, host), by_op=by_op)
+
+    def kernel_launches(self, work: StepWork) -> int:
+        """Kernels one rank launches in a step of `work`: each dense GEMM, two grouped GEMMs per MoE
+        layer, one attention kernel per (full or linear) attention layer, the small ops, two
+        all-reduces per layer under TP, the LM head and the sampler."""
+        tokens, m = work.tokens, self.model
+        if tokens == 0:
+            return 0
+        count = self._dense_launches + 2 * m.num_moe_layers + m.num_layers + self._small.launches(tokens)
+        if self.tp > 1:
+            count += 2 * m.num_layers
+        return count + (2 if work.output_tokens else 0)
 
     def _op_times_with_knobs(self, work: StepWork) -> dict[str, float]:
         """Seconds (one rank) of each operator of OPS, plus the EXTRA_OPS the knobs add."""

@@ -1,6 +1,8 @@
 """``small_ops``: the per-layer elementwise kernels of a step on one rank (seconds).
 
-Per layer two RMSNorms, RoPE (full-attention layers), the gated activation and two residual adds:
+Per layer two residual adds each fused with the RMSNorm that follows (vLLM's fused_add_rms_norm:
+reads x and the residual, writes both; `extras.fused_add_norm`, else two norms and two adds),
+RoPE (full-attention layers) and the gated activation (SiLU-and-mul, one kernel):
 elementwise traffic at the kernel's fraction of HBM bandwidth (`RooflineExtrasConfig`,
 `extras.memory_fraction`), each kernel at least `extras.kernel_launch_s` (5-23 % of a layer in
 Vidur's profiles). A calibration table's `rms_norm`, `residual_add`, `rope` and `silu_mul` rows
@@ -45,6 +47,12 @@ class SmallOps:
                 return self._op_s(kernel, shape, elements)
         raise InputError("small op", f"{kernel!r} is not a small op of {model.name}", f"one of {SMALL_OP_KERNELS}")
 
+    def launches(self, tokens: int) -> int:
+        """Kernels the small ops launch in a step of `tokens` tokens."""
+        if tokens == 0 or not self._g.cfg.extras.small_ops:
+            return 0
+        return sum(count for _, _, _, count in self._kernels(tokens))
+
     def _op_s(self, kernel: str, shape: dict[str, int], elements: float) -> float:
         """One call of a small kernel: a calibrated row where a table has one, else its traffic
         (`elements` read + written) at the kernel's fraction of HBM bandwidth, at least one launch."""
@@ -58,10 +66,13 @@ class SmallOps:
         g = self._g
         m, h, t = g.model, g.model.hidden_size, tokens
         layers = m.num_layers
-        ops: list[tuple[str, dict[str, int], float, int]] = [
-            ("rms_norm", {"T": t, "D": h}, 2.0 * t * h, 2 * layers),
-            ("residual_add", {"T": t, "D": h}, 3.0 * t * h, 2 * layers),
-        ]
+        measured_norms = self._calibrated is not None and self._calibrated.covers_small_op("rms_norm")
+        if g.cfg.extras.fused_add_norm and not measured_norms:
+            # one kernel adds the residual and normalises: reads x and the residual, writes both
+            ops: list[tuple[str, dict[str, int], float, int]] = [("rms_norm", {"T": t, "D": h}, 4.0 * t * h, 2 * layers)]
+        else:  # a calibration table times the kernels it measured: the norm and the add apart
+            ops = [("rms_norm", {"T": t, "D": h}, 2.0 * t * h, 2 * layers),
+                   ("residual_add", {"T": t, "D": h}, 3.0 * t * h, 2 * layers)]
         if g.full_layers:
             shape = {"T": t, "H": g.heads, "HKV": g.kv_heads, "D": g.qk_dim}
             elements = 2.0 * t * (g.heads + g.kv_heads) * g.qk_dim

@@ -16,7 +16,8 @@ and `CostConfig` (replay_ssm_ring, kv_layer_dtypes, dtype "int8" for W8A8), all 
 (docs/sim.md "GLM-class techniques"), change the operators above and add `EXTRA_OPS`:
 ``kv_broadcast`` (Layer Split) and ``ep_all_to_all`` (expert parallelism), both in
 `sim/cost/collectives.py`, and ``pp_transfer`` (pipeline stages, `sim/cost/pipeline.py`; with pp
-every operator is the pipelined step's).
+every operator is the pipelined step's). ``launch_gaps``: the idle device time between the kernels
+of a step run without a CUDA graph (`extras.eager_launch_s` per kernel; `CostModel.kernel_launches`).
 
 Units: seconds, bytes, FLOPs, tokens.
 """
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 
 OPS = ("dense_gemm", "attention", "linear_attention", "moe_experts", "lm_head", "tp_collectives", "small_ops", "sampler")
 # Operators added only when a layer-class knob asks for them (StepCost.by_op keys beyond OPS).
-EXTRA_OPS = ("kv_broadcast", "ep_all_to_all", "pp_transfer")
+EXTRA_OPS = ("kv_broadcast", "ep_all_to_all", "pp_transfer", "launch_gaps")
 
 
 @dataclass(frozen=True, slots=True)

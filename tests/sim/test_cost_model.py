@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -309,3 +311,53 @@ def test_decode_fast_path_is_bit_identical_to_step(seqs, ctx, model, tp, warm):
     if warm:  # the fast path reads the per-size caches that step() fills; both states must agree
         cm.step(StepWork.decode(seqs, seqs))
     assert cm.decode_step_s(seqs, seqs * ctx) == cm.step(StepWork.decode(seqs, seqs * ctx)).total_s
+
+
+def test_near_the_ridge_a_gemm_reaches_neither_peak():
+    """ridge_sharpness p blends compute and memory time: p = 1 is their sum, none their max; far
+    from the ridge (a decode batch of 1) the blend is the max to within a percent."""
+    def gemm(tokens: int, p: float | None) -> float:
+        extras = dataclasses.replace(PLAIN, ridge_sharpness=p)
+        return CostModel(LLAMA8, H100, CostConfig(extras=extras)).gemm_call_s("mlp_down", tokens)
+
+    ridge = round(989.5e12 * 0.7 / (3.35e12 * 0.8))  # tokens where compute = memory time (~258)
+    plain, summed = gemm(ridge, None), gemm(ridge, 1.0)
+    assert summed == pytest.approx(2 * plain, rel=0.05)
+    assert plain < gemm(ridge, 1.25) < summed
+    assert gemm(1, 1.25) == pytest.approx(gemm(1, None), rel=0.01)
+
+
+def test_an_eager_step_pays_a_launch_gap_per_kernel_and_a_graphed_decode_does_not():
+    extras = dataclasses.replace(RooflineExtrasConfig(), eager_launch_s=5e-6)
+    model = CostModel(LLAMA8, H100, CostConfig(extras=extras))
+    prefill = model.step(StepWork.prefill(512))
+    # 4 dense GEMM classes x 32 layers, 32 attention kernels, 2 fused add+norms + RoPE + SiLU-and-mul
+    # per layer, the LM head and the sampler
+    assert model.kernel_launches(StepWork.prefill(512)) == 4 * 32 + 32 + 4 * 32 + 2
+    assert prefill.by_op["launch_gaps"] == pytest.approx(290 * 5e-6)
+    decode = model.step(StepWork.decode(8, 8000))
+    assert "launch_gaps" not in decode.by_op
+    assert model.decode_step_s(8, 8000) == decode.total_s
+
+
+def test_the_fused_add_norm_reads_and_writes_both_tensors_in_one_kernel():
+    """Fused: one kernel per add+norm moving 4 T x h elements (x and the residual in, both out);
+    apart: a norm (2 T h) and an add (3 T h), two launches."""
+    tokens, h, layers = 64, LLAMA8.hidden_size, LLAMA8.num_layers
+    fused = CostModel(LLAMA8, H100, CostConfig())
+    apart = CostModel(LLAMA8, H100, CostConfig(extras=dataclasses.replace(RooflineExtrasConfig(), fused_add_norm=False)))
+    extras = RooflineExtrasConfig()
+    norm = max(4 * tokens * h * 2 / (3.35e12 * extras.rms_norm_memory), extras.kernel_launch_s)
+    rest = fused.step(StepWork.prefill(tokens)).by_op["small_ops"] - 2 * layers * norm
+    apart_norms = 2 * layers * (max(2 * tokens * h * 2 / (3.35e12 * extras.rms_norm_memory), extras.kernel_launch_s)
+                                + max(3 * tokens * h * 2 / (3.35e12 * extras.residual_add_memory), extras.kernel_launch_s))
+    assert apart.step(StepWork.prefill(tokens)).by_op["small_ops"] == pytest.approx(rest + apart_norms, rel=1e-9)
+    assert apart.kernel_launches(StepWork.prefill(tokens)) - fused.kernel_launches(StepWork.prefill(tokens)) == 2 * layers
+
+
+def test_8bit_gemms_have_their_own_efficiency():
+    work = StepWork.prefill(8192)
+    base = CostModel(LLAMA8, H100, CostConfig(dtype="fp8e4m3", extras=PLAIN)).step(work).by_op["dense_gemm"]
+    eff = dataclasses.replace(CostConfig().efficiency, gemm_8bit=0.35)
+    slow = CostModel(LLAMA8, H100, CostConfig(dtype="fp8e4m3", extras=PLAIN, efficiency=eff)).step(work).by_op
+    assert slow["dense_gemm"] == pytest.approx(2 * base, rel=1e-9)
