@@ -1,7 +1,7 @@
 """Benchmark: the real-threads probe vs the simulator at 1 and 2 cores, with the probe's spread.
 
     .venv/bin/python experiments/gil_kv_transfer/probe_benchmark.py \
-        [--experiment experiments/gil_kv_transfer_published.toml] [--repeats 40] [--out results/gil_probe]
+        [--experiment experiments/gil_kv_transfer/published.toml] [--repeats 40] [--out results/gil_probe]
 
 Runs the probe of the experiment's [probe] table on this machine (pinned to each of its `cores`),
 the simulator on the same schedules and core counts, and prints and saves (atomically, to --out)
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     from infralab.results import atomic_output_dir, dump_json
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--experiment", default=str(HERE.parent / "gil_kv_transfer_published.toml"))
+    parser.add_argument("--experiment", default=str(HERE / "published.toml"))
     parser.add_argument("--repeats", type=int, default=None, help="probe repeats per schedule (default: the file's)")
     parser.add_argument("--out", default="results/gil_probe_benchmark")
     args = parser.parse_args(argv)

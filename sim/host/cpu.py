@@ -31,7 +31,7 @@ moment (the first entry below all of them). It replaces `wake_delay_samples_s` w
 A thread woken BY the thread holding the core (its waker signalled it: a GIL release, a queue put)
 is another case: Linux does not let it preempt its waker at once (on one core, a GIL waiter woken
 by a release runs some 2 ms later while the releaser keeps computing; measured by
-kernels/host_probe/probe.py: handoff_samples with a long busy release). With
+kernels/host_probe/micro.py: waker_delay_samples). With
 `waker_delay_samples_s`, such a wake-up (`run(who, waker=...)`) takes the waker's core after a
 delay drawn from them, unless the waker blocks or its quantum ends first.
 

@@ -1,4 +1,4 @@
-"""The host-only schedule that the real-threads probe (`infralab.kernels.host_probe.probe`) runs,
+"""The host-only schedule that the real-threads probe (`threads.py` here) runs,
 simulated: the same threads and segments, with durations the agent measures on the machine.
 
 Main thread, per step and layer: Python (`launch_s`) -> dispatch native call (`dispatch_s`, holds
