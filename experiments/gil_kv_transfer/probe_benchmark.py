@@ -10,8 +10,10 @@ and min..max over the repeats beside the simulator, and the relative error (targ
 What is calibrated (single-thread measurements, micro-probes) and what is predicted is in probe.py.
 The numbers are a benchmark of this machine at this moment: every pair of runs records how much
 other processes used its cores, the probe's median is over the quiet pairs, and a schedule without
-enough of them is marked noisy (other processes take cores the model does not know about). With 40
-repeats it takes some 3-4 minutes on a quiet 2-vCPU machine (2.5 minutes for 30 at load average ~10).
+enough of them is marked noisy (other processes take cores the model does not know about). Each row
+is judged on the probe's footing (probe.row_verdict: held within 20 %, released within 3 points,
+only where the probe's spread allows). With 40 repeats it takes 2 min 28 s on this 2-vCPU machine
+at load average ~1.4 (2026-12-03).
 """
 
 from __future__ import annotations
