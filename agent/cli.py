@@ -6,7 +6,6 @@
     infralab search SPACE.toml [--set K=V ...] [--out DIR] [--jobs N] [--json] [--no-progress] [--backend B] [--ray-address A]
     infralab sim sweep CONFIG.toml --rates R,... [--seeds S,...] [--configs MORE.toml ...] --out DIR
     infralab sim capacity CONFIG.toml [--configs MORE.toml ...] [--seeds S,...] [--tolerance F] [--quantile pNN]
-    infralab gil run EXPERIMENT.toml --out DIR [--probe]
 
 `test` exit status: 0 accepted, 1 rejected, 3 not decided (inconclusive, partial, unmeasured),
 2 bad input. `reproduce` exits 0 when every study ran (its verdicts are results, not failures).
@@ -104,16 +103,6 @@ def search(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(format_text(report))
         print(f"wrote {out}/search.json, search.csv, pareto.png")
-    return 0
-
-
-def gil_run(args: argparse.Namespace) -> int:
-    from infralab.agent.studies import load_hook
-    from infralab.locations import experiments_dir
-
-    # The GIL study's own code (experiments/gil_kv_transfer/hook.py) runs its experiment format.
-    hook = load_hook(experiments_dir() / "gil_kv_transfer" / "hook.py")
-    hook.run_experiment(args.experiment, args.out, with_probe=args.probe)
     return 0
 
 

@@ -6,7 +6,7 @@ What is explained (the "metric", seconds):
   requests present in both runs (paired by request id), split per request into phases
   queue | prefill | kv_wait | kv_transfer | decode that add up to it exactly (a multimodal run,
   one with encode records: encode | queue | prefill | ...);
-- a timeline with prefill steps ("prefill/steps" track, as the GIL case writes): the span of the
+- a timeline with prefill steps ("prefill/steps" track, as a host-thread study writes): the span of the
   steps, split by what the critical thread (thread/main) was doing: its ops, and "gil-wait";
 - any other timeline: the span of all its intervals.
 
@@ -500,7 +500,8 @@ def explain(
     if metric not in METRIC_CHOICES:
         raise InputError("--metric", f"unknown metric {metric!r}", f"one of {', '.join(METRIC_CHOICES)}")
     if overlaps is None:
-        overlaps = default_pairs([iv for r in runs for iv in r.intervals])
+        overlaps = default_pairs([iv for r in runs for iv in r.intervals],
+                                 [(r.source, r.trace_metadata) for r in runs])
 
     doc: dict[str, Any] = {
         "schema": SCHEMA,

@@ -186,7 +186,10 @@ def load_hypothesis(path: str | Path, quick: bool = False, overrides: Sequence[s
     info = spec.hypothesis
     if not info.validators:
         raise where.error("hypothesis.validators", "is empty", f"some of {', '.join(LADDER)}")
-    allowed = allowed_for(info.kind, info.validators, where)
+    setup = dict(spec.setup)
+    if quick:
+        setup.update(spec.quick)
+    allowed = resolved(allowed_for(info.kind, info.validators, where), setup, path.resolve().parent, where)
     if not info.metrics:
         raise where.error("hypothesis.metrics", "is empty", "at least one metric the claim is about")
     for i, metric in enumerate(info.metrics):
@@ -195,9 +198,6 @@ def load_hypothesis(path: str | Path, quick: bool = False, overrides: Sequence[s
                               f"one of {', '.join(allowed.metrics)}", needle=f'"{metric}"')
     if not info.seeds:
         raise where.error("hypothesis.seeds", "is empty", "at least one seed, e.g. [0]")
-    setup = dict(spec.setup)
-    if quick:
-        setup.update(spec.quick)
     arms = _arms(spec, allowed, where)
     criteria = _criteria(info, arms, allowed, where)
     validators = tuple(v for v in LADDER if v in info.validators)
@@ -245,10 +245,23 @@ def allowed_for(kind: str, validators: tuple[str, ...], where: Locator | None = 
             raise where.error(f"hypothesis.validators[{i}]", f"validator {name!r} cannot answer a {kind!r} hypothesis",
                               f"one of {', '.join(able)}", needle=f'"{name}"')
     decls = [every[name][kind] for name in LADDER if name in validators]
+    return _allowed_of(kind, decls)
+
+
+def _allowed_of(kind: str, decls: list[Any]) -> Allowed:
     metrics = tuple(dict.fromkeys(m for d in decls for m in d.metrics))
     knobs = None if any(d.knobs is None for d in decls) else {k: v for d in reversed(decls) for k, v in d.knobs.items()}
     required = tuple(dict.fromkeys(k for d in decls for k in d.required))
     return Allowed(kind, metrics, knobs, required, tuple(decls))
+
+
+def resolved(allowed: Allowed, setup: Mapping[str, Any], base_dir: Path, where: Locator | None = None) -> Allowed:
+    """`allowed` with every declaration that depends on the setup (a study's hook) resolved."""
+    if not any(d.resolve is not None for d in allowed.declarations):
+        return allowed
+    where = where or Locator("", "hypothesis")
+    decls = [d.resolve(setup, base_dir, where) if d.resolve is not None else d for d in allowed.declarations]
+    return _allowed_of(allowed.kind, decls)
 
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -376,7 +389,8 @@ def setup_as(hyp: Hypothesis, schema: type) -> Any:
 
 def setup_of(hyp: Hypothesis) -> Any:
     """The validated `[setup]` table of `hyp`, by the first declaration of its validators."""
-    return setup_as(hyp, allowed_for(hyp.kind, hyp.validators).declarations[0].setup)
+    allowed = resolved(allowed_for(hyp.kind, hyp.validators), hyp.setup, hyp.base_dir)
+    return setup_as(hyp, allowed.declarations[0].setup)
 
 
 def check_setup(hyp: Hypothesis, allowed: Allowed, where: Locator) -> None:

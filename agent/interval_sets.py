@@ -5,8 +5,9 @@ NAMES and OPS comma-separated globs over the interval's name ("python", "native-
 `op` arg (host threads) or, when it has none, its `label` arg (link flows); an empty or "*" part
 matches anything. Example: `thread/main:native-*:dispatch,combine`.
 
-The default pairs name the two sets the KV-transfer/GIL case study is about (when a run has the
-host threads) and KV flows against prefill batches (when a cluster run has links).
+The default pairs: those a timeline declares in its metadata (`overlap_pairs`: a list of
+[[name A, selector A], [name B, selector B]], as a study writes for the sets it is about), and KV
+flows against prefill batches (when a cluster run has links).
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+from typing import Any
+
 from infralab.errors import InputError
 from infralab.metrics.records import Interval
-from infralab.sim.host.attribution import COMM_OPS, MAIN_TRACK, TRANSFER_OPS, TRANSFER_TRACK
-from infralab.sim.host.thread import NATIVE_HOLD, NATIVE_RELEASE, PYTHON
 
 
 def op_or_label(iv: Interval) -> str:
@@ -81,16 +82,44 @@ def _has_prefill_tokens(iv: Interval) -> bool:
     return (dict(iv.args).get("prefill_tokens") or 0) > 0
 
 
-KV_PYTHON = IntervalSet("kv-transfer python", TRANSFER_TRACK, (PYTHON,), TRANSFER_OPS)
-KV_WORK = IntervalSet("kv-transfer work", TRANSFER_TRACK, (PYTHON, NATIVE_HOLD, NATIVE_RELEASE), TRANSFER_OPS)
-DISPATCH_COMBINE = IntervalSet("dispatch/combine", MAIN_TRACK, (NATIVE_HOLD, NATIVE_RELEASE), COMM_OPS)
 KV_FLOWS = IntervalSet("kv flows", "link/*", ("transfer",), ("kv*",))
 PREFILL_BATCHES = IntervalSet("prefill batches", "instance/*", ("batch",), None, _has_prefill_tokens)
+METADATA_KEY = "overlap_pairs"
 
 
-def default_pairs(intervals: Sequence[Interval]) -> list[tuple[IntervalSet, IntervalSet]]:
-    """The default (A, B) pairs whose sets both occur in `intervals` (any run being compared)."""
-    candidates = [(KV_PYTHON, DISPATCH_COMBINE), (KV_WORK, DISPATCH_COMBINE), (KV_FLOWS, PREFILL_BATCHES)]
+def declared_pairs(metadata: dict[str, Any], source: str = "timeline") -> list[tuple[IntervalSet, IntervalSet]]:
+    """The pairs a timeline's metadata declares: `overlap_pairs` = [[[name, selector], [name, selector]], ...]."""
+    raw = metadata.get(METADATA_KEY)
+    if raw is None:
+        return []
+    where = f"{source}: metadata.{METADATA_KEY}"
+    expected = "a list of [[name A, selector A], [name B, selector B]] (selectors TRACK[:NAMES[:OPS]])"
+    if not isinstance(raw, list):
+        raise InputError(where, f"is {type(raw).__name__}", expected)
+    pairs = []
+    for i, pair in enumerate(raw):
+        ok = (isinstance(pair, list) and len(pair) == 2
+              and all(isinstance(x, list) and len(x) == 2 and all(isinstance(y, str) for y in x) for x in pair))
+        if not ok:
+            raise InputError(f"{where}[{i}]", f"is {pair!r}", expected)
+        (name_a, sel_a), (name_b, sel_b) = pair
+        a = parse_selector(sel_a, f"{where}[{i}]")
+        b = parse_selector(sel_b, f"{where}[{i}]")
+        pairs.append((IntervalSet(name_a, a.track, a.names, a.ops), IntervalSet(name_b, b.track, b.names, b.ops)))
+    return pairs
+
+
+def default_pairs(intervals: Sequence[Interval], metadata: Sequence[tuple[str, dict[str, Any]]] = ()
+                  ) -> list[tuple[IntervalSet, IntervalSet]]:
+    """The default (A, B) pairs whose sets both occur in `intervals` (any run being compared): the
+    pairs the runs' timelines declare (`metadata`: (source, trace metadata) per run, first
+    declaration of a name wins), then KV flows vs prefill batches."""
+    candidates: list[tuple[IntervalSet, IntervalSet]] = []
+    for source, meta in metadata:
+        for a, b in declared_pairs(meta, source):
+            if all((a.name, b.name) != (x.name, y.name) for x, y in candidates):
+                candidates.append((a, b))
+    candidates.append((KV_FLOWS, PREFILL_BATCHES))
     present = []
     for a, b in candidates:
         if any(a.matches(iv) for iv in intervals) and any(b.matches(iv) for iv in intervals):

@@ -5,7 +5,7 @@ Two kinds of input:
   an InputError naming it), `trace.json` optional: `infralab sim run --no-timeline` and the run
   folders of `infralab test --out` write none (`LoadedRun.missing` says so, and explain then has
   no intervals to analyse);
-- one Chrome/Perfetto timeline file (kind "timeline"), as `infralab gil run` writes under
+- one Chrome/Perfetto timeline file (kind "timeline"), as a study writes under
   `timelines/`: intervals and counters only, no requests or summary.
 
 Timelines are read back into the simulator's own records (`Interval`, `CounterSample`): a track is
@@ -91,7 +91,7 @@ def load_run(path: str | Path) -> LoadedRun:
     raise InputError(
         str(path),
         "no such file or folder",
-        "a results folder of `infralab sim run` or a timeline .json (e.g. from `infralab gil run`: DIR/timelines/*.json)",
+        "a results folder of `infralab sim run` or a timeline .json (e.g. a study's timelines/*.json)",
     )
 
 
@@ -100,7 +100,7 @@ def _load_sim_run(folder: Path) -> LoadedRun:
     if missing:
         hint = ""
         if (folder / "timelines").is_dir():
-            hint = f"; this looks like an `infralab gil run` folder: pass one of {folder / 'timelines'}/*.json"
+            hint = f"; this looks like a folder of timelines: pass one of {folder / 'timelines'}/*.json"
         raise InputError(
             str(folder / missing[0]),
             f"missing from the run folder ({', '.join(missing)} absent){hint}",

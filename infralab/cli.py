@@ -198,12 +198,6 @@ COMMANDS: tuple[Command, ...] = (
                 arg("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="set a config key before validation (repeatable), e.g. real.profile.repeats=5"),
             )),
-    Command(("gil", "run"), "the KV-transfer vs prefill (GIL) scenarios in the host model; --probe adds real threads",
-            "infralab.agent.cli:gil_run", (
-                arg("experiment", help="GIL experiment TOML (the gil_kv_transfer study's experiment file)"),
-                arg("--out", required=True, help="result folder (written atomically)"),
-                arg("--probe", action="store_true", help="also run the real-threads probe and compare"),
-            )),
     Command(("test",), "decide a hypothesis file with the cheapest validator that can (docs/agent.md)",
             "infralab.agent.cli:test", (
                 arg("hypothesis", help="hypothesis TOML, e.g. experiments/partition_correctness/partition_correctness.toml"),
@@ -254,7 +248,7 @@ COMMANDS: tuple[Command, ...] = (
                          "(repeatable; replaces the default pairs)"),
             ),
             description="RUN and BASELINE: a results folder of `infralab sim run`, or a timeline .json "
-                        "(e.g. `infralab gil run` writes DIR/timelines/<scenario>-held.json and -released.json)."),
+                        "(e.g. a study's timelines: `infralab reproduce --study NAME` writes them under studies/NAME/)."),
     Command(("search",), "explore a configuration space with the simulator: best configurations and the Pareto front",
             "infralab.agent.cli:search", (
                 arg("space", metavar="SPACE.toml", help="search space (docs/explain.md)"),
@@ -275,7 +269,6 @@ COMMANDS: tuple[Command, ...] = (
 GROUPS = {
     "sim": "discrete-event simulation of a serving cluster",
     "kernels": "Triton kernels: numerics checks and microbenchmarks",
-    "gil": "host threads and the GIL: the KV-transfer vs prefill case study",
     "fidelity": "the simulator against the real engine and against public measurements: error beside the spread",
     "real": "the real engine (transformers' continuous batching): replays and step profiles",
 }

@@ -70,6 +70,9 @@ class Declaration:
     required: tuple[str, ...] = ()
     check: Callable[[Hypothesis, Any, Any], None] | None = None
     mappings: tuple[str, ...] = ()  # the metrics whose values map a key to a number (`m['key']` in acceptance)
+    # The declaration depends on the hypothesis's setup (a study's hook declares knobs, metrics and
+    # setup): `resolve(setup, base_dir, where)` returns the concrete one (agent/validators/hook.py).
+    resolve: Callable[[Mapping[str, Any], Path, Any], Declaration] | None = None
 
 
 class Validator(Protocol):

@@ -1,7 +1,7 @@
 """`sim`: a simulator run per arm.
 
-- `host-concurrency` hypotheses run the fine-grained host model (threads, the GIL, streams) through
-  the study's hook (`infralab.agent.validators.host`: knob, metrics and setup).
+- `hook` hypotheses run their study's own simulation through the hook the setup names, which
+  declares their knobs, metrics and setup (`infralab.agent.validators.hook`).
 - `cluster` hypotheses run the iteration-level cluster model on the setup's config with the arm's
   knobs, arms x seeds over `setup.processes` workers of the pool's backend (local processes, or a
   Ray cluster with `infralab test --backend ray`), through the agent's one simulation pool
@@ -30,7 +30,7 @@ from pydantic.dataclasses import dataclass
 
 from infralab.agent.findings import Evidence, Finding, Where
 from infralab.agent.hypothesis import Arm, Hypothesis, setup_as
-from infralab.agent.validators import host
+from infralab.agent.validators import hook
 from infralab.agent.validators.base import Declaration, Measurement, sample_keys
 from infralab.config_io import STRICT
 from infralab.errors import InputError
@@ -94,7 +94,7 @@ def check_cluster_setup(hyp: Hypothesis, setup: ClusterSetup, where: Any) -> Non
 
 
 DECLARATIONS = (
-    host.declaration(host.SIM_METRICS),
+    hook.declaration(NAME),
     # Cluster knobs are dotted paths into the config (any of them): the check applies each arm's.
     Declaration(CLUSTER, CLUSTER_METRICS + MEAN_METRICS, None, ClusterSetup, check=check_cluster_setup),
 )
@@ -110,8 +110,8 @@ class Sim:
         return None
 
     def measure(self, hyp: Hypothesis, workdir: Path | None, execution: Execution) -> Measurement:
-        if hyp.kind == host.KIND:
-            return host.measure(hyp, setup_as(hyp, host.HostConcurrencySetup), workdir, NAME)
+        if hyp.kind == hook.KIND:
+            return hook.measure(hyp, workdir, NAME)
         return measure_cluster(hyp, setup_as(hyp, ClusterSetup), workdir, execution)
 
 

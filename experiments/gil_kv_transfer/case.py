@@ -1,7 +1,7 @@
 """The KV-transfer-vs-prefill GIL case study: the experiment file, the simulator sweep over its
 scenarios and what it writes (the real-threads probe beside the simulator is `probe.py` here).
 
-`infralab gil run EXPERIMENT.toml --out DIR [--probe]` writes, atomically:
+`.venv/bin/python experiments/gil_kv_transfer/case.py EXPERIMENT.toml --out DIR [--probe]` writes, atomically:
 - `results.json`: per scenario and GIL mode (dispatch/combine holding or releasing it): prefill
   throughput without and with KV transfer, degradation = 1 - with/without, the acceptance verdict,
   overlap fractions and the attribution of the extra time;
@@ -31,8 +31,12 @@ from infralab.field_types import Int
 from infralab.metrics.records import RunRecord
 from infralab.metrics.timeline import save_trace
 from infralab.results import atomic_output_dir, dump_json
-from infralab.sim.host import attribution
-from infralab.sim.host.scenario import CaseSetup, HostProfile, Scenario, build, run
+from infralab.agent.studies import load_hook
+
+attribution = load_hook(Path(__file__).with_name("attribution.py"))
+_scenario = load_hook(Path(__file__).with_name("scenario.py"))
+CaseSetup, HostProfile, Scenario, build, run = (_scenario.CaseSetup, _scenario.HostProfile, _scenario.Scenario,
+                                                _scenario.build, _scenario.run)
 
 # Strict, bounded integers (no `true` for 1); bounds far above any probe schedule this machine runs.
 PositiveInt = Int(gt=0, le=1_000_000)
@@ -54,7 +58,7 @@ class ExperimentInfo:
 
 @dataclass(frozen=True, config=STRICT)
 class ProbeConfig:
-    """The probe's schedule (see infralab.kernels.host_probe.probe.ProbeSchedule), in this
+    """The probe's schedule (see threads.py here: ProbeSchedule), in this
     machine's units, and how often each variant is repeated (medians are reported)."""
 
     steps: PositiveInt = 4
@@ -74,7 +78,7 @@ class ProbeConfig:
     quantum_us: PositiveInt = 4000
     # A slice during which a task that just got a core cannot be preempted by a wake-up (sim/host/cpu.py).
     # 0: none. The probe's mirror instead draws wake-up delays measured by the holder's age on its
-    # core (kernels/host_probe/probe.py: wake_delays_by_held), which found no such protection here:
+    # core (kernels/host_probe/micro.py: wake_delays_by_held), which found no such protection here:
     # a sleeper woken 0.25-0.5 ms after a fresh holder got the core mostly ran at once (EEVDF's
     # 1.5 ms base slice on 2 CPUs, assumed before, is not what this kernel does for it).
     slice_us: NonNegInt = 0
@@ -156,7 +160,7 @@ def sweep(exp: GilExperiment, timeline_dir: Path | None = None) -> list[dict[str
                 # Both runs of the pair, so that `infralab explain A --against B` can compare them.
                 for record, transfer, suffix in ((with_record, True, ""), (without_record, False, "-no-transfer")):
                     save_trace(record, timeline_dir / f"{scenario.name}-{mode}{suffix}.json",
-                               metadata={"scenario": scenario.name, "dispatch_combine": mode, "kv_transfer": transfer})
+                               metadata=attribution.timeline_metadata(scenario=scenario.name, dispatch_combine=mode, kv_transfer=transfer))
         rows.append(row)
     return rows
 
@@ -227,7 +231,7 @@ def limit_of(acceptance: str) -> float:
 
 
 def run_experiment(path: str | Path, out: str | Path, with_probe: bool = False) -> dict[str, Any]:
-    """Everything `infralab gil run` does; returns the results written to `out/results.json`."""
+    """Everything the sweep command (`main`) does; returns the results written to `out/results.json`."""
     exp = load_experiment(path)
     with atomic_output_dir(out) as tmp:
         (tmp / "timelines").mkdir()
@@ -250,3 +254,27 @@ def run_experiment(path: str | Path, out: str | Path, with_probe: bool = False) 
             print(text)
             results["probe"] = compared
     return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`.venv/bin/python experiments/gil_kv_transfer/case.py EXPERIMENT.toml --out DIR [--probe]`:
+    the sweep of one experiment file (and the probe), written atomically (see the module docstring);
+    bad input stops with one line naming file and field, exit status 2."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description="the GIL study's sweep of an experiment file")
+    parser.add_argument("experiment", help="experiment TOML (experiment.toml or published.toml here)")
+    parser.add_argument("--out", required=True, help="result folder (written atomically)")
+    parser.add_argument("--probe", action="store_true", help="also run the real-threads probe and compare")
+    args = parser.parse_args(argv)
+    try:
+        run_experiment(args.experiment, args.out, with_probe=args.probe)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

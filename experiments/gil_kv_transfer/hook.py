@@ -1,19 +1,23 @@
-"""The GIL study's hook: how the host model measures a `host-concurrency` hypothesis (the sweep of
-`case.py` for the `sim` rung, the real-threads probe beside the simulator of `probe.py` for the
-`real` rung), and the study's report (the simulated degradation table and figure, the probe vs
-simulator table and figure).
+"""The GIL study's hook: what its hypotheses may say (knobs, metrics, setup), how they are measured
+(the sweep of `case.py` for the `sim` rung, the real-threads probe beside the simulator of
+`probe.py` for the `real` rung), and the study's report (the simulated degradation table and
+figure, the probe vs simulator table and figure, which rung decided and why).
 
-The hypothesis file names this file as `setup.hook`; `infralab.agent.validators.host` calls:
-    scenario_names(experiment) -> list[str]
-    measure_sim(hyp, setup, workdir) -> Measurement
-    measure_real(hyp, setup, workdir) -> Measurement
-and `infralab reproduce` calls `report(results, out)`.
+The hypothesis files (kind "hook") name this file as `setup.hook`; the generic validator
+(infralab.agent.validators.hook) reads SETUP, KNOBS, REQUIRED, METRICS, MAPPINGS and calls
+`check`, `measure_sim`, `measure_real`, `unavailable_real`; `infralab reproduce` calls
+`report(results, out)`.
 
-Metrics (declared by the host validators): degradation (mapping scenario, or probe schedule, ->
-1 - prefill throughput with KV transfer / without), max_degradation, mean_degradation,
-kv_python_over_comm (mapping: fraction of dispatch/combine intervals covered by the transfer
-thread's Python), min_kv_python_over_comm, main_gil_wait_s (mapping; simulator only). The
-simulator is deterministic; the probe's numbers vary (one sample per probe repeat).
+Knobs: dispatch_combine_gil (held | released, required): whether the expert-parallel
+dispatch/combine native calls hold the GIL; kv_descriptors (python | native, default: the
+experiment's host profile): whether the transfer thread builds its per-page descriptors in its
+Python loop (holding the GIL) or inside one native call that releases it.
+Metrics: degradation (mapping scenario, or probe schedule "<cores>c-<granularity>", -> 1 - prefill
+throughput with KV transfer / without), max_degradation and mean_degradation (over the scenarios;
+on the probe over the schedules that replicate the scenario's thread structure: a core per thread,
+see REPLICATES), kv_python_over_comm (mapping: fraction of dispatch/combine intervals covered by
+the transfer thread's Python), min_kv_python_over_comm, main_gil_wait_s (mapping; simulator only).
+The simulator is deterministic; the probe's numbers vary (one sample per probe repeat).
 """
 
 from __future__ import annotations
@@ -21,14 +25,19 @@ from __future__ import annotations
 import dataclasses
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic.dataclasses import dataclass
 
 from infralab.agent.findings import Evidence, Finding, Where
 from infralab.agent.hypothesis import Arm, Hypothesis
 from infralab.agent.report import pyplot, save_figure
 from infralab.agent.studies import load_hook
-from infralab.agent.validators.base import Measurement, sample_keys
+from infralab.agent.validators.base import KnobSpec, Measurement, sample_keys
 from infralab.agent.validators.ladder import TestResult
+from infralab.config_io import STRICT
+from infralab.errors import InputError
+from infralab.field_types import Int
 
 case = load_hook(Path(__file__).with_name("case.py"))
 _why = load_hook(Path(__file__).with_name("why.py"))
@@ -39,8 +48,61 @@ TARGET_REL_ERR = _probe.TARGET_REL_ERR
 MODES = case.MODES
 
 
+THREADS = 2  # the scenario's threads: prefill (main) and KV transfer
+
+
+# ---- what a hypothesis of this study may say (read by infralab.agent.validators.hook) ----------
+
+
+@dataclass(frozen=True, config=STRICT)
+class Setup:
+    hook: str  # this file, relative to the hypothesis file
+    experiment: str  # the host experiment file (scenarios, probe schedule), relative to the hypothesis file
+    scenarios: tuple[str, ...] = ()  # subset of its scenarios (empty: all)
+    probe_repeats: Int(gt=0, le=1000) | None = None  # override the experiment's [probe] repeats
+    probe_granularities: tuple[Literal["per_layer", "after_prefill"], ...] = ()
+
+
+SETUP = Setup
+KNOBS = {KNOB: KnobSpec(str, ("held", "released")), DESCRIPTORS: KnobSpec(str, ("python", "native"))}
+REQUIRED = (KNOB,)
+_REAL = ("degradation", "max_degradation", "mean_degradation", "kv_python_over_comm", "min_kv_python_over_comm")
+METRICS = {"sim": (*_REAL, "main_gil_wait_s"), "real": _REAL}
+MAPPINGS = ("degradation", "kv_python_over_comm", "main_gil_wait_s")
+
+
 def scenario_names(experiment: Path) -> list[str]:
     return [s.name for s in case.load_experiment(experiment).scenario]
+
+
+def check(hyp: Hypothesis, setup: Setup, where: Any) -> None:
+    """The experiment file is valid and names the setup's scenarios."""
+    try:
+        names = scenario_names(hyp.resolve(setup.experiment))
+    except InputError as exc:
+        raise where.error("setup.experiment", f"{exc.where}: {exc.problem}", exc.expected) from None
+    for name in setup.scenarios:
+        if name not in names:
+            raise where.error("setup.scenarios", f"unknown scenario {name!r}", f"one of {', '.join(names)}",
+                              needle=name)
+
+
+def unavailable_real(hyp: Hypothesis, setup: Setup) -> str | None:
+    """The probe needs a C compiler for its native calls."""
+    from infralab.kernels.host_probe.build import NativeBuildError, compiler
+
+    try:
+        compiler()
+    except NativeBuildError as exc:
+        return str(exc)
+    return None
+
+
+def replicates(cores: int) -> bool:
+    """Whether a probe schedule on `cores` cores replicates the scenario's thread structure: the
+    published servers give the prefill and the transfer thread a core each; one core for both is a
+    different system (the two threads then also contend for the core)."""
+    return cores >= THREADS
 
 
 def host_experiment(hyp: Hypothesis, setup: Any):
@@ -218,8 +280,12 @@ def schedule_key(v: dict[str, Any]) -> str:
 
 
 def probe_samples(variants: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One metrics mapping per probe repeat (repeats are paired across schedules by index)."""
+    """One metrics mapping per probe repeat (repeats are paired across schedules by index). The
+    mapping `degradation` has every schedule; max_ and mean_degradation (what the claim is judged
+    on) only the schedules that replicate the scenario's thread structure (`replicates`: a core
+    per thread), or all when none does."""
     repeats = min(len(v["probe_runs_s"]["with"]) for v in variants)
+    judged = {schedule_key(v) for v in variants if replicates(v["cores"])} or {schedule_key(v) for v in variants}
     out = []
     for i in range(repeats):
         degradation = {}
@@ -227,10 +293,11 @@ def probe_samples(variants: list[dict[str, Any]]) -> list[dict[str, Any]]:
             without, with_ = v["probe_runs_s"]["without"][i], v["probe_runs_s"]["with"][i]
             degradation[schedule_key(v)] = 1.0 - without / with_
         overlap = {schedule_key(v): v["probe"]["kv_python_over_comm"] for v in variants}
+        claim = [d for k, d in degradation.items() if k in judged]
         out.append({
             "degradation": degradation,
-            "max_degradation": max(degradation.values()),
-            "mean_degradation": sum(degradation.values()) / len(degradation),
+            "max_degradation": max(claim),
+            "mean_degradation": sum(claim) / len(claim),
             "kv_python_over_comm": overlap,
             "min_kv_python_over_comm": min(overlap.values()),
         })
@@ -329,10 +396,44 @@ def story(results: list[TestResult]) -> str:
         sens = sim.measurement.extras.get("sensitivity") if sim is not None and sim.measurement is not None else None
         if sens:
             lines.append(f"  - how far: {sensitivity_sentence(sens)}")
+        lines.append(f"  - {rung_sentence(result)}")
         real = result.rung("real")
         if real is not None and real.measurement is not None:
             lines.append(f"  - probe vs simulator: {probe_agreement(real.measurement.extras['probe'])}")
     return "\n".join(lines)
+
+
+def _arm_medians(rung, metric: str = "max_degradation") -> dict[str, float]:
+    import statistics
+
+    m = rung.measurement
+    return {arm: statistics.median(sample[metric] for sample in samples) for arm, samples in m.samples.items() if samples}
+
+
+def rung_sentence(result: TestResult) -> str:
+    """Which rung decided the hypothesis and why; the simulator's numbers at the published scale
+    are a labelled prediction when the probe decided."""
+    sim, real = result.rung("sim"), result.rung("real")
+    predicted = ""
+    if sim is not None and sim.measurement is not None:
+        numbers = ", ".join(f"{arm} {value:.1%}" for arm, value in _arm_medians(sim).items())
+        predicted = (f"the simulator's worst degradation at the scenario's scale ({sim.measurement.extras.get('experiment')}: "
+                     f"{numbers}) is a prediction for that system, not a measurement")
+    if result.decided_by == "real" and real is not None and real.measurement is not None:
+        cores = sorted({v["cores"] for v in real.measurement.extras["probe"]["variants"] if replicates(v["cores"])})
+        numbers = ", ".join(f"{arm} {value:.1%}" for arm, value in _arm_medians(real).items())
+        where = f"{'/'.join(map(str, cores))} cores" if cores else "every core count (none gives a core per thread)"
+        return (f"decided by the real rung (**{real.verdict}**): the probe runs the scenario's thread structure "
+                f"(prefill and transfer threads, dispatch/combine holding or releasing the GIL) on real threads, "
+                f"judged where it replicates it ({where}: a core per thread); median over repeats of the worst "
+                f"schedule: {numbers}. The published numbers are tested on this rung; {predicted or 'no simulation ran'}.")
+    if result.decided_by == "sim":
+        why = ("the probe did not run here: " + real.reason) if real is not None and real.status != "ran" else (
+            f"the probe did not decide ({real.verdict}: {real.reason})" if real is not None else
+            "no real rung is named")
+        return (f"decided by the simulator (**{sim.verdict if sim else result.verdict}**), because {why}; "
+                "its numbers are the model's for the scenario's scale.")
+    return "no rung decided: " + "; ".join(f"{r.validator} {r.verdict or r.status} ({r.reason})" for r in result.rungs) + "."
 
 
 def sensitivity_table(sens: dict[str, Any]) -> str:
@@ -367,24 +468,21 @@ def sensitivity_sentence(sens: dict[str, Any]) -> str:
 
 
 def probe_agreement(result: dict[str, Any]) -> str:
+    """How the simulator agrees with the probe, on the probe's footing (probe.row_verdict)."""
     variants = result["variants"]
-    errors = [v["rel_err"]["degradation"] for v in variants if v["rel_err"]["degradation"] is not None]
-    if not errors:
+    if not variants:
         return "no comparable variant ran."
-    within = sum(1 for e in errors if abs(e) <= TARGET_REL_ERR)
+    counts = _probe.agreement(variants)
     per_core = {}
     for v in variants:
-        e = v["rel_err"]["degradation"]
-        if e is not None:
-            per_core.setdefault(v["cores"], []).append(abs(e))
-    detail = ", ".join(f"{c} core{'s' if c > 1 else ''}: median |error| {sorted(es)[len(es) // 2]:.0%}"
-                       for c, es in sorted(per_core.items()))
+        per_core.setdefault(v["cores"], []).append(v.get("verdict", {}).get("agree"))
+    detail = ", ".join(f"{c} core{'s' if c > 1 else ''}: {sum(1 for a in a_s if a)} of {len(a_s)}"
+                       for c, a_s in sorted(per_core.items()))
     skipped = "; ".join(f"{s['cores']} cores skipped ({s['reason']})" for s in result.get("skipped", []))
-    quiet = [v["rel_err"]["degradation"] for v in variants
-             if v["rel_err"]["degradation"] is not None and v["probe"].get("noise", {}).get("quiet", True)]
-    on_quiet = sum(1 for e in quiet if abs(e) <= TARGET_REL_ERR)
-    return (f"relative error of the degradation within {TARGET_REL_ERR:.0%} on {within} of {len(errors)} schedules "
-            f"({detail}); on the quiet ones: {on_quiet} of {len(quiet)}" + (f"; {skipped}" if skipped else "") + "."
+    return (f"the simulator agrees with the probe (held: within {_probe.TARGET_REL_ERR:.0%}, released: within "
+            f"{_probe.TARGET_ABS_POINTS * 100:.0f} points) on {counts['agree']} of {counts['schedules']} schedules "
+            f"({detail}); {counts['differ']} differ, {counts['no_verdict']} have no verdict (the probe's pairs were "
+            "noisy, or its own spread is wider than the tolerance)" + (f"; {skipped}" if skipped else "") + "."
             + noise_sentence(variants))
 
 
@@ -422,6 +520,3 @@ def probe_figure(variants: list[dict[str, Any]], path: Path) -> None:
     save_figure(fig, path)
 
 
-def run_experiment(path: str | Path, out: str | Path, with_probe: bool = False) -> dict[str, Any]:
-    """`infralab gil run`: the sweep of an experiment file (and the probe), see case.py."""
-    return case.run_experiment(path, out, with_probe=with_probe)

@@ -18,7 +18,11 @@ from typing import Any
 from infralab.agent.explain import explain
 from infralab.agent.run_dir import LoadedRun
 from infralab.metrics.timeline import save_trace
-from infralab.sim.host.scenario import build, run
+from infralab.agent.studies import load_hook
+
+_scenario = load_hook(Path(__file__).with_name("scenario.py"))
+_attribution = load_hook(Path(__file__).with_name("attribution.py"))
+build, run = _scenario.build, _scenario.run
 
 
 def explain_worst(exp, scenario, holds: bool, label: str, timeline_dir: Path | None) -> dict[str, Any]:
@@ -30,10 +34,12 @@ def explain_worst(exp, scenario, holds: bool, label: str, timeline_dir: Path | N
         timeline_dir.mkdir(parents=True, exist_ok=True)
         for record, suffix in ((with_.record, ""), (without.record, "-no-transfer")):
             path = timeline_dir / f"{scenario.name}-{label}{suffix}.json"
-            save_trace(record, path, metadata={"scenario": scenario.name, "arm": label, "kv_transfer": not suffix})
+            save_trace(record, path, metadata=_attribution.timeline_metadata(scenario=scenario.name, arm=label, kv_transfer=not suffix))
             files.append(path)
-    doc = explain(LoadedRun(f"{scenario.name}-{label}", "timeline", tuple(with_.record.intervals)),
-                  LoadedRun(f"{scenario.name}-{label}-no-transfer", "timeline", tuple(without.record.intervals)))
+    meta = _attribution.timeline_metadata()
+    doc = explain(LoadedRun(f"{scenario.name}-{label}", "timeline", tuple(with_.record.intervals), trace_metadata=meta),
+                  LoadedRun(f"{scenario.name}-{label}-no-transfer", "timeline", tuple(without.record.intervals),
+                            trace_metadata=meta))
     critical = [c for c in doc["causes"] if c["on_critical_path"] and c["agrees_with_metric"]]
     top = critical[0] if critical else (doc["causes"][0] if doc["causes"] else None)
     blocker = None

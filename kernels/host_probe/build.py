@@ -1,4 +1,4 @@
-"""Compile `native.c` at first use with the system C compiler and load it twice via ctypes.
+"""Compile `native.c` (the native helpers of the micro-probes and the studies' probes) at first use with the system C compiler and load it twice via ctypes.
 
 The shared object goes to a cache folder outside the repository (`$INFRALAB_CACHE`, else
 `$XDG_CACHE_HOME/infralab`, else `~/.cache/infralab`), in a file named by the hash of the source
@@ -80,6 +80,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.infralab_now_ns.argtypes, lib.infralab_now_ns.restype = [], u64
     lib.infralab_spin_ns.argtypes, lib.infralab_spin_ns.restype = [u64, u64p], None
     lib.infralab_sleep_ns.argtypes, lib.infralab_sleep_ns.restype = [u64, u64p], None
+    lib.infralab_spin_ns_cpu.argtypes = [u64, u64p, ctypes.POINTER(ctypes.c_int)]
+    lib.infralab_spin_ns_cpu.restype = None
     lib.infralab_spin_observe.argtypes = [
         u64,
         ctypes.POINTER(ctypes.c_long),

@@ -1,10 +1,13 @@
-/* Small native functions for the host-concurrency probe (kernels/host_probe/probe.py).
+/* Small native functions for the host micro-probes (kernels/host_probe/micro.py) and the studies'
+ * real-threads probes (spin, sleep, copy, each stamped).
  *
  * Loaded twice through ctypes: as a PyDLL (calls keep the GIL) and as a CDLL (calls release it),
  * so that the same machine code runs with either GIL behaviour. Timestamps are CLOCK_MONOTONIC
  * nanoseconds, the clock behind Python's time.perf_counter_ns() on Linux, so native and Python
  * stamps can be compared directly.
  */
+#define _GNU_SOURCE
+#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -28,6 +31,14 @@ void infralab_spin_ns(uint64_t ns, uint64_t *stamps) {
     }
     stamps[0] = start;
     stamps[1] = now;
+}
+
+/* Spin like infralab_spin_ns; cpus[0], cpus[1]: the CPU it ran on at the start and at the end
+ * (sched_getcpu), so that a caller sees whether it was moved to another CPU meanwhile. */
+void infralab_spin_ns_cpu(uint64_t ns, uint64_t *stamps, int *cpus) {
+    cpus[0] = sched_getcpu();
+    infralab_spin_ns(ns, stamps);
+    cpus[1] = sched_getcpu();
 }
 
 /* Block (sleep) for `ns` nanoseconds: a host thread waiting on the device without burning a core

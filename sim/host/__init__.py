@@ -4,7 +4,7 @@
 - `thread`: a host thread running a program of segments (Python, native calls that hold or
   release the GIL, waits), recording its states as timeline intervals.
 - `streams`: device streams (asynchronous launches, in-order execution, explicit synchronisation).
-- `moe_prefill`, `kv_transfer_thread`, `scenario`: the KV-transfer-vs-prefill case study.
-- `host_schedule`: the host-only schedule of the real-threads probe, simulated.
-- `overlap`, `attribution`: dense feedback over the recorded intervals.
+- `cpu`: CPU cores with identity, round-robin with a quantum, and Linux's wake-up placement.
+- `overlap`: how much of one set of intervals another covers (dense feedback over timelines).
+A study's own scenario built on these lives in its folder under experiments/.
 """

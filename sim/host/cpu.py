@@ -31,20 +31,37 @@ moment (the first entry below all of them). It replaces `wake_delay_samples_s` w
 A thread woken BY the thread holding the core (its waker signalled it: a GIL release, a queue put)
 is another case: Linux does not let it preempt its waker at once (on one core, a GIL waiter woken
 by a release runs some 2 ms later while the releaser keeps computing; measured by
-kernels/host_probe/probe.py: handoff_samples with a long busy release). With
+kernels/host_probe/micro.py: waker_delay_samples). With
 `waker_delay_samples_s`, such a wake-up (`run(who, waker=...)`) takes the waker's core after a
 delay drawn from them, unless the waker blocks or its quantum ends first.
 
-Wake-affine placement (optional, `waker_affine_share`): with a core free, Linux may still queue a
-thread woken by a running waker on the WAKER's CPU (kernel/sched/fair.c, select_task_rq_fair:
-wake_affine picks the waker's or the wakee's previous CPU, select_idle_sibling looks for an idle one
-only within limits), so it waits for its waker although a core idles (measured by
-kernels/host_probe/probe.py: waker_placements, two threads on two cores). With the share set, such
-a wake-up (`run(who, waker=...)` while a core is free) is placed on the waker's core with that
-probability, drawn per wake-up (0 and 1 draw nothing), and then waits as a wake-up by the waker on
-a busy core does: until the waker blocks, its quantum ends, or the waker delay passes; the waker,
-displaced, takes the free core at once. Otherwise the thread takes the free core at once. None (the
-default) and 0: no such placement.
+Cores have identities, and each thread remembers the core it last ran on (`last_core`). A
+thread that becomes runnable while a core is free is placed by the rule of Linux's wake-up path
+(kernel/sched/fair.c: select_task_rq_fair -> wake_affine -> select_idle_sibling; docs/gil.md
+cites the source and version), by the state of the wakee's previous core and of its waker:
+- woken by a thread that runs on core W (`run(who, waker=...)`), previous core P:
+  - P == W: select_task_rq_fair calls no wake_affine (the waker's CPU is the previous one) and
+    select_idle_sibling(prev=W, target=W) finds W busy; its scan of the cache domain for an idle
+    CPU is cut short when the domain is busy (SIS_UTIL), so the wakee is queued on W behind its
+    waker (`Placement.stay_with_waker`, measured: the share of such wake-ups that stayed on W;
+    the rest take a free core);
+  - P != W and P idle: wake_affine_idle returns P: the wakee runs there at once
+    (`Placement.to_idle_previous`, measured; the rest are queued on W, as wake_affine_weight may
+    choose the waker's CPU);
+  - P busy with another thread: select_idle_sibling's scan finds a free core;
+- woken by a timer or the device (no waker): its previous core if free, else a free core;
+- a thread that never ran (a new thread): the lowest-numbered free core (fork balancing picks an
+  idle CPU).
+A thread queued on a busy core although another is free ("stacked") waits as a wake-up by its
+waker on a busy core does: until the core's holder blocks, its quantum ends, or the waker delay
+passes (the waker rule above); the holder it displaces stays queued on that core, as Linux keeps a
+preempted task on its run queue. A free core pulls a stacked thread after a delay drawn from
+`Placement.pull_delay_samples_s` (measured: how long a displaced waker waited before it ran
+again on the other core; none measured: one quantum, the busy core's next tick that kicks an idle
+core's load balance): the migration. Once two threads share a core they keep sharing it until
+one of them blocks long enough for the other to be pulled, which is why two cores can behave like
+one (docs/gil.md, "Why the schedules miss here"). `placement=None` turns the rule off: a thread
+then takes a free core at once, as before cores had identities.
 
 `cores=None` means as many cores as runnable threads (nobody ever waits). Simulated seconds.
 """
@@ -61,6 +78,30 @@ import simpy
 _DONE = 1e-12  # remaining core-seconds below this are float residue, not work
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a thread woken while a core is free is queued (the module's note; Linux's rule).
+
+    `stay_with_waker`: share of wake-ups whose previous core is the running waker's that are
+    queued there (the rest take a free core); `to_idle_previous`: share of wake-ups whose previous
+    core is idle and not the waker's that run there (the rest are queued on the waker's core).
+    Both are conditional on that state and measured by a micro-probe (waker placements); 1 and 1
+    is the kernel's rule read literally. `pull_delay_samples_s`: how long a thread queued behind
+    another waits before a free core pulls it (measured; () means one quantum)."""
+
+    stay_with_waker: float = 1.0
+    to_idle_previous: float = 1.0
+    pull_delay_samples_s: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("stay_with_waker", "to_idle_previous"):
+            value = getattr(self, name)
+            if not 0 <= value <= 1:
+                raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+        if any(not 0 <= d < math.inf for d in self.pull_delay_samples_s):
+            raise ValueError("pull delays must be finite and >= 0")
+
+
 @dataclass
 class _Thread:
     """The scheduler's view of one thread."""
@@ -72,6 +113,7 @@ class _Thread:
     resumed_at: float = 0.0  # when its work last started progressing
     generation: int = 0  # bumps when its completion timer goes stale
     queued_at: float = 0.0  # when it last joined the run queue
+    core: int | None = None  # the core it runs on (None: none, or cores are unlimited)
 
 
 class Cpu:
@@ -82,7 +124,7 @@ class Cpu:
                  slice_s: float = 0.0,
                  wake_delays_by_held_s: tuple[tuple[float, tuple[float, ...]], ...] = (),
                  waker_delay_samples_s: tuple[float, ...] = (),
-                 waker_affine_share: float | None = None) -> None:
+                 placement: Placement | None = Placement()) -> None:
         if cores is not None and cores < 1:
             raise ValueError(f"cores must be >= 1 or None, got {cores!r}")
         if not quantum_s > 0:
@@ -97,11 +139,12 @@ class Cpu:
         self._wake_delays = wake_delay_samples_s
         self._wake_delays_by_held = wake_delays_by_held_s
         self._waker_delays = waker_delay_samples_s
-        if waker_affine_share is not None and not 0 <= waker_affine_share <= 1:
-            raise ValueError(f"waker_affine_share must be in [0, 1] or None, got {waker_affine_share!r}")
-        self._affine_share = waker_affine_share
-        # Threads waiting on their waker's core although a core is free: waiter -> waker.
-        self._on_waker_core: dict[str, str] = {}
+        self._placement = placement
+        # Threads queued on a busy core although a core may be free ("stacked"): who -> core.
+        self._stacked: dict[str, int] = {}
+        self._holders: list[str | None] = [None] * (cores or 0)
+        self.last_core: dict[str, int] = {}  # per thread: the core it last ran on
+        self.migrations = 0  # stacked threads pulled to a free core
         self._slice_s = slice_s
         self._rng = rng
         self._threads: dict[str, _Thread] = {}
@@ -124,6 +167,11 @@ class Cpu:
         t = self._threads.get(who)
         return t is not None and t.on_core_since is not None
 
+    def core_of(self, who: str) -> int | None:
+        """The core `who` runs on now (None: not on one, or cores are unlimited)."""
+        t = self._threads.get(who)
+        return None if t is None or t.on_core_since is None else t.core
+
     @property
     def busy_core_s(self) -> float:
         """Core-seconds held by runnable threads so far."""
@@ -135,7 +183,8 @@ class Cpu:
 
     def run(self, who: str, waker: str | None = None) -> simpy.Event:
         """`who` becomes runnable; the event fires when it holds a core (at once if one is free).
-        `waker`: the thread whose signal woke it (see the module's note on wake-ups by the waker)."""
+        `waker`: the thread whose signal woke it (see the module's note on wake-ups by the waker
+        and on placement)."""
         if who in self._threads:
             known = self._threads[who]
             if known.on_core_since is None:
@@ -146,14 +195,12 @@ class Cpu:
         thread = _Thread(self.env.event())
         ready = thread.core_event
         self._threads[who] = thread
-        if self._free_cores() > 0 and self._placed_on_waker(waker):
-            thread.queued_at = self.env.now
-            self._on_waker_core[who] = waker
-            self._arm_quantum()
-            if self._waker_delays:  # else only the waker's blocking or quantum end lets it run
-                self._arm_wake_preemption(thread, waker)
-        elif self._free_cores() > 0:
-            self._give_core(who)
+        if self._free_cores() > 0:
+            core = self._place(who, waker)
+            if self.cores is None or self._holders[core] is None:
+                self._give_core(who, core)
+            else:
+                self._stack(who, core, waker)
         else:
             thread.queued_at = self.env.now
             self._queue.append(who)
@@ -167,11 +214,11 @@ class Cpu:
         if thread is None:
             return
         if thread.on_core_since is None:
-            if self._on_waker_core.pop(who, None) is None:
+            if self._stacked.pop(who, None) is None:
                 self._queue.remove(who)
             self._add_wait(who, self.env.now - thread.queued_at)
             return
-        self._off_core(thread)
+        self._off_core(who, thread)
         self._fill_cores()
 
     def compute(self, who: str, work_s: float) -> simpy.Event:
@@ -205,10 +252,81 @@ class Cpu:
     def _free_cores(self) -> int:
         if self.cores is None:
             return 1
-        return self.cores - sum(1 for t in self._threads.values() if t.on_core_since is not None)
+        return sum(1 for h in self._holders if h is None)
 
-    def _give_core(self, who: str) -> None:
+    def _first_free(self) -> int | None:
+        return next((c for c, h in enumerate(self._holders) if h is None), None)
+
+    def _draw(self, share: float) -> bool:
+        """True with probability `share` (0 and 1 draw nothing)."""
+        if share >= 1:
+            return True
+        if share <= 0 or self._rng is None:
+            return False
+        return float(self._rng.random()) < share
+
+    def _place(self, who: str, waker: str | None) -> int | None:
+        """The core a thread becoming runnable (a core being free) is placed on: a free one, or a
+        busy one to wait on (the module's placement rule)."""
+        if self.cores is None:
+            return None
+        free = self._first_free()
+        prev = self.last_core.get(who)
+        rule = self._placement
+        waker_core = self.core_of(waker) if waker is not None else None
+        if rule is not None and waker_core is not None and prev is not None:
+            if prev == waker_core:
+                return waker_core if self._draw(rule.stay_with_waker) else free
+            if self._holders[prev] is None:
+                return prev if self._draw(rule.to_idle_previous) else waker_core
+            return free  # its previous core is busy with another thread: the scan finds a free one
+        if prev is not None and self._holders[prev] is None:
+            return prev
+        return free
+
+    def _stack(self, who: str, core: int, waker: str | None) -> None:
+        """`who` waits on busy `core` although a core may be free."""
         thread = self._threads[who]
+        thread.queued_at = self.env.now
+        self._stacked[who] = core
+        self._arm_quantum()
+        if waker is not None and self._waker_delays and self._holders[core] == waker:
+            self._arm_wake_preemption(thread, waker)
+        self._arm_pull(who, thread)
+
+    def _arm_pull(self, who: str, thread: _Thread) -> None:
+        """A free core pulls stacked `who` after a pull delay (the migration)."""
+        if self._free_cores() == 0:
+            return
+        samples = self._placement.pull_delay_samples_s if self._placement is not None else ()
+        if samples and self._rng is not None:
+            delay = float(samples[int(self._rng.integers(len(samples)))])
+        else:
+            delay = self.quantum_s
+        timer = self.env.timeout(delay)
+        timer.callbacks.append(lambda _e: self._pull(who, thread))
+
+    def _pull(self, who: str, thread: _Thread) -> None:
+        if self._threads.get(who) is not thread or who not in self._stacked or thread.on_core_since is not None:
+            return
+        free = self._first_free()
+        if free is None:
+            return
+        del self._stacked[who]
+        self.migrations += 1
+        self._add_wait(who, self.env.now - thread.queued_at)
+        self._give_core(who, free)
+        self._arm_quantum()
+
+    def _give_core(self, who: str, core: int | None = None) -> None:
+        thread = self._threads[who]
+        if self.cores is not None:
+            if core is None or self._holders[core] is not None:
+                prev = self.last_core.get(who)
+                core = prev if prev is not None and self._holders[prev] is None else self._first_free()
+            self._holders[core] = who
+            self.last_core[who] = core
+        thread.core = core
         thread.on_core_since = self.env.now
         if thread.done is not None and not thread.done.triggered:
             self._progress(thread)
@@ -217,28 +335,33 @@ class Cpu:
             event.succeed()
         self._arm_quantum()
 
-    def _off_core(self, thread: _Thread) -> None:
+    def _off_core(self, who: str, thread: _Thread) -> None:
         now = self.env.now
         self._busy_closed_s += now - thread.on_core_since
         if thread.done is not None and not thread.done.triggered:
             thread.remaining_s -= now - thread.resumed_at
             thread.generation += 1  # its completion timer is stale now
+        if self.cores is not None and thread.core is not None and self._holders[thread.core] == who:
+            self._holders[thread.core] = None
         thread.on_core_since = None
 
-    def _placed_on_waker(self, waker: str | None) -> bool:
-        """Whether a wake-up by `waker`, with a core free, is queued on the waker's core."""
-        share = self._affine_share
-        if not share or waker is None or not self.on_core(waker) or self.cores is None:
-            return False
-        return share >= 1 or (self._rng is not None and float(self._rng.random()) < share)
+    def _requeue(self, who: str, thread: _Thread, core: int | None) -> None:
+        """`who`, displaced from `core`, waits again: on that core's queue while another core is
+        free (a preempted task stays on its run queue until pulled), else in the run queue."""
+        thread.queued_at = self.env.now
+        if core is not None and self._free_cores() > 0 and self._placement is not None:
+            self._stacked[who] = core
+            self._arm_pull(who, thread)
+        else:
+            self._queue.append(who)
 
     def _fill_cores(self) -> None:
-        # A thread queued on its waker's core runs first when that core frees (the waker left it).
-        for who, waker in list(self._on_waker_core.items()):
-            if not self.on_core(waker) and self._free_cores() > 0:
-                del self._on_waker_core[who]
+        # A thread stacked on a core runs first when that core frees.
+        for who, core in list(self._stacked.items()):
+            if self._holders[core] is None:
+                del self._stacked[who]
                 self._add_wait(who, self.env.now - self._threads[who].queued_at)
-                self._give_core(who)
+                self._give_core(who, core)
         while self._queue and self._free_cores() > 0:
             who = self._queue.popleft()
             self._add_wait(who, self.env.now - self._threads[who].queued_at)
@@ -258,15 +381,18 @@ class Cpu:
         thread.remaining_s = 0.0
         thread.done.succeed()
 
+    def _waited_for(self, who: str, thread: _Thread) -> bool:
+        """Whether someone waits for the core `who` holds (the run queue, or stacked on it)."""
+        return bool(self._queue) or thread.core in self._stacked.values()
+
     def _arm_quantum(self) -> None:
-        """One timer for the earliest quantum end among core holders, while anyone waits (for any
-        core, or for its waker's)."""
+        """One timer for the earliest quantum end among core holders someone waits for."""
         self._quantum_generation += 1
-        if not (self._queue or self._on_waker_core) or self.cores is None:
+        if not (self._queue or self._stacked) or self.cores is None:
             return
         now, q = self.env.now, self.quantum_s
-        holders = [(w, t) for w, t in self._threads.items() if t.on_core_since is not None
-                   and (self._queue or w in self._on_waker_core.values())]
+        holders = [(w, t) for w, t in self._threads.items()
+                   if t.on_core_since is not None and self._waited_for(w, t)]
         if not holders:
             return
 
@@ -281,13 +407,23 @@ class Cpu:
 
     def _quantum_end(self, who: str, generation: int) -> None:
         thread = self._threads.get(who)
-        waited_for = self._queue or who in self._on_waker_core.values()
-        if generation != self._quantum_generation or not waited_for or thread is None or thread.on_core_since is None:
+        if generation != self._quantum_generation or thread is None or thread.on_core_since is None:
+            return
+        if not self._waited_for(who, thread):
             return
         self.preemptions += 1
-        self._off_core(thread)
-        thread.queued_at = self.env.now
-        self._queue.append(who)
+        core = thread.core
+        stacked_here = core is not None and core in self._stacked.values()
+        self._off_core(who, thread)
+        if stacked_here:  # the thread waiting on this core takes it; the holder waits on it in turn
+            waiter = next(w for w, c in self._stacked.items() if c == core)
+            del self._stacked[waiter]
+            self._add_wait(waiter, self.env.now - self._threads[waiter].queued_at)
+            self._give_core(waiter, core)
+            self._requeue(who, thread, core)
+        else:
+            thread.queued_at = self.env.now
+            self._queue.append(who)
         self._fill_cores()
 
     def _wake_samples(self) -> tuple[float, ...]:
@@ -330,15 +466,14 @@ class Cpu:
             return
         self.preemptions += 1
         held = self._threads[victim]
-        self._off_core(held)
-        held.queued_at = self.env.now
-        if self._on_waker_core.pop(who, None) is None:
+        core = held.core
+        self._off_core(victim, held)
+        if self._stacked.pop(who, None) is None:
             self._queue.remove(who)
-        self._queue.append(victim)
         self._add_wait(who, self.env.now - waiter.queued_at)
-        self._give_core(who)
-        if self._free_cores() > 0:  # it was queued on its waker's core: the waker takes the free one
-            self._fill_cores()
+        self._give_core(who, core)
+        self._requeue(victim, held, core)
+        self._fill_cores()
 
     def _add_wait(self, who: str, seconds: float) -> None:
         if seconds > 0:

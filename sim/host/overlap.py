@@ -1,7 +1,7 @@
 """Overlap of two named interval sets: how much of set A's time set B covers.
 
-The case study's telltale is "KV-transfer activity overlapped 0 % of the dispatch/combine
-intervals": A = the main thread's dispatch/combine intervals, B = the transfer thread's active
+A telltale of this kind: "the transfer thread's activity overlapped 0 % of the communication
+intervals": A = one thread's native communication calls, B = another thread's active
 intervals. Both sets are merged first, so overlapping members are not counted twice.
 """
 

@@ -160,11 +160,11 @@ def _gil_hypothesis(tmp_path, criterion: str):
     from infralab.locations import experiments_dir
 
     experiments = experiments_dir()
-    text = (experiments / "gil_kv_transfer_hypothesis.toml").read_text()
+    study = experiments / "gil_kv_transfer"
+    text = (study / "hypothesis.toml").read_text()
     text = text.replace('"released.max_degradation <= 0.05"', f'"{criterion}"')
-    text = text.replace('"gil_kv_transfer.toml"', f'"{experiments / "gil_kv_transfer.toml"}"')
-    text = text.replace('"gil_kv_transfer_published.toml"', f'"{experiments / "gil_kv_transfer_published.toml"}"')
-    text = text.replace('"gil_kv_transfer/hook.py"', f'"{experiments / "gil_kv_transfer" / "hook.py"}"')
+    text = text.replace('"published.toml"', f'"{study / "published.toml"}"')
+    text = text.replace('"hook.py"', f'"{study / "hook.py"}"')
     path = tmp_path / "gil.toml"
     path.write_text(text)
     return path

@@ -160,6 +160,13 @@ def iv(track, state, start, end, op):
 
 
 MAIN, KV = "thread/main", "thread/kv-transfer"
+# The pairs a host-thread study declares in its timelines' metadata (agent/interval_sets.py).
+PAIRS = {"overlap_pairs": [
+    [["kv-transfer python", "thread/kv-transfer:python:descriptors,transfer,copy"],
+     ["dispatch/combine", "thread/main:native-hold-gil,native-release-gil:dispatch,combine"]],
+    [["kv-transfer work", "thread/kv-transfer:python,native-hold-gil,native-release-gil:descriptors,transfer,copy"],
+     ["dispatch/combine", "thread/main:native-hold-gil,native-release-gil:dispatch,combine"]],
+]}
 
 
 def held_timeline() -> LoadedRun:
@@ -175,7 +182,7 @@ def held_timeline() -> LoadedRun:
         iv(KV, "native-release-gil", 1.2, 1.5, "transfer"),
         Interval("prefill/steps", "prefill-step", 0.0, 2.0, (("step", 0),)),
     )
-    return LoadedRun(source="held", kind="timeline", intervals=ivs)
+    return LoadedRun(source="held", kind="timeline", intervals=ivs, trace_metadata=PAIRS)
 
 
 def released_timeline() -> LoadedRun:
@@ -187,7 +194,7 @@ def released_timeline() -> LoadedRun:
         iv(KV, "native-release-gil", 0.4, 0.7, "transfer"),
         Interval("prefill/steps", "prefill-step", 0.0, 1.8, (("step", 0),)),
     )
-    return LoadedRun(source="released", kind="timeline", intervals=ivs)
+    return LoadedRun(source="released", kind="timeline", intervals=ivs, trace_metadata=PAIRS)
 
 
 def test_gil_like_runs_point_at_gil_wait_and_overlap():
@@ -279,10 +286,12 @@ def gil_case_timelines(tmp_path_factory):
     """Timelines of the shipped experiment's T8k-ep8-after-page1 scenario (4 steps, to stay quick):
     held with transfer, held without, released with transfer."""
     from infralab.agent.studies import load_hook
-    from infralab.sim.host.scenario import build, run
 
-    case = load_hook(ROOT / "experiments" / "gil_kv_transfer" / "case.py")
-    exp = case.load_experiment(ROOT / "experiments" / "gil_kv_transfer.toml")
+    study = ROOT / "experiments" / "gil_kv_transfer"
+    case, scenario_module = load_hook(study / "case.py"), load_hook(study / "scenario.py")
+    build, run = scenario_module.build, scenario_module.run
+    meta = load_hook(study / "attribution.py").timeline_metadata()  # the interval sets it is about
+    exp = case.load_experiment(study / "experiment.toml")
     scenario = next(s for s in exp.scenario if s.name == "T8k-ep8-after-page1")
     scenario = dataclasses.replace(scenario, steps=4)
     built = build(exp.setup, exp.host, scenario)
@@ -290,7 +299,7 @@ def gil_case_timelines(tmp_path_factory):
     paths = {}
     for name, holds, transfer in (("held", True, True), ("held-no-transfer", True, False), ("released", False, True)):
         paths[name] = root / f"{name}.json"
-        save_trace(run(built, scenario, holds, transfer).record, paths[name])
+        save_trace(run(built, scenario, holds, transfer).record, paths[name], metadata=meta)
     return paths
 
 

@@ -38,7 +38,7 @@ def write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("name", ["partition_correctness", "gil_kv_transfer_hypothesis", "kda_tuning",
+@pytest.mark.parametrize("name", ["partition_correctness", "gil_kv_transfer/hypothesis", "kda_tuning",
                                   "whatif_mooncake_pd"])
 def test_shipped_studies_parse(name):
     hyp = load_hypothesis(EXPERIMENTS / f"{name}.toml")
@@ -167,7 +167,7 @@ HOST_TEMPLATE = '''
 [hypothesis]
 name = "h"
 claim = "c"
-kind = "host-concurrency"
+kind = "hook"
 metrics = ["max_degradation"]
 validators = ["sim"]
 acceptance = ["released.max_degradation < baseline.max_degradation"]
@@ -241,11 +241,16 @@ def test_allowed_metrics_and_knobs_are_the_union_of_the_named_validators():
     from infralab.agent.validators.real import Real
     from infralab.agent.validators.sim import Sim
 
-    both = allowed_for("host-concurrency", ("sim", "real"))
-    sim = next(d for d in Sim().declarations() if d.kind == "host-concurrency")
-    real = next(d for d in Real().declarations() if d.kind == "host-concurrency")
+    from infralab.agent.hypothesis import resolved
+
+    # A hook-measured hypothesis's declarations come from the hook its setup names.
+    setup, base = {"hook": "hook.py"}, EXPERIMENTS / "gil_kv_transfer"
+    both = resolved(allowed_for("hook", ("sim", "real")), setup, base)
+    sim = next(d for d in Sim().declarations() if d.kind == "hook").resolve(setup, base, None)
+    real = next(d for d in Real().declarations() if d.kind == "hook").resolve(setup, base, None)
     assert set(both.metrics) == set(sim.metrics) | set(real.metrics)
-    assert set(both.knobs) == set(sim.knobs) | set(real.knobs)
+    assert set(both.knobs) == set(sim.knobs) | set(real.knobs) == {"dispatch_combine_gil", "kv_descriptors"}
+    assert "main_gil_wait_s" in sim.metrics and "main_gil_wait_s" not in real.metrics
     assert allowed_for("cluster", ("sim",)).knobs is None  # dotted config paths, checked by the setup
 
 
@@ -253,10 +258,10 @@ def test_setup_integers_are_strict(tmp_path):
     """`true` is not 1 in a kernel hypothesis's dims nor in the host study's probe repeats."""
     msg = error_of(tmp_path, GOOD + '\n[setup]\ndims = { K = true }\n')
     assert "setup.dims" in msg
-    gil = (EXPERIMENTS / "gil_kv_transfer_hypothesis.toml").read_text()
+    gil = (EXPERIMENTS / "gil_kv_transfer" / "hypothesis.toml").read_text()
     gil = gil.replace("probe_repeats = 2", "probe_repeats = true")
     for key in ("experiment", "hook"):  # the study's files, named from a copy elsewhere
         line = next(l for l in gil.splitlines() if l.startswith(f"{key} = "))
-        gil = gil.replace(line, f'{key} = "{EXPERIMENTS / line.split(chr(34))[1]}"')
+        gil = gil.replace(line, f'{key} = "{EXPERIMENTS / "gil_kv_transfer" / line.split(chr(34))[1]}"')
     with pytest.raises(InputError, match="probe_repeats"):
         load_hypothesis(write(tmp_path, gil), quick=True)

@@ -16,7 +16,7 @@ from infralab.agent.validators.ladder import run_test
 from infralab.agent.validators.ladder import test_json as json_of
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
-GIL_EXPERIMENT = EXPERIMENTS / "gil_kv_transfer.toml"
+GIL_EXPERIMENT = EXPERIMENTS / "gil_kv_transfer" / "experiment.toml"
 GIL_HOOK = EXPERIMENTS / "gil_kv_transfer" / "hook.py"
 
 
@@ -105,7 +105,7 @@ HOST = f'''
 [hypothesis]
 name = "tiny_gil"
 claim = "releasing the GIL costs prefill less than holding it"
-kind = "host-concurrency"
+kind = "hook"
 metrics = ["max_degradation", "min_kv_python_over_comm"]
 validators = ["sim"]
 acceptance = ["released.max_degradation < baseline.max_degradation"]
@@ -210,7 +210,7 @@ FAKE = f'''
 [hypothesis]
 name = "fake"
 claim = "released is faster"
-kind = "host-concurrency"
+kind = "hook"
 metrics = ["max_degradation"]
 validators = ["sim", "real"]
 acceptance = ["released.max_degradation < baseline.max_degradation"]

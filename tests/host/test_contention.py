@@ -4,6 +4,8 @@ a real run records; never how much it is."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import os
 
 import pytest
@@ -17,7 +19,10 @@ from infralab.kernels.host_probe.contention import (
     thread_cpu,
     thread_sched_ns,
 )
-from infralab.kernels.host_probe.probe import ProbeSchedule, run_probe
+from infralab.agent.studies import load_hook
+
+_threads = load_hook(Path(__file__).resolve().parents[2] / "experiments" / "gil_kv_transfer" / "threads.py")
+ProbeSchedule, run_probe = _threads.ProbeSchedule, _threads.run_probe
 
 TICK = 1 / os.sysconf("SC_CLK_TCK")
 

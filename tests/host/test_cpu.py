@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infralab.metrics.records import Interval
-from infralab.sim.host.cpu import Cpu
+from infralab.sim.host.cpu import Cpu, Placement
 from infralab.sim.host.gil import Gil, GilParams
 from infralab.sim.host.thread import HostThread
 
@@ -264,21 +264,32 @@ def test_a_thread_woken_by_a_core_holder_preempts_it_after_the_waker_delay_or_th
         assert _woken_by_a_computing_waker(1, None, delay_ms) == pytest.approx({"a": a_end, "b": 11.0})
 
 
-def _woken_by_a_computing_waker(cores: int, share: float | None, delay_ms: float) -> dict[str, float]:
-    """b computes 10 ms from 0 and at 1 ms wakes a (1 ms of work); finish times (ms)."""
+def _woken_by_a_computing_waker(cores: int, a_ran_first: bool | None, delay_ms: float,
+                                placement: Placement | None = Placement()) -> dict[str, float]:
+    """b computes 10 ms and at 1 ms wakes a (1 ms of work); finish times (ms). `a_ran_first`:
+    a ran 0-0.2 ms before b started at 0.5 ms (so b takes the core a left: a's previous core is
+    b's); False: a and b both ran from 0 (a on its own core); None: a never ran before."""
     env = simpy.Environment()
     cpu = Cpu(env, cores, 4 * MS, rng=np.random.default_rng(0), wake_delays_by_held_s=((0.0, (0.0,)),),
-              waker_delay_samples_s=(delay_ms * MS,), waker_affine_share=share)
+              waker_delay_samples_s=(delay_ms * MS,), placement=placement)
     ends: dict[str, float] = {}
+    b_start = 0.5 * MS if a_ran_first else 0.0
 
     def b():
+        yield env.timeout(b_start)
         yield cpu.run("b")
-        yield cpu.compute("b", 10 * MS)
+        yield cpu.compute("b", 10 * MS - b_start)
         cpu.block("b")
         ends["b"] = env.now / MS
 
     def a():
-        yield env.timeout(1 * MS)
+        if a_ran_first is not None:
+            if a_ran_first is False:
+                yield env.timeout(0)  # b takes core 0 first
+            yield cpu.run("a")
+            yield cpu.compute("a", 0.2 * MS)
+            cpu.block("a")
+        yield env.timeout(1 * MS - env.now)
         yield cpu.run("a", waker="b")
         yield cpu.compute("a", 1 * MS)
         cpu.block("a")
@@ -290,43 +301,86 @@ def _woken_by_a_computing_waker(cores: int, share: float | None, delay_ms: float
     return ends
 
 
-@pytest.mark.parametrize(("delay_ms", "a_end"), [(2.0, 4.0), (5.0, 5.0)])
-def test_a_thread_placed_on_its_wakers_core_waits_as_on_one_core_though_a_core_is_free(delay_ms, a_end) -> None:
-    # Two cores, wake-affine share 1: a, woken by b at 1 ms, is queued on b's core although the
-    # other core idles, and runs as on one core (the test above): after the drawn waker delay
-    # (2 ms: 3-4 ms) or at b's quantum end (4 ms: 4-5 ms). b, displaced, takes the free core at
-    # once, so it still ends at 10 ms (on one core: 11 ms).
-    assert _woken_by_a_computing_waker(1, None, delay_ms)["a"] == pytest.approx(a_end)
-    assert _woken_by_a_computing_waker(2, 1.0, delay_ms) == pytest.approx({"a": a_end, "b": 10.0})
-    # Share 0 (or None): a takes the free core at once, 1-2 ms.
-    assert _woken_by_a_computing_waker(2, 0.0, delay_ms) == pytest.approx({"a": 2.0, "b": 10.0})
+@pytest.mark.parametrize(("delay_ms", "a_end", "b_end"), [(2.0, 4.0, 11.0), (5.0, 5.5, 11.0)])
+def test_a_thread_whose_previous_core_is_its_wakers_waits_there_though_a_core_is_free(delay_ms, a_end, b_end) -> None:
+    # Two cores. a ran 0-0.2 ms on core 0; b started at 0.5 ms on core 0 (the lowest free one) and
+    # computes 9.5 ms. Woken by b at 1 ms, a's previous core is b's: a is queued there although
+    # core 1 idles (select_idle_sibling returns the busy target), and runs as on one core: after
+    # the drawn waker delay (2 ms: 3-4 ms) or at b's quantum end (0.5 + 4 = 4.5 ms: 4.5-5.5 ms).
+    # b, displaced, stays queued on core 0 (no pull within a quantum) and takes it back when a
+    # blocks: it loses 1 ms, as on one core.
+    ends = _woken_by_a_computing_waker(2, True, delay_ms)
+    assert ends == pytest.approx({"a": a_end, "b": b_end})
+    # Without the placement rule a takes the free core at once: 1-2 ms, and b loses nothing.
+    assert _woken_by_a_computing_waker(2, True, delay_ms, placement=None) == pytest.approx({"a": 2.0, "b": 10.0})
 
 
-def test_a_thread_placed_on_its_wakers_core_runs_when_the_waker_blocks() -> None:
-    # Two cores, share 1, no waker delays: a, woken by b at 1 ms, waits on b's core until b blocks
-    # at 3 ms (its 2 ms of work done), then runs 3-4 ms; it waited 2 ms although a core was free.
+def test_a_thread_whose_previous_core_is_idle_runs_there_at_once() -> None:
+    # a ran on core 1 (b on core 0) and blocked; woken by b at 1 ms, its previous core is idle and
+    # not the waker's: it runs there at once (wake_affine_idle returns prev), 1-2 ms.
+    assert _woken_by_a_computing_waker(2, False, 2.0) == pytest.approx({"a": 2.0, "b": 10.0})
+    # A measured share of 0 for that state: queued on the waker's core instead (waker delay 2 ms).
+    never = Placement(to_idle_previous=0.0)
+    assert _woken_by_a_computing_waker(2, False, 2.0, never) == pytest.approx({"a": 4.0, "b": 11.0})
+    # A thread that never ran takes the lowest free core.
+    assert _woken_by_a_computing_waker(2, None, 2.0) == pytest.approx({"a": 2.0, "b": 10.0})
+
+
+def test_a_stacked_thread_is_pulled_to_a_free_core_after_the_pull_delay() -> None:
+    # As above (a queued on b's core at 1 ms), with no waker delay and a measured pull delay of
+    # 0.5 ms: core 1 pulls a at 1.5 ms, it runs 1.5-2.5 ms; one migration, 0.5 ms of core wait.
     env = simpy.Environment()
-    cpu = Cpu(env, 2, 4 * MS, waker_affine_share=1.0)
+    cpu = Cpu(env, 2, 4 * MS, rng=np.random.default_rng(0), placement=Placement(pull_delay_samples_s=(0.5 * MS,)))
     ends: dict[str, float] = {}
 
-    def job(name: str, start: float, work: float, waker: str | None = None):
-        yield env.timeout(start)
+    def job(name: str, start: float, work: float, waker: str | None = None, first: float = 0.0):
+        if first:
+            yield cpu.run(name)
+            yield cpu.compute(name, first)
+            cpu.block(name)
+        yield env.timeout(start - env.now)
         yield cpu.run(name, waker=waker)
         yield cpu.compute(name, work)
         cpu.block(name)
         ends[name] = env.now / MS
 
-    env.process(job("b", 0.0, 3 * MS))
-    env.process(job("a", 1 * MS, 1 * MS, waker="b"))
+    env.process(job("a", 1 * MS, 1 * MS, waker="b", first=0.2 * MS))
+    env.process(job("b", 0.5 * MS, 9.5 * MS))
+    env.run()
+    assert ends == pytest.approx({"a": 2.5, "b": 10.0})
+    assert cpu.migrations == 1 and cpu.core_wait_s == pytest.approx({"a": 0.5 * MS})
+    assert cpu.last_core == {"a": 1, "b": 0}
+
+
+def test_a_stacked_thread_runs_when_the_waker_blocks() -> None:
+    # Two cores, no waker delays: a (previous core b's) is woken by b at 1 ms, waits on b's core
+    # until b blocks at 3 ms (its work done), then runs 3-4 ms: it waited 2 ms although a core was free.
+    env = simpy.Environment()
+    cpu = Cpu(env, 2, 4 * MS)
+    ends: dict[str, float] = {}
+
+    def job(name: str, start: float, work: float, waker: str | None = None, first: float = 0.0):
+        if first:
+            yield cpu.run(name)
+            yield cpu.compute(name, first)
+            cpu.block(name)
+        yield env.timeout(start - env.now)
+        yield cpu.run(name, waker=waker)
+        yield cpu.compute(name, work)
+        cpu.block(name)
+        ends[name] = env.now / MS
+
+    env.process(job("a", 1 * MS, 1 * MS, waker="b", first=0.2 * MS))
+    env.process(job("b", 0.5 * MS, 2.5 * MS))
     env.run()
     assert ends == pytest.approx({"a": 4.0, "b": 3.0})
     assert cpu.core_wait_s == pytest.approx({"a": 2 * MS})
 
 
-def _gil_waiter_woken_by_a_copying_releaser(cores: int, share: float | None) -> tuple[dict[str, float], int]:
+def _gil_waiter_woken_by_a_copying_releaser(cores: int, placement: Placement | None) -> tuple[dict[str, float], int]:
     env = simpy.Environment()
     cpu = Cpu(env, cores, 4 * MS, rng=np.random.default_rng(0), wake_delays_by_held_s=((0.0, (0.0,)),),
-              waker_delay_samples_s=(2 * MS,), waker_affine_share=share)
+              waker_delay_samples_s=(2 * MS,), placement=placement)
     gil = Gil(env, GilParams(switch_interval_s=5 * MS, handoff_s=0.1 * MS), cpu=cpu)
     intervals: list[Interval] = []
     m, t = HostThread(env, "m", gil, intervals, cpu), HostThread(env, "t", gil, intervals, cpu)
@@ -337,41 +391,59 @@ def _gil_waiter_woken_by_a_copying_releaser(cores: int, share: float | None) -> 
     return ends, gil.barges
 
 
-def test_a_gil_waiter_placed_on_its_releasers_core_waits_while_the_releaser_barges_back() -> None:
+def test_a_gil_waiter_queued_on_its_releasers_core_waits_while_the_releaser_barges_back() -> None:
     # The GIL case of test_a_gil_waiter_woken_by_the_cores_holder..., with a 0.1 ms hand-off and
-    # t's last Python 0.8 ms. t releases the GIL at 2 ms for a 1 ms copy and so wakes m (2.1 ms).
-    # - One core, or two with share 1: m is queued on t's core (although the other is free: its
-    #   2 ms waker delay would end at 4.1 ms); t's copy ends at 3 ms, t takes the free GIL back (a
-    #   barge), runs its Python 3-3.8 ms and ends; m gets t's core and the GIL, runs 3.8-4.8 ms.
-    # - Two cores, share 0: m takes the free core at 2.1 ms and the GIL with it: Python 2.1-3.1 ms;
+    # t's last Python 0.8 ms. m sleeps from 0 (core 0 free), t takes core 0, m wakes at 0.5 ms on
+    # core 1 and blocks on the GIL. t releases it at 2 ms for a 1 ms copy and so wakes m (2.1 ms).
+    # - m's previous core (1) is idle: m runs there at once and takes the GIL: Python 2.1-3.1 ms;
     #   t, back from its copy at 3 ms, waits for the GIL: signalled at 3.1, it runs 3.2-4.0 ms.
-    one_core = _gil_waiter_woken_by_a_copying_releaser(1, None)
+    # - With a measured share of 0 for that state (or on one core) m is queued on t's core: t's copy
+    #   ends at 3 ms, t takes the free GIL back (a barge), runs its Python 3-3.8 ms and ends; m gets
+    #   t's core and the GIL, runs 3.8-4.8 ms.
+    one_core = _gil_waiter_woken_by_a_copying_releaser(1, Placement())
     assert one_core[0] == pytest.approx({"m": 4.8, "t": 3.8}) and one_core[1] == 1
-    assert _gil_waiter_woken_by_a_copying_releaser(2, 1.0) == one_core
-    ends, barges = _gil_waiter_woken_by_a_copying_releaser(2, 0.0)
+    assert _gil_waiter_woken_by_a_copying_releaser(2, Placement(to_idle_previous=0.0)) == one_core
+    ends, barges = _gil_waiter_woken_by_a_copying_releaser(2, Placement())
     assert ends == pytest.approx({"m": 3.1, "t": 4.0}) and barges == 0
 
 
-def _host_run(share: float | None, cores: int) -> list[tuple]:
-    from infralab.sim.host.host_schedule import HostSchedule, run_host_schedule
+def _gil_pair_run(placement: Placement | None, cores: int) -> list[tuple]:
+    """Two threads sharing the GIL with drawn hand-offs and wake-up delays: every interval."""
+    env = simpy.Environment()
+    cpu = Cpu(env, cores, 4 * MS, rng=np.random.default_rng(3), wake_delays_by_held_s=((0.0, (0.0, 1 * MS)),),
+              waker_delay_samples_s=(0.5 * MS, 2 * MS), placement=placement)
+    gil = Gil(env, GilParams(5 * MS, 30e-6, handoff_samples_s=(20e-6, 30e-6, 60e-6)), np.random.default_rng(4), cpu)
+    intervals: list[Interval] = []
+    m, t = HostThread(env, "m", gil, intervals, cpu), HostThread(env, "t", gil, intervals, cpu)
 
-    sched = HostSchedule(
-        steps=2, layers=3, launch_s=0.2 * MS, dispatch_s=1.5 * MS, combine_s=0.3 * MS, chunk_python_s=0.4 * MS,
-        copy_s=0.3 * MS, granularity="per_layer", holds_gil=True,
-        gil=GilParams(5 * MS, 30e-6, handoff_samples_s=(20e-6, 30e-6, 60e-6)), cores=cores,
-        wake_delays_by_held_s=((0.0, (0.0, 1 * MS)),), waker_delay_samples_s=(0.5 * MS, 2 * MS),
-        waker_affine_share=share,
-    )
-    run = run_host_schedule(sched, True, seed=3)
-    return [run.prefill_s, sorted(run.core_wait_s.items())] + [
-        (iv.track, iv.name, iv.start_s, iv.end_s) for iv in run.record.intervals]
+    def main(th):
+        for _ in range(6):
+            yield from th.python(0.2 * MS)
+            yield from th.native(1.5 * MS, holds_gil=True, label="dispatch", busy=False)
+            yield from th.python(0.2 * MS)
+            yield from th.native(0.3 * MS, holds_gil=False, label="combine", busy=True)
+
+    def mover(th):
+        for _ in range(6):
+            yield from th.python(0.4 * MS)
+            yield from th.native(0.3 * MS, holds_gil=False, label="copy", busy=True)
+            yield from th.native(0.6 * MS, holds_gil=False, label="wait", busy=False)
+
+    ends = _run(env, [(m, main), (t, mover)])
+    return [sorted(ends.items()), sorted(cpu.core_wait_s.items())] + [
+        (iv.track, iv.name, iv.start_s, iv.end_s) for iv in intervals]
 
 
 @pytest.mark.parametrize("cores", [1, 2])
-def test_a_wake_affine_share_of_zero_changes_nothing_bit_for_bit(cores: int) -> None:
-    assert _host_run(0.0, cores) == _host_run(None, cores)
+def test_a_placement_that_never_stacks_changes_nothing_bit_for_bit(cores: int) -> None:
+    # Shares 0 (never stay with the waker) and 1 (always the idle previous core) never queue a
+    # thread on a busy core while one is free: the same as no placement rule, to the bit.
+    never = Placement(stay_with_waker=0.0, to_idle_previous=1.0)
+    assert _gil_pair_run(never, cores) == _gil_pair_run(None, cores)
 
 
-def test_a_wake_affine_share_must_be_a_probability() -> None:
+def test_placement_shares_must_be_probabilities() -> None:
     with pytest.raises(ValueError):
-        Cpu(simpy.Environment(), 2, waker_affine_share=1.5)
+        Placement(stay_with_waker=1.5)
+    with pytest.raises(ValueError):
+        Placement(pull_delay_samples_s=(-1.0,))

@@ -1,4 +1,4 @@
-"""`infralab gil run`: experiment validation, the written results, determinism, and the probe vs
+"""The GIL study's sweep (experiments/gil_kv_transfer/case.py): experiment validation, the written results, determinism, and the probe vs
 simulator comparison's mechanics (never its numbers)."""
 
 from __future__ import annotations
@@ -10,15 +10,16 @@ from pathlib import Path
 import pytest
 
 from infralab.agent.studies import load_hook
-from infralab.cli import main as cli_main
 from infralab.errors import InputError
 from infralab.kernels.host_probe.affinity import skip_reason
-from infralab.sim.host.host_schedule import run_host_schedule
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = ROOT / "experiments" / "gil_kv_transfer.toml"
-STUDY = ROOT / "experiments" / "gil_kv_transfer"  # the study's own code: case.py (sweep), probe.py
+STUDY = ROOT / "experiments" / "gil_kv_transfer"  # the study: its code, experiments and hypotheses
+SHIPPED = STUDY / "experiment.toml"
 case, probe = load_hook(STUDY / "case.py"), load_hook(STUDY / "probe.py")
+scenario_module = load_hook(STUDY / "scenario.py")
+run_host_schedule = load_hook(STUDY / "host_schedule.py").run_host_schedule
+cli_main = case.main
 ProbeConfig, load_experiment, run_experiment = case.ProbeConfig, case.load_experiment, case.run_experiment
 ProbeSegments, host_schedule, probe_vs_sim = probe.ProbeSegments, probe.host_schedule, probe.probe_vs_sim
 
@@ -92,7 +93,7 @@ def test_run_writes_table_figure_timelines_atomically_and_deterministically(tmp_
     tracks = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "process_name"}
     assert {"thread/main", "thread/kv-transfer", "stream/gpu0-compute", "stream/gpu0-comm", "link/nic0"} <= tracks
     first = (out / "results.json").read_bytes()
-    assert cli_main(["gil", "run", str(path), "--out", str(out)]) == 0
+    assert cli_main([str(path), "--out", str(out)]) == 0
     assert (out / "results.json").read_bytes() == first
 
 
@@ -102,7 +103,8 @@ def test_the_sim_mirror_of_the_probe_schedule_is_its_sum_without_transfer() -> N
         handoff_samples_s, wake_delay_samples_s = (1e-5, 3e-5), (0.0, 2e-3)
         wake_delays_by_held_s = ((2.5e-4, (0.0,)), (2e-3, (0.0, 2e-3)))
         waker_delay_samples_s = (2e-3,)
-        waker_affine_share = 0.5  # half the wake-ups by a computing waker queue on its core
+        placement = type("Rule", (), {"stay_with_waker": 0.5, "to_idle_previous": None,
+                                      "pull_delay_samples_s": (1e-3,)})()  # a PlacementRule stand-in
         copy_cold_bytes_per_s = 4096 * 1024 / 3e-4  # a 4 MiB chunk copies in 0.3 ms (cold caches)
 
     cfg = ProbeConfig(steps=2, layers=3, blocks_per_chunk=100)
@@ -111,7 +113,9 @@ def test_the_sim_mirror_of_the_probe_schedule_is_its_sum_without_transfer() -> N
         for cores in (1, 2):
             sched = host_schedule(cfg, M, seg, "per_layer", holds, cores)
             assert sched.copy_s == pytest.approx(3e-4) and sched.cores == cores
-            assert sched.waker_affine_share == 0.5  # the micro-probe's share, passed through as measured
+            # The micro-probe's shares passed through as measured; a state it never saw keeps the rule (1).
+            assert (sched.placement.stay_with_waker, sched.placement.to_idle_previous) == (0.5, 1.0)
+            assert sched.placement.pull_delay_samples_s == (1e-3,)
             alone = run_host_schedule(sched, with_transfer=False)
             assert alone.prefill_s == pytest.approx(6 * (2 * 1.1e-4 + 1e-3 + 2e-4))
             both = run_host_schedule(sched, with_transfer=True)
@@ -144,17 +148,17 @@ def test_probe_vs_sim_compares_every_variant() -> None:
 
 
 def test_the_cli_reports_a_missing_experiment_as_one_error(tmp_path: Path, capsys) -> None:
-    assert cli_main(["gil", "run", str(tmp_path / "nope.toml"), "--out", str(tmp_path / "o")]) == 2
+    assert cli_main([str(tmp_path / "nope.toml"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "nope.toml" in err and err.count("\n") == 1
     assert not (tmp_path / "o").exists()
 
 
-PUBLISHED = ROOT / "experiments" / "gil_kv_transfer_published.toml"
+PUBLISHED = STUDY / "published.toml"
 
 
 def test_the_published_scenario_is_built_from_its_cited_numbers() -> None:
-    from infralab.sim.host.scenario import build
+    build = scenario_module.build
 
     exp = load_experiment(PUBLISHED)
     first = exp.scenario[0]
@@ -171,7 +175,7 @@ def test_the_published_scenario_is_built_from_its_cited_numbers() -> None:
 def test_native_descriptors_take_the_per_page_work_out_of_the_gil() -> None:
     import dataclasses
 
-    from infralab.sim.host.scenario import build, run
+    build, run = scenario_module.build, scenario_module.run
 
     exp = load_experiment(SHIPPED)
     scenario = next(s for s in exp.scenario if s.name == "T8k-ep8-layer-page1")
@@ -212,7 +216,7 @@ def test_hypothesis_b_finds_the_counter_example_and_the_next_fix(tmp_path: Path)
     from infralab.agent.hypothesis import load_hypothesis
     from infralab.agent.validators.ladder import run_test
 
-    hyp = load_hypothesis(ROOT / "experiments" / "gil_kv_transfer_enough_hypothesis.toml", quick=True)
+    hyp = load_hypothesis(STUDY / "enough_hypothesis.toml", quick=True)
     result = run_test(hyp, workdir=tmp_path / "work")
     m = result.rung("sim").measurement
     assert result.verdict == "rejected" and result.decided_by == "sim"
@@ -227,7 +231,7 @@ def test_the_sim_mirror_of_native_descriptors_moves_the_loop_out_of_python() -> 
         python_unit_s, switch_interval_s, handoff_s = 1e-7, 0.005, 2e-5
         handoff_samples_s, wake_delay_samples_s = (1e-5,), ()
         wake_delays_by_held_s = waker_delay_samples_s = ()
-        waker_affine_share = None
+        placement = None
         copy_cold_bytes_per_s = 4096 * 1024 / 3e-4
 
     cfg = ProbeConfig(steps=1, layers=3, blocks_per_chunk=100)
@@ -256,16 +260,48 @@ def test_the_probes_median_is_over_quiet_pairs_when_there_are_enough() -> None:
     assert probe._used_pairs(under_a_third)[1] is False
 
 
-def _row(cores: int, rel: float, quiet: bool, share: float) -> dict:
-    return {"cores": cores, "rel_err": {"degradation": rel},
-            "probe": {"noise": {"quiet": quiet, "foreign_share_median": share}}}
+def _side(median: float, p25: float, p75: float, quiet: bool = True, share: float = 0.0) -> dict:
+    return {"degradation": median, "noise": {"quiet": quiet, "foreign_share_median": share},
+            "spread": {"min": p25 - 0.01, "p25": p25, "p75": p75, "max": p75 + 0.01}}
 
 
-def test_the_agreement_line_counts_quiet_rows_and_says_which_were_noisy() -> None:
+def test_a_row_is_judged_on_the_probes_footing() -> None:
+    verdict = probe.row_verdict
+    # Held: relative error within 20 % of the probe's median, where its spread is narrower than that.
+    assert verdict("held", _side(0.20, 0.19, 0.21), {"degradation": 0.23})["verdict"] == "agrees"
+    assert verdict("held", _side(0.20, 0.19, 0.21), {"degradation": 0.10})["verdict"] == "differs"
+    # Released: absolute points (within 3), never a relative error on a few %.
+    assert verdict("released", _side(0.04, 0.035, 0.045), {"degradation": 0.065})["agree"] is True
+    assert verdict("released", _side(0.04, 0.035, 0.045), {"degradation": 0.075})["agree"] is False
+    # The probe's own spread wider than the tolerance (half IQR 5 points > 3): no verdict, only the range.
+    wide = verdict("released", _side(0.04, 0.0, 0.10), {"degradation": 0.05})
+    assert wide["agree"] is None and wide["verdict"].startswith("in range")
+    # Noisy pairs: no verdict either.
+    assert verdict("held", _side(0.20, 0.19, 0.21, quiet=False), {"degradation": 0.20})["agree"] is None
+
+
+def test_the_agreement_line_counts_verdicts_and_says_which_rows_were_noisy() -> None:
     hook = load_hook(STUDY / "hook.py")
-    rows = [_row(1, 0.1, True, 0.0), _row(1, -0.5, True, 0.02), _row(2, 0.1, False, 0.8), _row(2, 0.9, False, 0.9)]
+
+    def row(cores, agree, quiet=True, share=0.0):
+        return {"cores": cores, "verdict": {"agree": agree}, "probe": {"noise": {"quiet": quiet, "foreign_share_median": share}}}
+
+    rows = [row(1, True), row(1, False), row(2, None, False, 0.8), row(2, True, True, 0.02)]
     line = hook.probe_agreement({"variants": rows})
-    assert "within 20% on 2 of 4 schedules" in line
-    assert "on the quiet ones: 1 of 2" in line
-    assert "2 of 4 schedules had too few quiet repeats" in line and "90% of the cores" in line
+    assert "on 2 of 4 schedules (1 core: 1 of 2, 2 cores: 1 of 2); 1 differ, 1 have no verdict" in line
+    assert "1 of 4 schedules had too few quiet repeats" in line and "80% of the cores" in line
     assert "too few quiet" not in hook.probe_agreement({"variants": rows[:2]})
+
+
+def test_the_claim_is_judged_on_the_probe_schedules_that_replicate_the_thread_structure() -> None:
+    hook = load_hook(STUDY / "hook.py")
+
+    def variant(cores, without, with_):
+        return {"cores": cores, "granularity": "per_layer", "probe_runs_s": {"without": [without], "with": [with_]},
+                "probe": {"kv_python_over_comm": 0.0}}
+
+    (sample,) = hook.probe_samples([variant(1, 1.0, 2.0), variant(2, 1.0, 1.25)])
+    assert sample["degradation"] == {"1c-per_layer": 0.5, "2c-per_layer": pytest.approx(0.2)}
+    assert sample["max_degradation"] == pytest.approx(0.2)  # one core for two threads is another system
+    (alone,) = hook.probe_samples([variant(1, 1.0, 2.0)])
+    assert alone["max_degradation"] == 0.5  # no schedule replicates it: all are judged

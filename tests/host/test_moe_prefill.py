@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
 from infralab.errors import InputError
-from infralab.sim.host import attribution
-from infralab.sim.host.moe_prefill import all_to_all_bytes
-from infralab.sim.host.scenario import CaseSetup, HostProfile, Scenario, build, run
+from infralab.agent.studies import load_hook
+
+_STUDY = Path(__file__).resolve().parents[2] / "experiments" / "gil_kv_transfer"
+all_to_all_bytes = load_hook(_STUDY / "moe_prefill.py").all_to_all_bytes
+attribution = load_hook(_STUDY / "attribution.py")
+_scenario = load_hook(_STUDY / "scenario.py")
+CaseSetup, HostProfile, Scenario, build, run = (_scenario.CaseSetup, _scenario.HostProfile, _scenario.Scenario,
+                                                _scenario.build, _scenario.run)
 
 SETUP = CaseSetup()
 SMALL = Scenario("small", prompt_tokens=2048, ep=8, layers=4, steps=3, page_tokens=1, granularity="after_prefill")

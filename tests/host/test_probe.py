@@ -10,19 +10,18 @@ import threading
 
 import pytest
 
+from pathlib import Path
+
+from infralab.agent.studies import load_hook
 from infralab.kernels.host_probe.build import load
-from infralab.kernels.host_probe.probe import (
-    GIL_WAIT,
-    NATIVE_HOLD,
-    NATIVE_RELEASE,
-    PYTHON,
-    STALLED,
-    ProbeSchedule,
-    microbenchmarks,
-    python_work,
-    run_probe,
-    running_spans,
-)
+from infralab.kernels.host_probe.micro import python_work
+
+# The GIL study's real-threads probe (its thread structure); the micro-probes are generic.
+_threads = load_hook(Path(__file__).resolve().parents[2] / "experiments" / "gil_kv_transfer" / "threads.py")
+GIL_WAIT, NATIVE_HOLD, NATIVE_RELEASE, PYTHON, STALLED = (_threads.GIL_WAIT, _threads.NATIVE_HOLD,
+                                                         _threads.NATIVE_RELEASE, _threads.PYTHON, _threads.STALLED)
+ProbeSchedule, microbenchmarks, run_probe, running_spans = (_threads.ProbeSchedule, _threads.microbenchmarks,
+                                                            _threads.run_probe, _threads.running_spans)
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +147,7 @@ def test_native_descriptors_run_as_one_releasing_call_per_chunk(libs) -> None:
 
 def test_waker_placements_record_where_a_woken_thread_runs(libs) -> None:
     from infralab.kernels.host_probe.affinity import skip_reason, usable_cores
-    from infralab.kernels.host_probe.probe import placement_share, waker_placements
+    from infralab.kernels.host_probe.micro import placement_rule, placement_share, waker_placements
 
     if skip_reason(2) is not None:
         pytest.skip(skip_reason(2))
@@ -161,3 +160,25 @@ def test_waker_placements_record_where_a_woken_thread_runs(libs) -> None:
     assert all(p.delay_s > 0 and p.run_delay_s >= 0 for p in placements)
     assert placement_share(placements) == sum(p.woken_cpu == p.waker_cpu for p in placements) / len(placements)
     assert placement_share(()) is None
+    # The displaced releaser's CPU at the end of its call and its run-queue wait are read too.
+    assert all(p.waker_end_cpu in pinned_to and (p.waker_wait_s is None or p.waker_wait_s >= 0) for p in placements)
+    rule = placement_rule(placements)
+    assert rule.trials_prev_waker + rule.trials_prev_other == len(placements)
+    assert rule.pulled == len(rule.pull_delay_samples_s) == sum(p.waker_pulled for p in placements)
+    for share in (rule.stay_with_waker, rule.to_idle_previous):
+        assert share is None or 0 <= share <= 1
+
+
+def test_a_placement_rule_is_measured_by_the_wakees_previous_cpu() -> None:
+    from infralab.kernels.host_probe.micro import WakePlacement, placement_rule
+
+    trials = (
+        WakePlacement(0, 0, 0, 2e-3, 2e-3, 0, 1e-3),  # previous CPU the waker's: stayed there
+        WakePlacement(0, 0, 0, 2e-3, 2e-3, 1, 3e-3),  # stayed; the displaced waker was pulled after 3 ms
+        WakePlacement(0, 0, 1, 5e-5, 0.0, 0, 0.0),  # previous CPU the waker's: took the other one
+        WakePlacement(0, 1, 1, 5e-5, 0.0, 0, 0.0),  # previous CPU the idle other one: ran there
+    )
+    rule = placement_rule(trials)
+    assert (rule.stay_with_waker, rule.to_idle_previous) == (pytest.approx(2 / 3), 1.0)
+    assert (rule.trials_prev_waker, rule.trials_prev_other, rule.pull_delay_samples_s) == (3, 1, (3e-3,))
+    assert placement_rule(()).stay_with_waker is None

@@ -27,6 +27,20 @@ from infralab.sim.host.thread import GIL_WAIT, NATIVE_HOLD, NATIVE_RELEASE, PYTH
 MAIN_TRACK, TRANSFER_TRACK = "thread/main", "thread/kv-transfer"
 COMM_OPS = ("dispatch", "combine")
 TRANSFER_OPS = ("descriptors", "transfer", "copy")
+# The interval sets this study is about, declared in its timelines' metadata so that `infralab
+# explain` compares them by default (agent/interval_sets.py: [[name, selector], [name, selector]]).
+_OPS = ",".join(TRANSFER_OPS)
+OVERLAP_PAIRS = [
+    [["kv-transfer python", f"{TRANSFER_TRACK}:{PYTHON}:{_OPS}"],
+     ["dispatch/combine", f"{MAIN_TRACK}:{NATIVE_HOLD},{NATIVE_RELEASE}:{','.join(COMM_OPS)}"]],
+    [["kv-transfer work", f"{TRANSFER_TRACK}:{PYTHON},{NATIVE_HOLD},{NATIVE_RELEASE}:{_OPS}"],
+     ["dispatch/combine", f"{MAIN_TRACK}:{NATIVE_HOLD},{NATIVE_RELEASE}:{','.join(COMM_OPS)}"]],
+]
+
+
+def timeline_metadata(**fields) -> dict:
+    """A timeline's metadata: `fields` and the overlap pairs explain compares by default."""
+    return {**fields, "overlap_pairs": OVERLAP_PAIRS}
 
 
 @dataclass(frozen=True)

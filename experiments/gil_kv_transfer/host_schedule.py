@@ -1,4 +1,4 @@
-"""The host-only schedule that the real-threads probe (`infralab.kernels.host_probe.probe`) runs,
+"""The host-only schedule that the real-threads probe (`threads.py` here) runs,
 simulated: the same threads and segments, with durations the agent measures on the machine.
 
 Main thread, per step and layer: Python (`launch_s`) -> dispatch native call (`dispatch_s`, holds
@@ -21,7 +21,7 @@ import simpy
 
 from infralab.metrics.records import RunRecord
 from infralab.random_streams import stream
-from infralab.sim.host.cpu import Cpu
+from infralab.sim.host.cpu import Cpu, Placement
 from infralab.sim.host.gil import Gil, GilParams
 from infralab.sim.host.thread import HostThread
 
@@ -47,9 +47,9 @@ class HostSchedule:
     wake_delays_by_held_s: tuple[tuple[float, tuple[float, ...]], ...] = ()
     # Measured waits of a thread woken by the core's holder (a GIL release, a queue put; sim/host/cpu.py).
     waker_delay_samples_s: tuple[float, ...] = ()
-    # Share of wake-ups by a running waker queued on the waker's core although one is free (Linux's
-    # wake-affine placement, measured; sim/host/cpu.py). None: never.
-    waker_affine_share: float | None = None
+    # Where a woken thread is placed by its previous core (Linux's wake-up placement, measured by the
+    # waker-placement micro-probe; sim/host/cpu.py). None: a free core at once, no placement rule.
+    placement: Placement | None = Placement()
     native_descriptors_s: float = 0.0  # > 0: descriptors built in a GIL-releasing native call this long
 
 
@@ -76,7 +76,7 @@ def run_host_schedule(sched: HostSchedule, with_transfer: bool, seed: int = 0) -
     if sched.cores is not None:
         cpu = Cpu(env, sched.cores, sched.quantum_s, sched.wake_delay_samples_s, stream(seed, "host.cpu.wake"),
                   sched.slice_s, sched.wake_delays_by_held_s, sched.waker_delay_samples_s,
-                  waker_affine_share=sched.waker_affine_share)
+                  placement=sched.placement)
     gil = Gil(env, sched.gil, stream(seed, "host.gil.handoff"), cpu)
     main = HostThread(env, "main", gil, record.intervals, cpu)
     mover = HostThread(env, "kv-transfer", gil, record.intervals, cpu)

@@ -1,4 +1,6 @@
-"""Real threads on this machine running the prefill + KV-transfer host schedule.
+"""The GIL study's real-threads probe: this machine's threads running the prefill + KV-transfer
+host schedule (its thread structure), and the costs the simulator's mirror of it is calibrated with
+(the generic micro-probes are infralab.kernels.host_probe.micro).
 
 Main thread ("prefill"), per step and layer:
     Python work (`launch_units`)  ->  native "dispatch" (`dispatch_ns`)  ->  post the layer's
@@ -30,7 +32,6 @@ Timing results are benchmarks of this machine, not facts about any other.
 from __future__ import annotations
 
 import ctypes
-import os
 import queue
 import statistics
 import sys
@@ -41,7 +42,20 @@ from typing import Literal
 
 from infralab.kernels.host_probe.affinity import pinned, skip_reason
 from infralab.kernels.host_probe.build import NativeLibs, load
-from infralab.kernels.host_probe.contention import Contention, CpuSnapshot, processor_of, thread_sched_ns
+from infralab.kernels.host_probe.contention import Contention, CpuSnapshot, thread_sched_ns
+from infralab.kernels.host_probe.micro import (
+    SLICE_UNITS,
+    PlacementRule,
+    _time_call,
+    _time_copy,
+    _time_overshoot,
+    _time_python_unit,
+    handoff_samples,
+    python_work,
+    wake_delay_samples,
+    wake_delays_by_held,
+    waker_delay_samples,
+)
 
 PYTHON = "python"
 NATIVE_HOLD = "native-hold-gil"
@@ -97,24 +111,6 @@ class ProbeRun:
     @property
     def prefill_s(self) -> float:
         return (self.prefill_end_ns - self.start_ns) * 1e-9
-
-
-SLICE_UNITS = 50  # Python work is stamped every this many units, to see where it was stalled
-
-
-def python_work(units: int, stamps: list[int] | None = None) -> int:
-    """`units` iterations of pure-Python bookkeeping: one (src, dst, length) descriptor per block,
-    as a transfer engine's Python side builds them. With `stamps`, a perf_counter_ns stamp is
-    appended after every SLICE_UNITS units. Returns the count, so nothing is optimised out."""
-    src, dst, length = 0x7F00_0000_0000, 0x7E00_0000_0000, 4096
-    descriptors = []
-    clock = time.perf_counter_ns
-    for first in range(0, units, SLICE_UNITS):
-        for i in range(first, min(first + SLICE_UNITS, units)):
-            descriptors.append((src + i * length, dst + i * length, length))
-        if stamps is not None:
-            stamps.append(clock())
-    return len(descriptors)
 
 
 def running_spans(stamps: list[int], stall_factor: float = 8.0, min_stall_ns: int = 20_000) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
@@ -258,286 +254,14 @@ class HostMeasurements:
     wake_delays_by_held_s: tuple[tuple[float, tuple[float, ...]], ...] = ()
     # How long a thread woken by the core's holder waits for it (waker_delay_samples); () if not measurable.
     waker_delay_samples_s: tuple[float, ...] = ()
-    # Share of wake-ups by a computing waker run on the waker's CPU with 2+ cores (waker_placements).
-    waker_affine_share: float | None = None
-
-
-def _median_s(samples_ns: list[int]) -> float:
-    return statistics.median(samples_ns) * 1e-9
-
-
-def _time_python_unit(units: int, repeats: int) -> float:
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter_ns()
-        python_work(units)
-        samples.append(time.perf_counter_ns() - t0)
-    return _median_s(samples) / units
-
-
-def _time_call(fn, repeats: int) -> float:
-    stamps = (ctypes.c_uint64 * 2)()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter_ns()
-        fn(0, stamps)
-        samples.append(time.perf_counter_ns() - t0)
-    return _median_s(samples)
-
-
-EVICT_BYTES = 64 << 20  # copied between timed copies to push the chunk out of the caches
-
-
-def _time_copy(libs: NativeLibs, nbytes: int, repeats: int, cold: bool = False) -> float:
-    """memcpy rate (bytes/s) of `nbytes`, back to back (hot caches) or `cold`: after copying
-    EVICT_BYTES elsewhere, as a KV chunk written long ago is not in cache."""
-    src, dst = (ctypes.c_char * nbytes)(), (ctypes.c_char * nbytes)()
-    stamps = (ctypes.c_uint64 * 2)()
-    copy = libs.releasing.infralab_copy
-    copy(ctypes.addressof(dst), ctypes.addressof(src), nbytes, stamps)  # touch the pages
-    evict = ((ctypes.c_char * EVICT_BYTES)(), (ctypes.c_char * EVICT_BYTES)()) if cold else None
-    samples = []
-    for _ in range(repeats):
-        if evict is not None:
-            copy(ctypes.addressof(evict[1]), ctypes.addressof(evict[0]), EVICT_BYTES, stamps)
-        copy(ctypes.addressof(dst), ctypes.addressof(src), nbytes, stamps)
-        samples.append(stamps[1] - stamps[0])
-    return nbytes / _median_s(samples)
-
-
-def _time_overshoot(fn, ns: int, repeats: int) -> float:
-    stamps = (ctypes.c_uint64 * 2)()
-    samples = []
-    for _ in range(repeats):
-        fn(ns, stamps)
-        samples.append(stamps[1] - stamps[0] - ns)
-    return _median_s(samples)
+    # Where a thread woken by a computing waker runs with 2+ cores, by its previous CPU, and when a
+    # displaced waker is pulled (waker_placements); None if not measured.
+    placement: PlacementRule | None = None
 
 
 def _time_layer_overhead(libs: NativeLibs, layers: int) -> float:
     empty = ProbeSchedule(steps=1, layers=layers, launch_units=0, dispatch_ns=0, combine_ns=0, native_wait="spin")
     return min(run_probe(empty, False, libs).prefill_s for _ in range(3)) / layers
-
-
-def handoff_samples(libs: NativeLibs, repeats: int, native_wait: str, cores: int | None = None,
-                    release_ns: int = 1_000_000) -> tuple[float, ...]:
-    """A waiter blocked on the GIL while main holds it in a PyDLL spin; main then enters a CDLL
-    spin or sleep of `release_ns` (releases). Hand-off = the waiter's first bytecode stamp - that
-    call's start. Trials where the waiter was not yet waiting when main released are discarded.
-    Both threads run on `cores` cores (None: as the process is). Returns the valid samples
-    (seconds), sorted. On one core with a spin longer than a scheduler tick this is how long a
-    thread woken by the core's holder waits for it (`waker_delay_samples`)."""
-    with pinned(cores):
-        return _handoff_samples(libs, repeats, native_wait, release_ns)
-
-
-# The releasing spin of the waker micro-probe: longer than two 4 ms ticks, so that its samples are
-# not cut short by the spin's end.
-WAKER_RELEASE_NS = 10_000_000
-
-
-def waker_delay_samples(libs: NativeLibs, repeats: int) -> tuple[float, ...]:
-    """On ONE core: how long a GIL waiter, woken by the release of the thread that holds the
-    core and goes on computing, waits to run (seconds, sorted; sim/host/cpu.py's waker rule)."""
-    return handoff_samples(libs, repeats, "spin", cores=1, release_ns=WAKER_RELEASE_NS)
-
-
-@dataclass(frozen=True)
-class WakePlacement:
-    """One wake-up of a GIL waiter by the release of a thread that goes on computing."""
-
-    waker_cpu: int  # where the releasing thread ran when it released
-    prev_cpu: int  # where the waiter last ran before it blocked on the GIL
-    woken_cpu: int  # where the waiter ran its first bytecode after the wake-up
-    delay_s: float  # from the release to the waiter's first bytecode
-    run_delay_s: float  # the waiter's run-queue wait across the wake-up (schedstat)
-
-    @property
-    def on_waker_cpu(self) -> bool:
-        return self.woken_cpu == self.waker_cpu
-
-
-def waker_placements(libs: NativeLibs, repeats: int, cores: int = 2,
-                     release_ns: int = WAKER_RELEASE_NS) -> tuple[WakePlacement, ...]:
-    """On `cores` cores (both threads share the mask): where Linux runs a GIL waiter woken by the
-    release of a thread that goes on computing (a CDLL spin of `release_ns`), and how long it
-    waits. The trial is handoff_samples's; the releaser reads its own CPU (sched_getcpu) and, while
-    the waiter sleeps on the GIL, the waiter's last CPU (field 39 of /proc/self/task/<tid>/stat) and
-    run-queue wait (its schedstat); the waiter reads its CPU and wait again at its first bytecode.
-    Every reading keeps the GIL (libc through PyDLL), so none hands the GIL to the waiter early. Linux's wake-affine placement
-    (kernel/sched/fair.c, select_task_rq_fair: wake_affine, then select_idle_sibling) may queue it
-    on the waker's busy CPU although another is idle. Trials where the waiter was not yet waiting
-    when the releaser released, or a reading is missing, are discarded."""
-    with pinned(cores):
-        return _waker_placements(libs, repeats, release_ns)
-
-
-# libc called through PyDLL keeps the GIL: a Python file read releases it, which would hand the GIL
-# to the very waiter whose wake-up is being timed.
-_LIBC = ctypes.PyDLL(None)
-_LIBC.pread.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_long)
-_LIBC.pread.restype = ctypes.c_ssize_t
-
-
-def _pread_keeping_gil(fd: int, size: int = 1024) -> str:
-    buf = ctypes.create_string_buffer(size)
-    n = _LIBC.pread(fd, buf, size, 0)
-    return buf.raw[:max(n, 0)].decode()
-
-
-def _waker_placements(libs: NativeLibs, repeats: int, release_ns: int) -> tuple[WakePlacement, ...]:
-    out: list[WakePlacement] = []
-    for _ in range(repeats * 4):
-        if len(out) >= repeats:
-            break
-        back: list[int] = []
-        after: list = []
-        fds: list[int] = []
-        own = (ctypes.c_uint64 * 2)()
-        inside = threading.Event()
-        stamps = (ctypes.c_uint64 * 2)()
-
-        def waiter() -> None:
-            task = f"/proc/self/task/{threading.get_native_id()}"
-            fds.extend(os.open(f"{task}/{name}", os.O_RDONLY) for name in ("stat", "schedstat"))
-            inside.set()
-            libs.releasing.infralab_spin_ns(2_000_000, own)  # returns while main holds the GIL
-            back.append(time.perf_counter_ns())
-            after.extend((_LIBC.sched_getcpu(), _pread_keeping_gil(fds[1])))
-
-        t = threading.Thread(target=waiter)
-        t.start()
-        inside.wait()
-        libs.holding.infralab_spin_ns(3_000_000, stamps)  # the waiter now sleeps on the GIL
-        prev, before, waker_cpu = _pread_keeping_gil(fds[0]), _pread_keeping_gil(fds[1]), _LIBC.sched_getcpu()
-        libs.releasing.infralab_spin_ns(release_ns, stamps)
-        t.join()
-        for fd in fds:
-            os.close(fd)
-        if not (back and own[1] < stamps[0] <= back[0]) or not prev or not before or not after[1]:
-            continue
-        waited = (int(after[1].split()[1]) - int(before.split()[1])) * 1e-9
-        out.append(WakePlacement(waker_cpu, processor_of(prev), after[0], (back[0] - stamps[0]) * 1e-9, waited))
-    return tuple(out)
-
-
-def placement_share(placements: tuple[WakePlacement, ...]) -> float | None:
-    """The share of wake-ups run on the waker's CPU (None: no sample)."""
-    return sum(p.on_waker_cpu for p in placements) / len(placements) if placements else None
-
-
-def _handoff_samples(libs: NativeLibs, repeats: int, native_wait: str, release_ns: int) -> tuple[float, ...]:
-    release = libs.releasing.infralab_spin_ns if native_wait == "spin" else libs.releasing.infralab_sleep_ns
-    samples: list[int] = []
-    for _ in range(repeats * 4):
-        if len(samples) >= repeats:
-            break
-        back: list[int] = []
-        own = (ctypes.c_uint64 * 2)()
-        inside = threading.Event()
-        stamps = (ctypes.c_uint64 * 2)()
-
-        def waiter() -> None:
-            inside.set()  # main can only run once we release the GIL in the call below
-            libs.releasing.infralab_spin_ns(2_000_000, own)  # returns while main holds the GIL
-            back.append(time.perf_counter_ns())
-
-        t = threading.Thread(target=waiter)
-        t.start()
-        inside.wait()
-        libs.holding.infralab_spin_ns(3_000_000, stamps)  # the waiter waits < switch interval
-        release(release_ns, stamps)
-        t.join()
-        if back and own[1] < stamps[0] <= back[0]:
-            samples.append(back[0] - stamps[0])
-    return tuple(sorted(ns * 1e-9 for ns in samples))
-
-
-WAKE_PROBE_SLEEP_NS = 1_000_000  # the sleep whose wake-up on a busy core is timed
-
-
-def wake_delay_samples(libs: NativeLibs, repeats: int) -> tuple[float, ...]:
-    """How long a thread woken on a busy core waits before it runs (seconds, sorted).
-
-    On ONE core, a second thread spins in native code (GIL released) the whole time; main sleeps
-    WAKE_PROBE_SLEEP_NS in native code, over and over. Main wakes on time but runs again only when
-    the OS gives it the core back: at once (wake-up preemption) or at a later scheduler tick. Each
-    sample is one sleep's length less the median length of the same sleep with the core free."""
-    stamps = (ctypes.c_uint64 * 2)()
-    sleep = libs.releasing.infralab_sleep_ns
-    alone = []
-    with pinned(1):
-        for _ in range(repeats):
-            sleep(WAKE_PROBE_SLEEP_NS, stamps)
-            alone.append(stamps[1] - stamps[0])
-        stop = threading.Event()
-
-        def spinner() -> None:
-            own = (ctypes.c_uint64 * 2)()
-            while not stop.is_set():
-                libs.releasing.infralab_spin_ns(20_000_000, own)
-
-        t = threading.Thread(target=spinner)
-        t.start()
-        try:
-            sleep(WAKE_PROBE_SLEEP_NS, stamps)  # let the spinner start
-            shared = []
-            for _ in range(repeats):
-                sleep(WAKE_PROBE_SLEEP_NS, stamps)
-                shared.append(stamps[1] - stamps[0])
-        finally:
-            stop.set()
-            t.join()
-    usual = statistics.median(alone)
-    return tuple(sorted(max(ns - usual, 0) * 1e-9 for ns in shared))
-
-
-# Holder ages at which a wake-up on a busy core is timed (wake_delays_by_held), ns; and how long the
-# holder spins on after the wake-up, so that a sleeper it keeps off the core waits past a 4 ms tick.
-WAKE_HELD_NS = (250_000, 500_000, 1_000_000, 2_000_000)
-WAKE_TAIL_NS = 6_000_000
-
-
-def wake_delays_by_held(libs: NativeLibs, repeats: int,
-                        held_ns: tuple[int, ...] = WAKE_HELD_NS) -> tuple[tuple[float, tuple[float, ...]], ...]:
-    """How long a thread woken on a busy core waits before it runs, by how long the core's holder
-    has had it: ((held_s, sorted samples_s), ...), ascending in held_s.
-
-    On ONE core, per trial: a second thread blocks on a lock; main releases it and sleeps `held`
-    ns in native code (GIL released), so that the second thread gets the core as main sleeps (it
-    takes the GIL back and spins in native code with the GIL released, `held` + WAKE_TAIL_NS).
-    Main wakes on time; each sample is its sleep's length less the median length of the same sleep
-    with the core free: 0 when the OS gives the woken thread the core at once."""
-    sleep = libs.releasing.infralab_sleep_ns
-    spin = libs.releasing.infralab_spin_ns
-    stamps = (ctypes.c_uint64 * 2)()
-    out = []
-    with pinned(1):
-        for held in held_ns:
-            alone = []
-            for _ in range(repeats):
-                sleep(held, stamps)
-                alone.append(stamps[1] - stamps[0])
-            usual = statistics.median(alone)
-            shared = []
-            for _ in range(repeats):
-                go = threading.Lock()
-                go.acquire()
-
-                def holder(go: threading.Lock = go, held: int = held) -> None:
-                    own = (ctypes.c_uint64 * 2)()
-                    go.acquire()
-                    spin(held + WAKE_TAIL_NS, own)
-
-                t = threading.Thread(target=holder)
-                t.start()
-                sleep(1_000_000, stamps)  # the holder is blocked on the lock by now
-                go.release()
-                sleep(held, stamps)
-                shared.append(stamps[1] - stamps[0])
-                t.join()
-            out.append((held * 1e-9, tuple(sorted(max(ns - usual, 0) * 1e-9 for ns in shared))))
-    return tuple(out)
 
 
 def microbenchmarks(

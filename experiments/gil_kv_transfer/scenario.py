@@ -24,6 +24,7 @@ Times are seconds, sizes bytes.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Annotated, Literal
 
 import simpy
@@ -37,20 +38,18 @@ from infralab.sim.config import CostConfig
 from infralab.sim.cost import CostModel, StepWork
 from infralab.sim.host.cpu import Cpu
 from infralab.sim.host.gil import Gil, GilParams
-from infralab.sim.host.kv_transfer_thread import KvChunk, TransferCosts, kv_transfer_loop
-from infralab.sim.host.moe_prefill import (
-    EpDevice,
-    HostCosts,
-    LayerWork,
-    MoePrefillPlan,
-    all_to_all_bytes,
-    blocks,
-    prefill_step,
-)
 from infralab.sim.host.streams import Stream
 from infralab.sim.host.thread import HostThread
 from infralab.sim.link import Link
 from infralab.sim.specs import LinkSpec, load_accelerator, load_link, load_model
+
+from infralab.agent.studies import load_hook
+
+_transfer = load_hook(Path(__file__).with_name("transfer_thread.py"))
+_moe = load_hook(Path(__file__).with_name("moe_prefill.py"))
+KvChunk, TransferCosts, kv_transfer_loop = _transfer.KvChunk, _transfer.TransferCosts, _transfer.kv_transfer_loop
+EpDevice, HostCosts, LayerWork, MoePrefillPlan = _moe.EpDevice, _moe.HostCosts, _moe.LayerWork, _moe.MoePrefillPlan
+all_to_all_bytes, blocks, prefill_step = _moe.all_to_all_bytes, _moe.blocks, _moe.prefill_step
 
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
