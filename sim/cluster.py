@@ -85,23 +85,30 @@ def simulate(
     encodes = encode_records(requests, pools.images, pools.image_tokens) if pools and pools.encoder else None
     inline = pools is not None and pools.encoder is not None and cfg.cluster.layout != "epd"
 
-    def instance(name: str, index: int, role: str, listener: StepListener | None = None) -> Instance:
+    def instance(name: str, index: int, role: str, listener: StepListener | None = None) -> list[Instance]:
+        """The engines of one instance: one, or with pipeline stages run as virtual engines (vLLM),
+        one per stage, each with its share of the KV blocks (`CostModel.virtual_engines`)."""
         horizon = None if role == "decode" else arrivals.next_s
-        made = Instance(
-            env, name, index, role, engines[role], costs[role], capacities[role], record, listener, check_invariants,
-            horizon, policies[role]
-        )
-        if inline and role != "decode":
-            made.extra_step_s = InlineEncoder(name, pools.encoder, encodes)
+        ves = getattr(costs[role], "virtual_engines", 1)
+        made = []
+        for k in range(ves):
+            ve_name = name if ves == 1 else f"{name}.ve{k}"
+            engine = Instance(
+                env, ve_name, index * ves + k, role, engines[role], costs[role], capacities[role] // ves, record,
+                listener, check_invariants, horizon, policies[role]
+            )
+            if inline and role != "decode":
+                engine.extra_step_s = InlineEncoder(ve_name, pools.encoder, encodes)
+            made.append(engine)
         return made
 
     cluster = cfg.cluster
     if cluster.layout == "colocated":
-        front = [instance(f"instance-{i}", i, "colocated") for i in range(cluster.instances)]
+        front = [ve for i in range(cluster.instances) for ve in instance(f"instance-{i}", i, "colocated")]
     else:
         if transfer_link is None:
             raise ValueError("a disaggregated layout needs transfer_link (the KV-transfer LinkSpec)")
-        decode_pool = [instance(f"decode-{i}", i, "decode") for i in range(cluster.decode_instances)]
+        decode_pool = [ve for i in range(cluster.decode_instances) for ve in instance(f"decode-{i}", i, "decode")]
         prefill_names = [f"prefill-{i}" for i in range(cluster.prefill_instances)]
         if cluster.transfer.topology == "shared":
             shared = Link(env, transfer_link, "kv-shared", record)
@@ -113,7 +120,9 @@ def simulate(
         # The bytes that cross are the decode instance's KV layout (what its ranks hold).
         transfer = KVTransfer(env, cluster.transfer, costs["decode"], links, decode_pool,
                               make_router(cluster.decode_router))
-        front = [instance(name, i, "prefill", transfer) for i, name in enumerate(prefill_names)]
+        front = [ve for i, name in enumerate(prefill_names) for ve in instance(name, i, "prefill", transfer)]
+        for ve in front:  # a prefill instance's virtual engines share its NICs
+            links.setdefault(ve.name, links[ve.name.split(".ve")[0]])
     record.resources["cluster"] = {
         "layout": cluster.layout,
         "kv_capacity_blocks_per_instance": capacities[roles[0]],

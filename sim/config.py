@@ -67,7 +67,11 @@ class HardwareConfig:
     # (the owner broadcasts a layer's KV to its group when the layer runs). None: 1, no split.
     layer_split: Degree | None = None
     pp: Degree | None = None  # pipeline stages (uneven allowed; None: 1); the instance has tp x pp ranks
-    pp_micro_batches: Degree | None = None  # micro-batches a step is cut into (None: 1)
+    # How the stages are kept busy: "virtual_engines" (vLLM: pp schedulers, each with its own batch in
+    # flight and 1/pp of the KV blocks, so pp batches pipeline across steps), or "micro_batches"
+    # (GPipe: every step cut into `pp_micro_batches` micro-batches that fill the pipeline).
+    pp_schedule: Literal["virtual_engines", "micro_batches"] = "virtual_engines"
+    pp_micro_batches: Degree | None = None  # micro_batches schedule: micro-batches a step is cut into (None: 1)
 
 
 @dataclass(frozen=True, config=STRICT)

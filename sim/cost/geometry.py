@@ -52,6 +52,7 @@ class Geometry:
     layer_split: int
     pp: int
     micro_batches: int
+    virtual_engines: int  # schedulers with a batch in flight each (vLLM's pipeline parallelism)
     replay_ring: int
     # Per-class collectives differ from "two all-reduces over tp per layer" only when these do.
     plain_collectives: bool
@@ -106,7 +107,7 @@ class Geometry:
                  and pp == 1 and not replay_ring and cfg.kv_layer_dtypes is None)
         _check_parallelism(model, tp, linear_tp, pp, tp_link)
         _check_layer_class_knobs(model, cfg, tp, linear_tp, lm_head_tp, moe_ep, layer_split, pp, micro_batches,
-                                 replay_ring)
+                                 replay_ring, hw.pp_schedule)
         eff = cfg.efficiency
         weight_width = DTYPE_BYTES[cfg.dtype]
         act_width = 4 if cfg.dtype == "fp32" else 2  # 8-bit models still pass bf16 activations
@@ -148,6 +149,7 @@ class Geometry:
             model=model, accel=accel, cfg=cfg, tp=tp, tp_link=tp_link,
             linear_tp=linear_tp, lm_head_tp=lm_head_tp, moe_ep=moe_ep, layer_split=layer_split, pp=pp,
             micro_batches=micro_batches, replay_ring=replay_ring,
+            virtual_engines=pp if hw.pp_schedule == "virtual_engines" else 1,
             plain_collectives=plain_collectives, plain=plain,
             weight_width=weight_width, act_width=act_width, lm_width=lm_width,
             peak=peak, gemm_rate=peak * _gemm_efficiency(cfg), attn_peak=attn_peak, attn_rate=attn_peak * eff.attention,
@@ -213,7 +215,8 @@ def _check_parallelism(m: ModelSpec, tp: int, linear_tp: int, pp: int, tp_link: 
 
 
 def _check_layer_class_knobs(m: ModelSpec, cfg: CostConfig, tp: int, linear_tp: int, lm_head_tp: int, moe_ep: int,
-                             layer_split: int, pp: int, micro_batches: int, replay_ring: int) -> None:
+                             layer_split: int, pp: int, micro_batches: int, replay_ring: int,
+                             pp_schedule: str = "virtual_engines") -> None:
     """Bad combinations of the per-layer-class degrees, Layer Split, pp, ReplaySSM and the KV
     dtypes per layer: one InputError naming the field."""
 
@@ -247,6 +250,9 @@ def _check_layer_class_knobs(m: ModelSpec, cfg: CostConfig, tp: int, linear_tp: 
             f"at most {m.num_layers} (uneven stages are allowed)")
     require(micro_batches == 1 or pp > 1, "hardware.pp_micro_batches",
             f"{micro_batches} micro-batches without pipeline stages (pp = 1)", "pp > 1, or no micro-batches")
+    require(micro_batches == 1 or pp_schedule == "micro_batches", "hardware.pp_micro_batches",
+            f"{micro_batches} micro-batches with pp_schedule = {pp_schedule!r}",
+            'hardware.pp_schedule = "micro_batches" (virtual engines keep one whole batch each in flight)')
     require(not replay_ring or m.num_linear_attention_layers, "cost.replay_ssm_ring",
             f"{m.name} has no linear-attention (KDA) layers", "no replay_ssm_ring for this model")
     layer_dtypes = cfg.kv_layer_dtypes

@@ -137,6 +137,14 @@ class CostModel:
         return self._memory.linear_state_bytes_per_rank()
 
     @property
+    def virtual_engines(self) -> int:
+        """Schedulers this instance runs, each with one batch in flight: pp under
+        `hardware.pp_schedule = "virtual_engines"` (vLLM), else 1. A step's time is then one batch's
+        way through every stage (`Pipeline.step` with one micro-batch), and the pp batches in
+        flight overlap across the stages (the cluster runs pp engines, `sim/cluster.py`)."""
+        return self._g.virtual_engines
+
+    @property
     def devices(self) -> int:
         """Accelerators of one instance: tp x pp."""
         return self.tp * self.pp

@@ -260,7 +260,7 @@ def test_bubble_fraction_of_a_two_stage_pipeline():
 
 def test_a_pipelined_step_is_m_plus_p_minus_1_slots_of_the_slowest_stage():
     p, m, tokens = 2, 4, 4096
-    piped = cost(model=LLAMA8, accel=H100, pp=p, pp_micro_batches=m)
+    piped = cost(model=LLAMA8, accel=H100, pp=p, pp_schedule="micro_batches", pp_micro_batches=m)
     flat = cost(model=LLAMA8, accel=H100)
     whole = StepWork.prefill_chunk(tokens)
     # a micro-batch is 1/m of every count (a prompt's chunk: its tokens and its mean share of the pairs)
@@ -282,6 +282,34 @@ def test_pp_errors_name_the_field():
         cost(pp=28)
     with pytest.raises(InputError, match="hardware.pp_micro_batches"):
         cost(pp_micro_batches=4)
+    with pytest.raises(InputError, match='hardware.pp_micro_batches.*pp_schedule = "micro_batches"'):
+        cost(pp=2, pp_micro_batches=4)  # virtual engines (the default) keep whole batches in flight
+
+
+def test_virtual_engines_pipeline_whole_batches_across_steps():
+    """vLLM's pipeline parallelism: pp schedulers, each a whole batch through every stage per step
+    (one batch's latency: p slots of the slowest stage plus the hand-overs), their batches in flight
+    at once on different stages, each with 1/pp of the KV blocks. At the same load, two stages on
+    2 GPUs serve about twice what one GPU's engine does with a step as long."""
+    piped = cost(model=LLAMA8, accel=H100, pp=2)
+    assert piped.virtual_engines == 2
+    work = StepWork.decode(8, 8 * 1000)
+    latency = piped.step(work).device_s
+    assert latency == pytest.approx(cost(model=LLAMA8, accel=H100, pp=2, pp_schedule="micro_batches").step(work).device_s)
+    doc = {
+        "model": "llama-3-8b",
+        "hardware": {"accelerator": "H100", "tp": 1, "pp": 2},
+        "engine": {"max_num_seqs": 16, "max_batched_tokens": 2048, "prefix_cache": False},
+        "workload": {"kind": "synthetic", "num_requests": 64, "arrival": {"kind": "poisson", "rate": 1e9},
+                     "prompt": {"kind": "fixed", "value": 256}, "output": {"kind": "fixed", "value": 64}},
+    }
+    ve = api.run(doc)
+    gpipe = api.run({**doc, "hardware": {**doc["hardware"], "pp_schedule": "micro_batches"}})
+    assert set(ve.summary.instances) == {"instance/instance-0.ve0", "instance/instance-0.ve1"}
+    assert ve.summary.requests.completed == gpipe.summary.requests.completed == 64
+    # two batches in flight: about twice the throughput of one batch at a time (the same step times)
+    ratio = ve.metrics["output_throughput"] / gpipe.metrics["output_throughput"]
+    assert 1.6 < ratio < 2.1
 
 
 # ---- defaults, bad combinations, the catalog and a run ------------------------------------------------
@@ -327,7 +355,7 @@ def test_a_run_with_every_technique_on():
     doc = {
         "model": "kimi-linear-48b-a3b",
         "hardware": {"accelerator": "ascend-910b", "tp": 8, "tp_link": "hccs", "linear_tp": 8, "lm_head_tp": 8,
-                     "moe_ep": 8, "layer_split": 8, "pp": 2, "pp_micro_batches": 2},
+                     "moe_ep": 8, "layer_split": 8, "pp": 2, "pp_schedule": "micro_batches", "pp_micro_batches": 2},
         "cost": {"dtype": "int8", "kv_layer_dtypes": list(MIXED), "replay_ssm_ring": 8},
         "engine": {"max_num_seqs": 32, "max_batched_tokens": 4096},
         "workload": {"kind": "synthetic", "num_requests": 12, "arrival": {"kind": "poisson", "rate": 4.0},
