@@ -43,7 +43,8 @@ from infralab.sim.cost import CostModel
 from infralab.sim.specs import ModelSpec, load_accelerator, load_link, load_model
 from infralab.vidur_profile import read_vidur_profile
 
-PLAIN = RooflineExtrasConfig(kernel_launch_s=0.0, small_ops=False, decode_attention_floor_s=0.0, sampler=False)
+PLAIN = RooflineExtrasConfig(kernel_launch_s=0.0, small_ops=False, decode_attention_floor_s=0.0, sampler=False,
+                             ridge_sharpness=None, eager_launch_s=0.0, graph_launch_s=0.0)  # the plain roofline
 FIT_MODELS = ("Llama-2-7b-hf", "Llama-2-70b-hf")
 # (profile folder under compute/, catalog model, accelerator) evaluated
 HOLDOUT = (

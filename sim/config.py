@@ -128,11 +128,14 @@ class RooflineExtrasConfig:
     # this p (None: max(compute, memory), the plain roofline). docs/sim.md, "Cost model".
     # Steps that run eagerly (any prefill; decode-only steps replay a CUDA graph) pay
     # `eager_launch_s` of idle device time per kernel launched: the launch latency a graph hides.
-    # Both fitted (with efficiency.gemm_8bit, which stayed at gemm's 0.7) by
-    # benchmarks/fit_step_constants.py on the 31 calibration decode and prefill points of
-    # experiments/fidelity_public (mean |log error| 0.32 -> 0.22); never on its evaluation points.
-    ridge_sharpness: Number(ge=1.0, le=64.0) | None = None
-    eager_launch_s: Seconds = 0.0
+    # Decode-only steps replay a CUDA graph, whose kernels still start `graph_launch_s` apart.
+    # The three fitted together (with efficiency.gemm_8bit, which stayed at gemm's 0.7) by
+    # benchmarks/fit_step_constants.py on the 54 calibration decode, prefill and serving points of
+    # experiments/fidelity_public (mean |log error| 0.31 -> 0.21; both launch gaps ended at their
+    # grids' upper edges, 8 and 4 us); never on its evaluation points.
+    ridge_sharpness: Number(ge=1.0, le=64.0) | None = 2.0
+    eager_launch_s: Seconds = 8e-6
+    graph_launch_s: Seconds = 4e-6
 
     def memory_fraction(self, kernel: str) -> float:
         """The HBM fraction of a small-op kernel (`rms_norm`, `rope`, `silu_mul`, `residual_add`)."""

@@ -13,7 +13,10 @@ cache, and its all-reduce for small messages. One profile per engine family a so
   work as the vLLM fit. Custom all-reduce (SGLang adapted vLLM's kernel).
 - trtllm: TensorRT-LLM's C++ executor: host time taken as 0 (no public per-step figure); its
   benchmarks give the KV cache 0.95 of free memory (`kv_cache_free_gpu_mem_fraction 0.95`, as the
-  perf-overview settings state). Its own custom all-reduce plugin.
+  perf-overview settings state). Its own custom all-reduce plugin (trtllm-build enables it).
+- trtllm-0.5: TensorRT-LLM v0.5's per-model build scripts, where the custom all-reduce was an opt-in
+  flag (`--use_custom_all_reduce`, store_true: NVIDIA/TensorRT-LLM @ 5fded61 :
+  examples/chatglm2-6b/build.py): NCCL all-reduces; otherwise as trtllm.
 - unstated: a source that does not name its engine: the vllm-v0 profile, labelled.
 - none: a collective measured alone (nccl-tests, rccl-tests, a kernel benchmark): no engine.
 """
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-EngineProfileName = Literal["vllm-v0", "vllm-v1", "sglang", "trtllm", "unstated", "none"]
+EngineProfileName = Literal["vllm-v0", "vllm-v1", "sglang", "trtllm", "trtllm-0.5", "unstated", "none"]
 
 VLLM_V0_HOST = {"overlap": "sync", "per_step_s": 0.00079, "per_request_s": 0.0000426}
 
@@ -31,6 +34,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     "vllm-v1": {"cost.host": VLLM_V0_HOST},
     "sglang": {"cost.host": {**VLLM_V0_HOST, "overlap": "async"}},
     "trtllm": {"engine.gpu_memory_utilization": 0.95},
+    "trtllm-0.5": {"engine.gpu_memory_utilization": 0.95, "cost.allreduce": "nccl"},
     "unstated": {"cost.host": VLLM_V0_HOST},
     "none": {},
 }

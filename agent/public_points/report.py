@@ -47,6 +47,11 @@ def markdown(scored: Sequence[Scored], stats: Sequence[FamilyStats]) -> str:
         ["family", "scored points", "median |err|", "worst |err|", "signed median", "sim above / below", "met"],
         [[s.family, s.n, f"{s.median_abs:.1%}", f"{s.worst_abs:.1%}", f"{s.signed_median:+.1%}",
           f"{s.over} / {s.under}", "yes" if s.met else "no"] for s in stats]))
+    misses = _misses(scored, stats)
+    if misses:
+        lines += ["", "Families that miss a target, their worst evaluation points and the largest term of each "
+                  "point's dominant step (docs/calibration.md, \"Public measurements\", says why and the next fix):",
+                  "", md_table(["family", "point", "error", "largest term", "setting"], misses)]
     order = sorted(scored, key=lambda s: (s.point.role != "evaluation", s.point.family, s.point.id))
     rows = []
     for s in order:
@@ -60,6 +65,15 @@ def markdown(scored: Sequence[Scored], stats: Sequence[FamilyStats]) -> str:
     lines += ["", md_table(["point", "family", "role", "setting", "metric", "measured", "simulated", "error",
                             "largest term", "source"], rows)]
     return "\n".join(lines)
+
+
+def _misses(scored: Sequence[Scored], stats: Sequence[FamilyStats], worst: int = 3) -> list[list[str]]:
+    """Rows of the `worst` evaluation points of each family that misses a target."""
+    rows = []
+    for family in (s.family for s in stats if not s.met and s.family != "overall"):
+        members = sorted((s for s in scored if s.point.family == family and s.counted), key=lambda s: -abs(s.error))
+        rows += [[family, s.point.id, f"{s.error:+.1%}", s.top_term or "-", _setting(s)] for s in members[:worst]]
+    return rows
 
 
 def _setting(s: Scored) -> str:

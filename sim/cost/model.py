@@ -86,6 +86,7 @@ class CostModel:
         self._with_host = self._host.with_host
         self._full_layers = g.full_layers
         self._eager_launch_s = cfg.extras.eager_launch_s
+        self._graph_launch_s = cfg.extras.graph_launch_s
         self._dense_launches = sum(gemm.count for gemm in self._dense.classes)
         self._decode_floor = self._attention.decode_floor
         self._decode_coeffs = self._attention.decode_coeffs
@@ -214,11 +215,18 @@ class CostModel:
             by_op = (self._pipeline.step(work, self._op_times_with_knobs) if self.pp > 1
                      else self._op_times_with_knobs(work))
             device = sum(by_op.values())
-        if work.prefill_tokens and self._eager_launch_s:  # run eagerly: no CUDA graph hides the launches
-            by_op["launch_gaps"] = gaps = self.kernel_launches(work) * self._eager_launch_s
+        gaps = self._launch_gaps(work)
+        if gaps:
+            by_op["launch_gaps"] = gaps
             device += gaps
         host = self._host_s(work)
         return StepCost(device_s=device, host_s=host, total_s=self._with_host(device, host), by_op=by_op)
+
+    def _launch_gaps(self, work: StepWork) -> float:
+        """Idle device seconds between a step's kernels: `eager_launch_s` each when the step has
+        prefill (run eagerly), `graph_launch_s` each when decode-only (a CUDA graph's replay)."""
+        per_kernel = self._eager_launch_s if work.prefill_tokens else self._graph_launch_s
+        return self.kernel_launches(work) * per_kernel if per_kernel else 0.0
 
     def kernel_launches(self, work: StepWork) -> int:
         """Kernels one rank launches in a step of `work`: each dense GEMM, two grouped GEMMs per MoE
@@ -253,7 +261,10 @@ class CostModel:
         host = self._decode_host_cache.get(seqs)
         if host is None:
             host = self._decode_host_cache[seqs] = self._host_s(work)
-        return self._with_host(sum(self._op_times(work)), host)
+        device = sum(self._op_times(work))
+        if self._graph_launch_s:  # as step() adds it
+            device += self._launch_gaps(work)
+        return self._with_host(device, host)
 
     # -- fast path: runs of decode-only steps (kept apart: exact by construction, see the test) --
 
@@ -276,7 +287,7 @@ class CostModel:
             return decode_run_ends_stepwise(self.decode_step_s, seqs, context_tokens, start_s, steps, horizon_s)
         # `_decode_run_step_s` inlined (the hot loop of a long trace): the same expressions in the
         # same order, so the same bits.
-        dense, linear, moe, lm, collective, small, sampler, host = terms
+        dense, linear, moe, lm, collective, small, sampler, host, gaps = terms
         c_flops, c_bytes, c_seq = self._decode_coeffs
         floor = self._decode_floor
         per_seq = seqs * c_seq
@@ -288,6 +299,8 @@ class CostModel:
         for _ in range(steps):
             attention = max(context * c_flops, context * c_bytes + per_seq, floor)
             device = sum((dense, attention, linear, moe, lm, collective, small, sampler))
+            if gaps:
+                device += gaps
             t = t + (max(device, host) + residue if overlap else device + host)
             append(t)
             if t >= horizon_s:
@@ -306,7 +319,8 @@ class CostModel:
             return None  # technique knobs (decode_step_s goes through step()) or calibrated attention
         self.decode_step_s(seqs, context_tokens)  # fills the host-time memo
         dense, _, linear, moe, lm, collective, small, sampler = self._op_times(StepWork.decode(seqs, context_tokens))
-        terms = (dense, linear, moe, lm, collective, small, sampler, self._decode_host_cache[seqs])
+        gaps = self._launch_gaps(StepWork.decode(seqs, context_tokens)) if self._graph_launch_s else 0.0
+        terms = (dense, linear, moe, lm, collective, small, sampler, self._decode_host_cache[seqs], gaps)
         for probe in (context_tokens, context_tokens + 1021 * seqs):
             if self._decode_run_step_s(terms, seqs, probe) != self.decode_step_s(seqs, probe):
                 return None
@@ -316,10 +330,13 @@ class CostModel:
         """`decode_step_s(seqs, context)` from the terms of `_decode_run_terms_of`: the roofline's
         decode attention as `FullAttention.time` computes it (0.0 + x == x for x > 0), then the same
         sum in the same order."""
-        dense, linear, moe, lm, collective, small, sampler, host = terms
+        dense, linear, moe, lm, collective, small, sampler, host, gaps = terms
         c_flops, c_bytes, c_seq = self._decode_coeffs
         attention = max(context * c_flops, context * c_bytes + seqs * c_seq, self._decode_floor)
-        return self._with_host(sum((dense, attention, linear, moe, lm, collective, small, sampler)), host)
+        device = sum((dense, attention, linear, moe, lm, collective, small, sampler))
+        if gaps:
+            device += gaps
+        return self._with_host(device, host)
 
     def _op_times(self, work: StepWork) -> tuple[float, float, float, float, float, float, float, float]:
         """Seconds (one rank) of each operator of OPS, in that order: the one place that says

@@ -113,3 +113,13 @@ def test_the_shipped_points_load_and_cite_their_sources():
     for p in points:
         assert p.source and p.locator and p.evidence and p.engine
         assert p.source.startswith(("http", "github "))
+
+
+def test_the_report_names_the_worst_points_of_a_family_that_misses():
+    from infralab.agent.public_points.report import markdown
+
+    rows = [Scored(point("ok", measured=1.0), Simulated(1.02, "")),
+            Scored(point("bad", measured=1.0), Simulated(1.6, ""), {"dense_gemm": 3.0, "attention": 1.0})]
+    assert all(r.point.scored for r in rows)  # both ids are evaluation points by the rule
+    text = markdown(rows, family_stats(rows))
+    assert "Families that miss a target" in text and "| decode | bad | +60.0% | dense_gemm 75 %" in text

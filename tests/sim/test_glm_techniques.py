@@ -13,7 +13,7 @@ from infralab.config_io import validate
 from infralab.errors import InputError
 from infralab.sim import api
 from infralab.sim.catalog_view import spec_figures
-from infralab.sim.config import CostConfig, HardwareConfig
+from infralab.sim.config import CostConfig, HardwareConfig, RooflineExtrasConfig
 from infralab.sim.cost import CostModel, StepWork, pipeline_bubble_fraction, stage_layers
 from infralab.sim.cost.collectives import collective_s
 from infralab.sim.specs import load_accelerator, load_encoder, load_link, load_model
@@ -260,8 +260,9 @@ def test_bubble_fraction_of_a_two_stage_pipeline():
 
 def test_a_pipelined_step_is_m_plus_p_minus_1_slots_of_the_slowest_stage():
     p, m, tokens = 2, 4, 4096
-    piped = cost(model=LLAMA8, accel=H100, pp=p, pp_schedule="micro_batches", pp_micro_batches=m)
-    flat = cost(model=LLAMA8, accel=H100)
+    no_gaps = CostConfig(extras=RooflineExtrasConfig(eager_launch_s=0.0))  # the schedule alone
+    piped = cost(model=LLAMA8, accel=H100, cfg=no_gaps, pp=p, pp_schedule="micro_batches", pp_micro_batches=m)
+    flat = cost(model=LLAMA8, accel=H100, cfg=no_gaps)
     whole = StepWork.prefill_chunk(tokens)
     # a micro-batch is 1/m of every count (a prompt's chunk: its tokens and its mean share of the pairs)
     micro = flat.step(StepWork(1, tokens // m, math.ceil(whole.prefill_attn_pairs / m), tokens // m)).by_op
