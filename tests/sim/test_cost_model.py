@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from infralab.errors import InputError
 from infralab.sim.config import CostConfig, EfficiencyConfig, HostOverheadConfig, RooflineExtrasConfig
-from infralab.sim.cost import OPS, CostModel, StepWork
+from infralab.sim.cost import OPS, CostModel, StepWork, decode_run_ends_stepwise
 from infralab.sim.specs import LinkSpec, load_accelerator, load_link, load_model
 
 H100 = load_accelerator("H100")
@@ -328,17 +328,20 @@ def test_near_the_ridge_a_gemm_reaches_neither_peak():
     assert gemm(1, 1.25) == pytest.approx(gemm(1, None), rel=0.01)
 
 
-def test_an_eager_step_pays_a_launch_gap_per_kernel_and_a_graphed_decode_does_not():
-    extras = dataclasses.replace(RooflineExtrasConfig(), eager_launch_s=5e-6)
+def test_an_eager_step_pays_a_launch_gap_per_kernel_and_a_graphed_decode_its_own():
+    extras = dataclasses.replace(RooflineExtrasConfig(), eager_launch_s=5e-6, graph_launch_s=1e-6)
     model = CostModel(LLAMA8, H100, CostConfig(extras=extras))
     prefill = model.step(StepWork.prefill(512))
     # 4 dense GEMM classes x 32 layers, 32 attention kernels, 2 fused add+norms + RoPE + SiLU-and-mul
     # per layer, the LM head and the sampler
     assert model.kernel_launches(StepWork.prefill(512)) == 4 * 32 + 32 + 4 * 32 + 2
     assert prefill.by_op["launch_gaps"] == pytest.approx(290 * 5e-6)
-    decode = model.step(StepWork.decode(8, 8000))
-    assert "launch_gaps" not in decode.by_op
+    decode = model.step(StepWork.decode(8, 8000))  # a CUDA graph's replay
+    assert decode.by_op["launch_gaps"] == pytest.approx(290 * 1e-6)
     assert model.decode_step_s(8, 8000) == decode.total_s
+    assert model.decode_run_ends(8, 8000, 0.0, 50, 1e9) == decode_run_ends_stepwise(model.decode_step_s, 8, 8000, 0.0, 50, 1e9)
+    no_graph_gaps = CostModel(LLAMA8, H100, CostConfig(extras=dataclasses.replace(extras, graph_launch_s=0.0)))
+    assert "launch_gaps" not in no_graph_gaps.step(StepWork.decode(8, 8000)).by_op
 
 
 def test_the_fused_add_norm_reads_and_writes_both_tensors_in_one_kernel():
