@@ -91,6 +91,7 @@ class CostModel:
         self._decode_floor = self._attention.decode_floor
         self._decode_coeffs = self._attention.decode_coeffs
         self._dense_cache: dict[int, float] = {}
+        self._launch_cache: dict[int, int] = {}  # kernels launched, by the step's tokens (LM head aside)
         self._moe_cache: dict[int, float] = {}
         self._lm_cache: dict[int, tuple[float, float]] = {}  # (lm_head, sampler) by output tokens
         self._small_cache: dict[int, float] = {}
@@ -235,10 +236,13 @@ class CostModel:
         tokens, m = work.tokens, self.model
         if tokens == 0:
             return 0
-        count = self._dense_launches + 2 * m.num_moe_layers + m.num_layers + self._small.launches(tokens)
-        if self.tp > 1:
-            count += 2 * m.num_layers
-        return count + (2 if work.output_tokens else 0)
+        base = self._launch_cache.get(tokens)
+        if base is None:
+            base = self._dense_launches + 2 * m.num_moe_layers + m.num_layers + self._small.launches(tokens)
+            if self.tp > 1:
+                base += 2 * m.num_layers
+            self._launch_cache[tokens] = base
+        return base + (2 if work.output_tokens else 0)
 
     def _op_times_with_knobs(self, work: StepWork) -> dict[str, float]:
         """Seconds (one rank) of each operator of OPS, plus the EXTRA_OPS the knobs add."""
