@@ -24,7 +24,9 @@ def test_quick_reproduce_writes_a_complete_report(tmp_path):
     md = (out / "report.md").read_text()
     for study in on_disk["studies"]:
         assert study["verdict"] in VERDICTS and study["title"] in md
-        assert study["tests"] or f"`{study['fidelity']['command']}`" in md  # a fidelity study runs no test
+        # a fidelity study (real engine, or public measurements) runs no test: its command is in the report
+        runner = study.get("fidelity") or study.get("public_points")
+        assert study["tests"] or f"`{runner['command']}`" in md
         for test in study["tests"]:
             assert f"`{test['command']}`" in md
             if test["test"] is None:  # a study decided by its hook (agent/studies.py, HookRun): no test document
@@ -40,6 +42,11 @@ def test_quick_reproduce_writes_a_complete_report(tmp_path):
     glm = next(s for s in on_disk["studies"] if s["name"] == "glm_stack")
     assert glm["figures"] == ["figures/glm_stack_evolution.png"] and glm["tests"][0]["test"] is None
     assert json.loads((out / "studies" / "glm_stack" / "glm_stack.json").read_text())["mode"] == "quick"
+    public = next(s for s in on_disk["studies"] if s["name"] == "fidelity_public")
+    families = {f["family"] for f in public["public_points"]["families"]}
+    assert families == {"decode", "prefill", "collective", "serving", "overall"}
+    points = json.loads((out / public["public_points"]["file"]).read_text())["points"]
+    assert len(points) >= 60 and all(p["source"] for p in points)
 
 
 def test_unknown_study_is_an_input_error():
