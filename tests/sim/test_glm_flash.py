@@ -92,3 +92,103 @@ def test_bad_indexer_fields_name_file_and_field(tmp_path, extra, field):
         load_model(str(path))
     text = str(info.value)
     assert "\n" not in text and "m.toml" in text and field in text
+
+
+# ---- sparse indexed attention in the cost model ------------------------------------------------
+
+import dataclasses  # noqa: E402
+
+from infralab.sim.config import CostConfig  # noqa: E402
+from infralab.sim.cost import CostModel, StepWork  # noqa: E402
+from infralab.sim.cost.attention import capped_causal_pairs  # noqa: E402
+from infralab.sim.specs import load_accelerator  # noqa: E402
+
+H100 = load_accelerator("H100")
+PLAIN = dataclasses.replace(GLM, index_topk=0, index_n_heads=0, index_head_dim=0, index_kpool=1)
+
+
+def _costs(tp: int = 1, accel=H100):
+    from infralab.sim.specs import load_link
+
+    link = load_link("nvlink4") if tp > 1 else None
+    return (CostModel(GLM, accel, CostConfig(), tp=tp, tp_link=link),
+            CostModel(PLAIN, accel, CostConfig(), tp=tp, tp_link=link))
+
+
+@pytest.mark.parametrize("seqs", [1, 8, 64])
+@pytest.mark.parametrize("context", [1, 100, 2047, 2048])
+def test_indexed_decode_up_to_top_k_is_plain_mla_plus_the_indexer(seqs, context):
+    indexed, plain = _costs()
+    att = indexed._attention
+    total = indexed.decode_attention_layer_s(seqs, context) * 11
+    assert att.selected_decode_s(seqs, seqs * context) == plain.step(StepWork.decode(seqs, seqs * context)).by_op["attention"]
+    assert total == pytest.approx(plain.decode_attention_layer_s(seqs, context) * 11
+                                  + att.indexer_decode_s(seqs, seqs * context), rel=1e-12)
+
+
+@pytest.mark.parametrize("tp", [1, 8])
+def test_indexed_decode_grows_with_context_only_through_the_indexer(tp):
+    indexed, plain = _costs(tp)
+    att = indexed._attention
+    seqs = 16
+    contexts = [4096, 65536, 262144, 1 << 20]
+    selected = {att.selected_decode_s(seqs, seqs * c) for c in contexts}
+    assert len(selected) == 1  # the selected-token part is flat beyond index_topk ...
+    assert selected == {att.selected_decode_s(seqs, seqs * 2048)}  # ... at its value at 2048
+    totals = [indexed.decode_attention_layer_s(seqs, c) * 11 for c in contexts]
+    indexers = [att.indexer_decode_s(seqs, seqs * c) for c in contexts]
+    for i in range(1, len(contexts)):
+        assert totals[i] - totals[0] == pytest.approx(indexers[i] - indexers[0], rel=1e-9)
+        assert indexers[i] > indexers[i - 1]
+    # plain MLA reads the whole context: at 1M tokens it is far slower than the indexed layer
+    assert plain.decode_attention_layer_s(seqs, 1 << 20) > 10 * indexed.decode_attention_layer_s(seqs, 1 << 20)
+
+
+def test_indexer_term_by_hand():
+    indexed, _ = _costs(tp=8)
+    seqs, context = 4, 1 << 20
+    eff = CostConfig().efficiency
+    keys = seqs * context / 16  # pooled keys: one per 16 tokens
+    flops = keys * 2 * 32 * (128 + 1)  # 32 heads x (128-wide dot product + head weight); replicated at tp 8
+    nbytes = keys * 128 * 2 + seqs * (32 * 128 + 2 * 128) * 2
+    by_hand = 11 * max(flops / (H100.peak("bf16") * eff.attention), nbytes / (H100.hbm_bandwidth * eff.memory))
+    assert indexed._attention.indexer_decode_s(seqs, seqs * context) == pytest.approx(by_hand, rel=1e-12)
+
+
+def test_indexed_layers_keep_the_whole_latent_kv():
+    indexed, plain = _costs(tp=8, accel=load_accelerator("H200"))  # 627 GB of bf16 weights fit 8 x 141 GB
+    assert indexed.kv_bytes_per_token() == plain.kv_bytes_per_token() == 8 * 11 * 512 * 2  # latent on every rank
+    # the indexer's weights (82 M parameters) are the only difference in what fits
+    assert indexed.weight_bytes() - plain.weight_bytes() == 2 * 82_207_488
+    room = indexed.kv_capacity_tokens(0.9) * indexed.kv_bytes_per_token()
+    assert room == pytest.approx(plain.kv_capacity_tokens(0.9) * plain.kv_bytes_per_token() - 2 * 82_207_488,
+                                 abs=2 * indexed.kv_bytes_per_token() + 1e6)
+    assert indexed.kv_transfer_bytes(100_000) == plain.kv_transfer_bytes(100_000)
+
+
+@pytest.mark.parametrize("cached, new, cap", [(0, 10, 4), (0, 4096, 2048), (100, 3000, 2048), (5000, 7, 2048),
+                                              (0, 2048, 2048), (10, 5, 100)])
+def test_capped_causal_pairs_by_brute_force(cached, new, cap):
+    assert capped_causal_pairs(cached, new, cap) == sum(min(p, cap) for p in range(cached + 1, cached + new + 1))
+
+
+def test_indexed_prefill_short_prompt_is_plain_attention_plus_the_indexer():
+    indexed, plain = _costs()
+    # a 2,000-token prompt: every query attends its whole causal context (<= index_topk)
+    work = StepWork.prefill(2000)
+    att = indexed._attention
+    g = indexed._g
+    pairs = work.prefill_attn_pairs
+    idx = max(g.roofline(pairs / 16 * 2 * 32 * 129, 2000 / 16 * 256 + 2000 * (32 * 128 + 256) * 2, g.attn_rate), g.launch)
+    assert att.time(work) == pytest.approx(plain._attention.time(work) + 11 * idx, rel=1e-12)
+    # a long prompt: attention work capped at index_topk keys per query
+    long_work = StepWork.prefill_chunk(8192, 1 << 19)
+    assert att.time(long_work) < plain._attention.time(long_work) / 50
+
+
+def test_decode_runs_of_an_indexed_model_are_step_by_step_exact():
+    from infralab.sim.cost.model import decode_run_ends_stepwise
+
+    indexed, _ = _costs()
+    fast = indexed.decode_run_ends(8, 8 * 2000, 0.0, 50, 1e9)
+    assert fast == decode_run_ends_stepwise(indexed.decode_step_s, 8, 8 * 2000, 0.0, 50, 1e9)
