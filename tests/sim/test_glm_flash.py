@@ -192,3 +192,29 @@ def test_decode_runs_of_an_indexed_model_are_step_by_step_exact():
     indexed, _ = _costs()
     fast = indexed.decode_run_ends(8, 8 * 2000, 0.0, 50, 1e9)
     assert fast == decode_run_ends_stepwise(indexed.decode_step_s, 8, 8 * 2000, 0.0, 50, 1e9)
+
+
+# ---- the Atlas 800I parts (Huawei's msmodeling tables, sim/catalog/accelerators/atlas-800i-*.toml) ----
+
+
+def test_atlas_parts_by_hand():
+    from infralab.sim.specs import load_link
+
+    a2, a3 = load_accelerator("atlas-800i-a2"), load_accelerator("atlas-800i-a3")
+    for part in (a2, a3):  # A2 NPU = one A3 die in msmodeling's tables (376T / 752T-card SKUs)
+        assert part.hbm_capacity == 64 * 1024**3 and part.hbm_bandwidth == pytest.approx(1.6 * 1024**4)
+        assert (part.peak("fp16"), part.peak("bf16"), part.peak("int8")) == (376e12, 353.9e12, 752e12)
+        assert part.peak("fp32") == 11e12  # the vector units' FP32 (the KDA recurrence)
+        with pytest.raises(InputError):
+            part.peak("fp8e4m3")  # no FP8 on 910B/910C
+    hccs = load_link("hccs")
+    assert (hccs.bandwidth, hccs.latency) == (196e9, 0.5e-6)
+    assert load_accelerator("ascend-910b").peak("fp32") == 9e12
+
+
+def test_glm_w8a8_weights_fit_one_a3_node_of_16_dies():
+    # vLLM-Ascend's GLM-5.3-Flash guide serves W8A8 at tp 16 on one Atlas 800 A3 node (16 dies)
+    from infralab.sim.specs import load_link
+
+    cost = CostModel(GLM, load_accelerator("atlas-800i-a3"), CostConfig(dtype="int8"), tp=16, tp_link=load_link("hccs"))
+    assert cost.kv_capacity_tokens(0.9) > 1 << 20  # room for more than one full 1M-token window
