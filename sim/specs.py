@@ -166,6 +166,13 @@ class ModelSpec:
     heads with key = value head dim `linear_head_dim`; the recurrent state per sequence is
     heads x K x V, plus a short causal convolution (kernel `linear_conv_kernel`) on q, k and v.
 
+    Sparse "indexed" attention (DeepSeek Sparse Attention's indexer, as GLM-5.3-Flash's
+    "indexed_attention" layers run it), on when `index_topk > 0`, applies to every full-attention
+    layer: an indexer of `index_n_heads` heads of `index_head_dim` scores the cached tokens, pooled
+    in groups of `index_kpool` (one key per pool), for each query token, and attention then runs
+    over the `index_topk` selected tokens only. The full latent KV is still cached (KV bytes per
+    token unchanged). Cost terms: `sim/cost/attention.py`; docs/sim.md "Indexed (sparse) attention".
+
     `layer_types` has one entry per layer; an empty tuple means every layer is full attention.
     """
 
@@ -199,6 +206,11 @@ class ModelSpec:
     linear_num_heads: OptionalWidth = 0
     linear_head_dim: OptionalWidth = 0  # K = V head dim
     linear_conv_kernel: OptionalWidth = 0  # short-conv kernel size (0 = none)
+    # sparse indexed attention (0 = off: every full layer attends its whole context)
+    index_topk: OptionalWidth = 0  # tokens each query attends (a multiple of index_kpool)
+    index_n_heads: OptionalWidth = 0
+    index_head_dim: OptionalWidth = 0
+    index_kpool: Int(ge=1, le=1 << 20) = 1  # tokens per pooled indexer key (1 = no pooling)
     notes: str = ""
 
     def __post_init__(self) -> None:
@@ -230,6 +242,11 @@ class ModelSpec:
     # -- attention geometry --
 
     @property
+    def is_indexed(self) -> bool:
+        """Full-attention layers are sparse "indexed" attention (`index_topk > 0`)."""
+        return self.index_topk > 0
+
+    @property
     def is_mla(self) -> bool:
         return self.kv_lora_rank > 0
 
@@ -257,7 +274,7 @@ class ModelSpec:
         """Parameters by group (counts, not bytes). Groups: embedding, lm_head, attention (full
         layers' projections and norms), linear_attention (KDA projections, conv, gates, norms),
         dense_mlp, moe_routed (all routed experts), moe_shared, router, norms (per-layer and final
-        RMSNorm weights)."""
+        RMSNorm weights), indexer (the sparse-attention indexers of indexed layers; 0 otherwise)."""
         h, f, lin = self.hidden_size, self.num_full_attention_layers, self.num_linear_attention_layers
         counts = {
             "embedding": self.vocab_size * h,
@@ -269,8 +286,21 @@ class ModelSpec:
             "moe_shared": self.num_moe_layers * self.num_shared_experts * 3 * h * self.moe_intermediate_size,
             "router": self.num_moe_layers * self.num_experts * h,
             "norms": (2 * self.num_layers + 1) * h,
+            "indexer": f * self._indexer_params(),
         }
         return counts
+
+    def _indexer_params(self) -> int:
+        """One layer's indexer (transformers' Glm5NextTextIndexer): query projection from the
+        query latent (wq_b, or from the hidden state without q_lora_rank), key projection (wk) and
+        its LayerNorm (weight and bias), per-head weights (weights_proj), and with pooling the
+        pool's position embedding (index_kpool x head_dim) and gate (head_dim x hidden)."""
+        if not self.is_indexed:
+            return 0
+        h, heads, d = self.hidden_size, self.index_n_heads, self.index_head_dim
+        q_in = self.q_lora_rank or h
+        pool = self.index_kpool * d + d * h if self.index_kpool > 1 else 0
+        return q_in * heads * d + h * d + 2 * d + h * heads + pool
 
     def _full_attention_params(self) -> int:
         h, heads = self.hidden_size, self.num_heads
@@ -445,6 +475,17 @@ def _check_model(spec: ModelSpec, source: str) -> None:
         fail("intermediate_size", "0 but some layers have a dense MLP", "a positive width")
     if spec.num_linear_attention_layers and not (spec.linear_num_heads and spec.linear_head_dim):
         fail("linear_num_heads", "linear-attention layers need heads and a head dim", "positive integers")
+    if spec.is_indexed:
+        if not (spec.index_n_heads and spec.index_head_dim):
+            fail("index_n_heads", "an indexer (index_topk > 0) needs index_n_heads and index_head_dim",
+                 "positive integers")
+        if spec.index_topk % spec.index_kpool:
+            fail("index_topk", f"{spec.index_topk} not a multiple of index_kpool ({spec.index_kpool})",
+                 "a multiple of index_kpool (the indexer selects whole pools)")
+        if not spec.num_full_attention_layers:
+            fail("index_topk", "an indexer but no full-attention layers", "full-attention layers, or index_topk = 0")
+    elif spec.index_n_heads or spec.index_head_dim or spec.index_kpool != 1:
+        fail("index_topk", "indexer fields without index_topk", "index_topk > 0, or no indexer fields")
 
 
 # ---- loading -----------------------------------------------------------------------------------

@@ -104,7 +104,8 @@ class PointsFile:
 
 
 # The link a multi-GPU point runs its collectives on, by accelerator (their SXM boards' fabric).
-LINK_OF = {"A100": "nvlink3", "H100": "nvlink4", "H200": "nvlink4", "MI300X": "infinity-fabric-mi300x", "L4": "pcie-gen4-x16"}
+LINK_OF = {"A100": "nvlink3", "H100": "nvlink4", "H200": "nvlink4", "MI300X": "infinity-fabric-mi300x", "L4": "pcie-gen4-x16",
+           "ascend-910b": "hccs", "atlas-800i-a2": "hccs", "atlas-800i-a3": "hccs"}
 
 
 CALIBRATION_SHARE = 3  # one point in CALIBRATION_SHARE (by id hash) is calibration

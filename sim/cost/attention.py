@@ -13,6 +13,26 @@ idle); prefill attention at least one kernel launch per layer.
 A calibration table's `paged_decode_attention` (decode) and `prefill_attention` (prefill) rows
 replace the roofline, never below the same work at 100 % of peak.
 
+Sparse "indexed" attention (`ModelSpec.index_topk > 0`; DeepSeek Sparse Attention as
+GLM-5.3-Flash runs it, transformers' modeling_glm5_next.py, Glm5NextTextIndexer and
+Glm5NextTextAttention) is two kernels per layer, timed as two rooflines back to back:
+- the indexer: each query token scores every pooled key of its context, ceil(context / kpool)
+  keys (pools of `index_kpool` tokens, each a gated average of its tokens' indexer keys:
+  get_pooled_states; "Score across pools, not on a per token basis"), with `index_n_heads` heads
+  of `index_head_dim` (q . pool_key per head, relu, then a weighted sum over heads:
+  index_scores = weights @ relu(q @ pool_keys^T)), i.e. 2 x H_i x (D_i + 1) FLOPs per (query,
+  pooled key) pair, reading the pooled keys (D_i elements each, activation width). It is
+  replicated on every tensor-parallel rank (all H_i heads on each: vLLM's DeepSeek-V3.2 Indexer,
+  "no tensor parallel, just replicated"), and runs at the attention rate.
+- attention over the selected tokens only: top (index_topk / kpool) pools, i.e. index_topk tokens
+  (plus the incomplete tail pool's <= kpool - 1 tokens, left out: <= 0.7 % at the GLM defaults), so
+  a query at position p attends min(p, index_topk) tokens; the MLA latent of every token is still
+  cached (KV bytes per token unchanged). Decode reads min(context, index_topk) tokens' latents.
+Steps carry context totals, not per-sequence contexts, so the selection is evaluated at the mean
+context of the step's decode sequences (exact when all are on the same side of index_topk; an
+upper bound otherwise) and at the mean chunk of its prefills. Indexed layers always use the
+roofline (calibration rows time dense attention).
+
 Units: seconds, bytes, FLOPs, tokens.
 """
 
@@ -38,11 +58,23 @@ class FullAttention:
         self._full_layers = g.full_layers
         self.decode_floor = g.full_layers * g.cfg.extras.decode_attention_floor_s  # all full layers
         self.decode_coeffs = self._decode_coeffs()
+        m = g.model
+        self.indexed = m.is_indexed and g.full_layers > 0
+        if self.indexed:
+            self._topk, self._kpool = m.index_topk, m.index_kpool
+            heads, dim = m.index_n_heads, m.index_head_dim
+            # per (query token, pooled key): q . key per head, then the weighted sum over heads
+            self._idx_flops_per_key = 2.0 * heads * (dim + 1)
+            self._idx_bytes_per_key = float(dim * g.act_width)  # the pooled key read
+            # per query token: its indexer query (heads x dim) in, its key (and pool gate) written
+            self._idx_bytes_per_query = float((heads * dim + 2 * dim) * g.act_width)
 
     def time(self, work: StepWork) -> float:
         """Seconds of all full layers' attention of `work`."""
         if self._full_layers == 0:
             return 0.0
+        if self.indexed:
+            return self._indexed_time(work)
         total = 0.0
         if work.prefill_tokens:
             total += self.prefill_time(work)
@@ -55,13 +87,63 @@ class FullAttention:
                 total += max(context * c[0], context * c[1] + seqs * c[2], self.decode_floor)
         return total
 
+    # -- sparse indexed attention (module docstring) --
+
+    def _indexed_time(self, work: StepWork) -> float:
+        """All full layers' attention of `work` when they are indexed: the indexer plus attention
+        over the selected tokens, prefill and decode."""
+        total = 0.0
+        if work.prefill_tokens:
+            total += self._indexed_prefill(work)
+        if work.decode_seqs:
+            total += self.indexer_decode_s(work.decode_seqs, work.decode_context_tokens)
+            total += self.selected_decode_s(work.decode_seqs, work.decode_context_tokens)
+        return total
+
+    def selected_decode_s(self, seqs: int, context: int) -> float:
+        """Seconds (all full layers) of decode attention over the selected tokens of `seqs`
+        sequences with `context` tokens in all: plain (MLA) decode attention over min(mean
+        context, index_topk) tokens per sequence."""
+        selected = seqs * min(context / seqs, float(self._topk))
+        c = self.decode_coeffs
+        return max(selected * c[0], selected * c[1] + seqs * c[2], self.decode_floor)
+
+    def indexer_decode_s(self, seqs: int, context: int) -> float:
+        """Seconds (all full layers) of the indexer of `seqs` decode tokens whose contexts sum to
+        `context`: every pooled key of each context scored once."""
+        g = self._g
+        keys = context / self._kpool
+        flops = keys * self._idx_flops_per_key
+        nbytes = keys * self._idx_bytes_per_key + seqs * self._idx_bytes_per_query
+        return self._full_layers * g.roofline(flops, nbytes, g.attn_rate)
+
+    def _indexed_prefill(self, work: StepWork) -> float:
+        """Prefill of indexed layers: the indexer over every (query, pooled key) pair (the causal
+        pairs / kpool) plus attention over the selected pairs, sum over the chunk's positions p
+        of min(p, index_topk), at the mean chunk (new tokens, context) of the step's prefills."""
+        g = self._g
+        seqs = max(work.prefill_seqs, 1)
+        new = work.prefill_tokens / seqs
+        cached = max(work.prefill_context_tokens / seqs - new, 0.0)
+        selected_pairs = seqs * capped_causal_pairs(cached, new, float(self._topk))
+        flops, nbytes = self._prefill_work(work, selected_pairs)
+        attention = max(g.roofline(flops, nbytes, g.attn_rate), g.launch)
+        keys = work.prefill_attn_pairs / self._kpool
+        idx_flops = keys * self._idx_flops_per_key
+        idx_bytes = (work.prefill_context_tokens / self._kpool * self._idx_bytes_per_key
+                     + work.prefill_tokens * self._idx_bytes_per_query)
+        indexer = max(g.roofline(idx_flops, idx_bytes, g.attn_rate), g.launch)
+        return self._full_layers * (attention + indexer)
+
     def decode_layer_s(self, seqs: int, context_per_seq: int) -> float:
         """Seconds of one layer's decode attention: `seqs` sequences of `context_per_seq` tokens."""
         return self.time(StepWork.decode(seqs, seqs * context_per_seq)) / self._full_layers
 
     def prefill_layer_s(self, new: int, cached: int = 0) -> float:
         """Seconds of one layer's prefill attention of one chunk of `new` tokens after `cached`."""
-        return self.prefill_time(StepWork.prefill_chunk(new, cached)) / self._full_layers
+        work = StepWork.prefill_chunk(new, cached)
+        time = self._indexed_prefill(work) if self.indexed else self.prefill_time(work)
+        return time / self._full_layers
 
     def prefill_time(self, work: StepWork) -> float:
         """All full layers' prefill attention. A table's `prefill_attention` rows time one
@@ -79,11 +161,13 @@ class FullAttention:
             return self._full_layers * max(seqs * measured, ideal)
         return self._full_layers * max(g.roofline(flops, nbytes, g.attn_rate), g.launch)
 
-    def _prefill_work(self, work: StepWork) -> tuple[float, float]:
-        """(flops, bytes) of one full-attention layer's prefill attention on one rank."""
+    def _prefill_work(self, work: StepWork, pairs: float | None = None) -> tuple[float, float]:
+        """(flops, bytes) of one full-attention layer's prefill attention on one rank, over
+        `pairs` (query, key) pairs (default: every causal pair of `work`)."""
         g = self._g
         heads = g.heads
-        flops = 2.0 * heads * work.prefill_attn_pairs * (g.qk_dim + g.v_dim)
+        pairs = work.prefill_attn_pairs if pairs is None else pairs
+        flops = 2.0 * heads * pairs * (g.qk_dim + g.v_dim)
         nbytes = (
             (work.prefill_context_tokens + work.prefill_tokens) * g.kv_bytes_layer
             + work.prefill_tokens * heads * (g.qk_dim + g.v_dim) * g.act_width
@@ -139,3 +223,11 @@ class FullAttention:
             return max(self._full_layers * g.roofline(flops, nbytes, g.attn_rate), self.decode_floor)
         ideal = max(flops / g.attn_peak, nbytes / g.accel.hbm_bandwidth)
         return self._full_layers * max(measured, ideal)
+
+
+def capped_causal_pairs(cached: float, new: float, cap: float) -> float:
+    """Sum over the positions p = cached + 1 .. cached + new of min(p, cap): the (query, key)
+    pairs of a chunk whose queries attend at most `cap` keys each (every causal pair when cap is
+    at least cached + new)."""
+    below = max(0.0, min(cached + new, cap) - cached)  # positions still under the cap
+    return below * cached + below * (below + 1) / 2 + (new - below) * cap

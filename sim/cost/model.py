@@ -317,10 +317,10 @@ class CostModel:
         attention, MoE, LM head, collectives, small ops, sampler, host; s), or None when the
         shortcut does not apply: calibrated decode attention, or (a guard against cost terms the shortcut does not know) a
         result other than `decode_step_s`'s at two probe contexts."""
-        if not self._plain or self._full_layers == 0 or (
+        if not self._plain or self._full_layers == 0 or self._attention.indexed or (
             self._calibrated is not None and self._calibrated.decode_covered
         ):
-            return None  # technique knobs (decode_step_s goes through step()) or calibrated attention
+            return None  # technique knobs (decode_step_s goes through step()), indexed or calibrated attention
         self.decode_step_s(seqs, context_tokens)  # fills the host-time memo
         dense, _, linear, moe, lm, collective, small, sampler = self._op_times(StepWork.decode(seqs, context_tokens))
         gaps = self._launch_gaps(StepWork.decode(seqs, context_tokens)) if self._graph_launch_s else 0.0
