@@ -326,11 +326,9 @@ def test_a_thread_whose_previous_core_is_idle_runs_there_at_once() -> None:
     assert _woken_by_a_computing_waker(2, None, 2.0) == pytest.approx({"a": 2.0, "b": 10.0})
 
 
-def test_a_stacked_thread_is_pulled_to_a_free_core_after_the_pull_delay() -> None:
-    # As above (a queued on b's core at 1 ms), with no waker delay and a measured pull delay of
-    # 0.5 ms: core 1 pulls a at 1.5 ms, it runs 1.5-2.5 ms; one migration, 0.5 ms of core wait.
-    env = simpy.Environment()
-    cpu = Cpu(env, 2, 4 * MS, rng=np.random.default_rng(0), placement=Placement(pull_delay_samples_s=(0.5 * MS,)))
+def _a_woken_by_b_on_bs_core(env: simpy.Environment, cpu: Cpu, b_work: float) -> dict[str, float]:
+    """a runs 0.2 ms on core 0 and sleeps; b starts at 0.5 ms (on core 0, a's previous core) and
+    computes `b_work`; at 1 ms b wakes a, which then computes 1 ms. Returns each one's end (ms)."""
     ends: dict[str, float] = {}
 
     def job(name: str, start: float, work: float, waker: str | None = None, first: float = 0.0):
@@ -345,8 +343,17 @@ def test_a_stacked_thread_is_pulled_to_a_free_core_after_the_pull_delay() -> Non
         ends[name] = env.now / MS
 
     env.process(job("a", 1 * MS, 1 * MS, waker="b", first=0.2 * MS))
-    env.process(job("b", 0.5 * MS, 9.5 * MS))
+    env.process(job("b", 0.5 * MS, b_work))
     env.run()
+    return ends
+
+
+def test_a_stacked_thread_is_pulled_to_a_free_core_after_the_pull_delay() -> None:
+    # As above (a queued on b's core at 1 ms), with no waker delay and a measured pull delay of
+    # 0.5 ms: core 1 pulls a at 1.5 ms, it runs 1.5-2.5 ms; one migration, 0.5 ms of core wait.
+    env = simpy.Environment()
+    cpu = Cpu(env, 2, 4 * MS, rng=np.random.default_rng(0), placement=Placement(pull_delay_samples_s=(0.5 * MS,)))
+    ends = _a_woken_by_b_on_bs_core(env, cpu, b_work=9.5 * MS)
     assert ends == pytest.approx({"a": 2.5, "b": 10.0})
     assert cpu.migrations == 1 and cpu.core_wait_s == pytest.approx({"a": 0.5 * MS})
     assert cpu.last_core == {"a": 1, "b": 0}
@@ -357,22 +364,7 @@ def test_a_stacked_thread_runs_when_the_waker_blocks() -> None:
     # until b blocks at 3 ms (its work done), then runs 3-4 ms: it waited 2 ms although a core was free.
     env = simpy.Environment()
     cpu = Cpu(env, 2, 4 * MS)
-    ends: dict[str, float] = {}
-
-    def job(name: str, start: float, work: float, waker: str | None = None, first: float = 0.0):
-        if first:
-            yield cpu.run(name)
-            yield cpu.compute(name, first)
-            cpu.block(name)
-        yield env.timeout(start - env.now)
-        yield cpu.run(name, waker=waker)
-        yield cpu.compute(name, work)
-        cpu.block(name)
-        ends[name] = env.now / MS
-
-    env.process(job("a", 1 * MS, 1 * MS, waker="b", first=0.2 * MS))
-    env.process(job("b", 0.5 * MS, 2.5 * MS))
-    env.run()
+    ends = _a_woken_by_b_on_bs_core(env, cpu, b_work=2.5 * MS)
     assert ends == pytest.approx({"a": 4.0, "b": 3.0})
     assert cpu.core_wait_s == pytest.approx({"a": 2 * MS})
 
