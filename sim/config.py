@@ -104,6 +104,10 @@ class HostOverheadConfig:
     async_residue_s: Seconds = 0.0  # async only: added to max(device, host) per step
 
 
+DEFAULT_KERNEL_LAUNCH_S = 5.0e-6  # Vidur's A100 profiles (benchmarks/vidur_calibration_check.py)
+DEFAULT_DECODE_ATTENTION_FLOOR_S = 1.9e-5  # likewise, Vidur's A100 attention profile
+
+
 @dataclass(frozen=True, config=STRICT)
 class RooflineExtrasConfig:
     """What a plain roofline leaves out, used where no calibration row covers an operator.
@@ -112,14 +116,17 @@ class RooflineExtrasConfig:
     `benchmarks/vidur_calibration_check.py`, and checked on Llama-3 and on H100 (docs/sim.md,
     "Calibration from Vidur's profiles")."""
 
-    kernel_launch_s: Seconds = 5.0e-6  # the least time any one kernel takes
+    # The least time any one kernel takes; None: the accelerator's (`AcceleratorSpec.kernel_launch_s`),
+    # else DEFAULT_KERNEL_LAUNCH_S (fitted on Vidur's A100 profiles).
+    kernel_launch_s: Seconds | None = None
     small_ops: Bool = True  # count per-layer norms, RoPE, activation and residual adds
     # fraction of HBM bandwidth each per-layer elementwise kernel reaches on large inputs
     rms_norm_memory: Fraction = 0.34
     rope_memory: Fraction = 0.43
     activation_memory: Fraction = 0.49
     residual_add_memory: Fraction = 0.89
-    decode_attention_floor_s: Seconds = 1.9e-5  # least time of one layer's decode attention
+    # Least time of one layer's decode attention; None: the accelerator's, else the A100 fit's.
+    decode_attention_floor_s: Seconds | None = None
     sampler: Bool = True  # count the sampler's pass over the logits
     # vLLM's fused_add_rms_norm: the residual add and the RMSNorm that follows it are one kernel
     # (reads x and the residual, writes both), as every current engine runs them.

@@ -66,6 +66,11 @@ class AcceleratorSpec:
     # Bytes the device reports as its total (cudaMemGetInfo; vLLM's "total_gpu_memory"), a little
     # below the datasheet's figure; None: `hbm_capacity`. Engines size their KV cache from it.
     reported_memory: Bytes | None = None
+    # What the roofline leaves out, measured on this accelerator (None: the cost model's defaults,
+    # fitted on the A100; `RooflineExtrasConfig` overrides either): the least time of any kernel, and
+    # of one layer's decode attention (seconds).
+    kernel_launch_s: Number(ge=0.0, le=1.0) | None = None
+    decode_attention_floor_s: Number(ge=0.0, le=1.0) | None = None
     source: str = ""
     notes: str = ""
 

@@ -56,7 +56,7 @@ class FullAttention:
     def __init__(self, g: Geometry, calibrated: Calibration | None) -> None:
         self._g, self._calibrated = g, calibrated
         self._full_layers = g.full_layers
-        self.decode_floor = g.full_layers * g.cfg.extras.decode_attention_floor_s  # all full layers
+        self.decode_floor = g.full_layers * g.decode_attention_floor_s  # all full layers
         self.decode_coeffs = self._decode_coeffs()
         m = g.model
         self.indexed = m.is_indexed and g.full_layers > 0

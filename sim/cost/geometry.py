@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infralab.errors import InputError
-from infralab.sim.config import CostConfig, HardwareConfig
+from infralab.sim.config import DEFAULT_DECODE_ATTENTION_FLOOR_S, DEFAULT_KERNEL_LAUNCH_S, CostConfig, HardwareConfig
 from infralab.sim.specs import DTYPE_BYTES, AcceleratorSpec, LinkSpec, ModelSpec
 from infralab.work_formulas import replay_ssm_state_bytes
 
@@ -69,7 +69,8 @@ class Geometry:
     state_peak: float
     state_rate: float
     mem_rate: float
-    launch: float
+    launch: float  # the least time of a kernel: the config's, else the accelerator's, else the A100 fit's
+    decode_attention_floor_s: float  # likewise, one layer's decode attention
     # full attention, per rank
     heads: int
     qk_dim: int
@@ -155,7 +156,10 @@ class Geometry:
             peak=peak, gemm_rate=peak * _gemm_efficiency(cfg), attn_peak=attn_peak, attn_rate=attn_peak * eff.attention,
             lm_peak=lm_peak,
             state_peak=state_peak, state_rate=state_peak * eff.attention,
-            mem_rate=accel.hbm_bandwidth * eff.memory, launch=cfg.extras.kernel_launch_s,
+            mem_rate=accel.hbm_bandwidth * eff.memory, launch=_first(cfg.extras.kernel_launch_s, accel.kernel_launch_s,
+                                                                      DEFAULT_KERNEL_LAUNCH_S),
+            decode_attention_floor_s=_first(cfg.extras.decode_attention_floor_s, accel.decode_attention_floor_s,
+                                            DEFAULT_DECODE_ATTENTION_FLOOR_S),
             heads=heads, qk_dim=qk_dim, v_dim=v_dim, kv_heads=kv_heads, kv_dim=kv_dim,
             decode_qk_dim=decode_qk_dim, decode_v_dim=decode_v_dim, full_layers=full_layers,
             kv_dtypes=kv_dtypes, kv_layer_bytes=kv_layer_bytes, kv_bytes_layer=kv_bytes_layer,
@@ -179,6 +183,11 @@ class Geometry:
         if p is None:
             return max(compute, memory)
         return (compute**p + memory**p) ** (1.0 / p)
+
+
+def _first(*values: float | None) -> float:
+    """The first value that is not None."""
+    return next(v for v in values if v is not None)
 
 
 def _gemm_efficiency(cfg: CostConfig) -> float:
