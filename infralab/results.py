@@ -9,6 +9,8 @@ The rules for an output FOLDER (`atomic_output_dir`), documented in docs/archite
   (a file, a folder without the marker) belongs to the user and is never touched.
 - A user's file put inside an earlier result folder is not lost: the run refuses to replace a folder
   that holds files the marker does not list (before any work), and checks again just before replacing.
+  A marker without a list of files (or not infralab's) vouches for none: marker or not, a file
+  infralab did not list is never deleted.
 - Replacing is one step that cannot lose both: the old folder is renamed aside (`.<name>.old-<pid>`)
   only once the new one is complete, the new one is renamed in, and only then is the old one deleted;
   on any failure in between the old one is renamed back.
@@ -165,9 +167,9 @@ def _check_replaceable(final: Path, where: str) -> None:
         if any(final.iterdir()):
             raise InputError(where, "exists and was not written by infralab; refusing to overwrite it", FOLDER_EXPECTED)
         return
-    listed = _manifest(final)
-    if listed is None:  # a folder of an infralab version that wrote no list: all of it is ours
-        return
+    # Only the files the marker lists are ours: a marker without a list (a run that died before
+    # writing it, an older version, or a file of that name put there by hand) vouches for nothing.
+    listed = _manifest(final) or set()
     extra = sorted(set(_files(final)) - listed - {MARKER})
     if extra:
         shown = ", ".join(extra[:3]) + (f" and {len(extra) - 3} more" if len(extra) > 3 else "")
@@ -186,8 +188,11 @@ def _files(folder: Path) -> list[str]:
 
 
 def _manifest(folder: Path) -> set[str] | None:
+    """The files the marker lists, or None when it is not infralab's (its first line differs)."""
     lines = (folder / MARKER).read_text(encoding="utf-8", errors="replace").splitlines()
-    return set(lines[1:]) if len(lines) > 1 else None
+    if not lines or lines[0] != MARKER_HEADER:
+        return None
+    return set(lines[1:])
 
 
 def _write_manifest(tmp: Path) -> None:

@@ -77,6 +77,24 @@ def test_a_user_file_inside_an_earlier_result_is_refused_before_the_run(tmp_path
     assert siblings(out) == []
 
 
+@pytest.mark.parametrize("marker", ["written by infralab\n", "", "my own notes\nuser.txt\n"])
+def test_a_marker_without_a_list_vouches_for_no_file(tmp_path, marker):
+    """A folder holding the marker but no list of files (a run that died before writing it, an
+    older version, or a file of that name the user made) is not ours to replace: its files stay."""
+    out = tmp_path / "res"
+    out.mkdir()
+    (out / MARKER).write_text(marker)
+    (out / "user.txt").write_text("mine")
+    with pytest.raises(InputError, match=r"--out .*res: holds files .*user.txt"):
+        with atomic_output_dir(out):
+            pass
+    assert (out / "user.txt").read_text() == "mine"
+    (out / "user.txt").unlink()  # with only the marker left, the folder may be replaced
+    with atomic_output_dir(out) as tmp:
+        (tmp / "a.txt").write_text("1")
+    assert (out / "a.txt").read_text() == "1"
+
+
 def test_a_user_file_added_during_the_run_is_kept(tmp_path):
     out = tmp_path / "res"
     write_result(out, {"a.txt": "1"})
