@@ -39,13 +39,17 @@ from pathlib import Path
 from infralab import locations
 from infralab.calibration_table import CalibrationRow
 from infralab.sim.calibration import CalibrationTable
-from infralab.sim.config import CostConfig, EfficiencyConfig, RooflineExtrasConfig
+from infralab.sim.config import DEFAULT_MEMORY_EFFICIENCY, CostConfig, EfficiencyConfig, RooflineExtrasConfig
 from infralab.sim.cost import CostModel
 from infralab.sim.specs import ModelSpec, load_accelerator, load_link, load_model
 from infralab.vidur_profile import read_vidur_profile
 
+# The plain roofline; the norm and the residual add unfused, as the profiles time them.
 PLAIN = RooflineExtrasConfig(kernel_launch_s=0.0, small_ops=False, decode_attention_floor_s=0.0, sampler=False,
-                             ridge_sharpness=None, eager_launch_s=0.0, graph_launch_s=0.0)  # the plain roofline
+                             ridge_sharpness=None, eager_launch_s=0.0, graph_launch_s=0.0, fused_add_norm=False)
+MEMORY_FIT_MODEL = "Llama-2-70b-hf"  # each part's memory efficiency: its decode GEMMs (fit_memory_efficiency)
+DECODE_TOKENS = 16  # a GEMM of at most this many rows streams its weights (decode)
+STREAMING_BYTES = 32 * 2**20  # and of at least this many bytes, where a fixed per-call time is negligible
 FIT_MODELS = ("Llama-2-7b-hf", "Llama-2-70b-hf")
 # (profile folder under compute/, catalog model, accelerator) evaluated
 HOLDOUT = (
@@ -104,6 +108,15 @@ def fit_extras(rows: list[CalibrationRow], attention_fit: list[CalibrationRow], 
     )
 
 
+def fit_memory_efficiency(rows: list[CalibrationRow], hbm_bandwidth: float) -> float:
+    """One part's memory efficiency (`AcceleratorSpec.memory_efficiency`), two significant digits:
+    the bytes over the time of its decode-shaped GEMMs (<= DECODE_TOKENS rows, >= STREAMING_BYTES:
+    weights streamed once, the per-call fixed time negligible) over the part's HBM bandwidth."""
+    streaming = [r for r in rows if r.kernel == "matmul" and r.shape_dict["M"] <= DECODE_TOKENS
+                 and r.bytes >= STREAMING_BYTES]
+    return float(f"{sum(r.bytes for r in streaming) / sum(r.median_s for r in streaming) / hbm_bandwidth:.2g}")
+
+
 def fit_line(points: Iterable[tuple[float, float]]) -> tuple[float, float]:
     """Least-squares (intercept, slope) of y = a + b x."""
     xs, ys = zip(*points)
@@ -144,7 +157,8 @@ def mlp_calls(rows: list[CalibrationRow], model: str, accel: str, extras: Roofli
     """Each measured GEMM and small op of a hold-out mlp.csv against the three predictions."""
     spec = load_model(model)
     index = shape_index(spec)
-    rate = load_accelerator(accel).hbm_bandwidth * EfficiencyConfig().memory
+    part = load_accelerator(accel)
+    rate = part.hbm_bandwidth * (part.memory_efficiency or DEFAULT_MEMORY_EFFICIENCY)
     calls = []
     by_tp: dict[int, tuple[CostModel, CostModel, CostModel | None]] = {}
     for row in rows:
@@ -329,6 +343,13 @@ def main(argv: list[str] | None = None) -> int:
               "decode_attention_floor_s")
     same = "equal" if all(getattr(extras, f) == getattr(shipped, f) for f in fitted) else "DIFFERENT from"
     print(f"the fit is {same} the shipped defaults (sim/config.py RooflineExtrasConfig)")
+
+    for folder, part in (("a100", a100), ("h100", load_accelerator("H100"))):
+        fitted_eff = fit_memory_efficiency(read_vidur_profile(root / "compute" / folder / "meta-llama" / MEMORY_FIT_MODEL),
+                                           part.hbm_bandwidth)
+        verdict = "equal to" if fitted_eff == part.memory_efficiency else "DIFFERENT from"
+        print(f"memory efficiency {part.name} (decode GEMMs of {MEMORY_FIT_MODEL}): {fitted_eff}, {verdict} "
+              f"{part.name}.toml's ({part.memory_efficiency})")
 
     table = CalibrationTable([*fit_rows, *attention_fit], source="fit part")
     calls: list[Call] = []

@@ -82,7 +82,9 @@ class EfficiencyConfig:
     # 8-bit x 8-bit GEMMs (W8A8, FP8 or INT8) as a fraction of their (twice as high) peak; None: `gemm`.
     gemm_8bit: Fraction | None = None
     attention: Fraction = 0.5
-    memory: Fraction = 0.8  # streaming reads/writes (weights, KV, linear-attention state)
+    # Streaming reads/writes (weights, KV, linear-attention state); None: the accelerator's own
+    # (`AcceleratorSpec.memory_efficiency`), else DEFAULT_MEMORY_EFFICIENCY.
+    memory: Fraction | None = None
     collective: Fraction = 0.7
 
 
@@ -104,6 +106,7 @@ class HostOverheadConfig:
     async_residue_s: Seconds = 0.0  # async only: added to max(device, host) per step
 
 
+DEFAULT_MEMORY_EFFICIENCY = 0.8  # an accelerator without its own measured fraction (sim/cost/geometry.py)
 DEFAULT_KERNEL_LAUNCH_S = 5.0e-6  # Vidur's A100 profiles (benchmarks/vidur_calibration_check.py)
 DEFAULT_DECODE_ATTENTION_FLOOR_S = 1.9e-5  # likewise, Vidur's A100 attention profile
 

@@ -5,7 +5,7 @@ and TP collectives (`CostModel.all_reduce_s`).
 The model (docs/sim.md, "EPD and per-pool hardware"), for n images of p patches each, width h,
 L blocks, P parameters, on t TP ranks (weights sharded, as vLLM shards a ViT's linear layers):
 - matrix products: 2 x P x p x n FLOPs at the GEMM rate (BF16 peak x `efficiency.gemm`) / t,
-  at least the weights read once (P x 2 bytes at HBM bandwidth x `efficiency.memory`) / t;
+  at least the weights read once (P x 2 bytes at HBM bandwidth x the memory efficiency) / t;
 - attention: 4 x L x p^2 x h x n FLOPs (full, bidirectional, per image) at the attention rate / t;
 - with t > 1, two all-reduces per block of the block's output (n x p x h x 2 bytes).
 The encoder runs in BF16 whatever the language model's dtype (W8A8 checkpoints keep the vision
@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infralab.sim.cost import CostModel
+from infralab.sim.cost.geometry import memory_efficiency
 from infralab.sim.specs import VisionEncoderSpec
 
 ENCODER_DTYPE = "bf16"
@@ -41,7 +42,7 @@ class EncoderCost:
         peak = cost.accel.peak(ENCODER_DTYPE)
         patches = spec.patches_per_image * images
         gemm = 2.0 * spec.num_params * patches / (peak * eff.gemm * tp)
-        weights = spec.num_params * ACTIVATION_BYTES / (cost.accel.hbm_bandwidth * eff.memory * tp)
+        weights = spec.num_params * ACTIVATION_BYTES / (cost.accel.hbm_bandwidth * memory_efficiency(cost.cfg, cost.accel) * tp)
         attention = 4.0 * spec.num_layers * spec.patches_per_image ** 2 * spec.hidden_size * images / (
             peak * eff.attention * tp)
         collectives = 2 * spec.num_layers * cost.all_reduce_s(patches * spec.hidden_size * ACTIVATION_BYTES)

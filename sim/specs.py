@@ -70,6 +70,9 @@ class AcceleratorSpec:
     # fitted on the A100; `RooflineExtrasConfig` overrides either): the least time of any kernel, and
     # of one layer's decode attention (seconds).
     kernel_launch_s: Number(ge=0.0, le=1.0) | None = None
+    # The fraction of `hbm_bandwidth` a GEMM streaming its weights reaches at decode (bytes / time
+    # of decode-shaped GEMMs on this part); None: the cost model's default.
+    memory_efficiency: Number(gt=0.0, le=1.0) | None = None
     decode_attention_floor_s: Number(ge=0.0, le=1.0) | None = None
     source: str = ""
     notes: str = ""

@@ -13,8 +13,10 @@ bytes/s x memory efficiency)), for one TP rank (ranks run in lockstep); `Geometr
 
 Efficiency defaults (`EfficiencyConfig`) and their basis: gemm 0.7 (large BF16 cuBLAS GEMMs on
 H100 reach ~650-750 of 989 dense TFLOP/s); attention 0.5 (FlashAttention-2 reaches ~50-70 % of peak
-on A100 and ~35-50 % on H100, FlashAttention-3 ~75 % on H100); memory 0.8 (streaming kernels reach
-~80-90 % of HBM peak); collective 0.7 (NCCL all-reduce bus bandwidth over NVLink typically reaches
+on A100 and ~35-50 % on H100, FlashAttention-3 ~75 % on H100); memory per accelerator where its own
+profiles measure it (`AcceleratorSpec.memory_efficiency`: decode-shaped GEMMs in Vidur's A100 and
+H100 profiles, benchmarks/vidur_calibration_check.py), else 0.8 (streaming kernels reach ~80-90 %
+of HBM peak); collective 0.7 (NCCL all-reduce bus bandwidth over NVLink typically reaches
 ~70-80 % of the per-direction link rate for large messages; small ones are latency-bound, which the
 latency term covers).
 
@@ -29,7 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infralab.errors import InputError
-from infralab.sim.config import DEFAULT_DECODE_ATTENTION_FLOOR_S, DEFAULT_KERNEL_LAUNCH_S, CostConfig, HardwareConfig
+from infralab.sim.config import (DEFAULT_DECODE_ATTENTION_FLOOR_S, DEFAULT_KERNEL_LAUNCH_S, DEFAULT_MEMORY_EFFICIENCY,
+                                 CostConfig, HardwareConfig)
 from infralab.sim.specs import DTYPE_BYTES, AcceleratorSpec, LinkSpec, ModelSpec
 from infralab.work_formulas import replay_ssm_state_bytes
 
@@ -156,7 +159,7 @@ class Geometry:
             peak=peak, gemm_rate=peak * _gemm_efficiency(cfg), attn_peak=attn_peak, attn_rate=attn_peak * eff.attention,
             lm_peak=lm_peak,
             state_peak=state_peak, state_rate=state_peak * eff.attention,
-            mem_rate=accel.hbm_bandwidth * eff.memory, launch=_first(cfg.extras.kernel_launch_s, accel.kernel_launch_s,
+            mem_rate=accel.hbm_bandwidth * memory_efficiency(cfg, accel), launch=_first(cfg.extras.kernel_launch_s, accel.kernel_launch_s,
                                                                       DEFAULT_KERNEL_LAUNCH_S),
             decode_attention_floor_s=_first(cfg.extras.decode_attention_floor_s, accel.decode_attention_floor_s,
                                             DEFAULT_DECODE_ATTENTION_FLOOR_S),
@@ -188,6 +191,12 @@ class Geometry:
 def _first(*values: float | None) -> float:
     """The first value that is not None."""
     return next(v for v in values if v is not None)
+
+
+def memory_efficiency(cfg: CostConfig, accel: AcceleratorSpec) -> float:
+    """The fraction of HBM bandwidth streaming kernels reach: `efficiency.memory` when a config sets
+    it, else the accelerator's measured one, else the default."""
+    return _first(cfg.efficiency.memory, accel.memory_efficiency, DEFAULT_MEMORY_EFFICIENCY)
 
 
 def _gemm_efficiency(cfg: CostConfig) -> float:

@@ -9,8 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infralab.errors import InputError
-from infralab.sim.config import CostConfig, EfficiencyConfig, HostOverheadConfig, RooflineExtrasConfig
+from infralab.sim.config import (DEFAULT_MEMORY_EFFICIENCY, CostConfig, EfficiencyConfig, HostOverheadConfig,
+                                 RooflineExtrasConfig)
 from infralab.sim.cost import OPS, CostModel, StepWork, decode_run_ends_stepwise
+from infralab.sim.cost.geometry import memory_efficiency
 from infralab.sim.specs import LinkSpec, load_accelerator, load_link, load_model
 
 H100 = load_accelerator("H100")
@@ -51,8 +53,8 @@ def test_single_decode_is_weight_read_bound():
     """One decode token reads every weight but the embedding table (a gather) once."""
     c = cost().step(StepWork.decode(1, 1))
     read = LLAMA8.weight_bytes("bf16") - 2 * LLAMA8.param_counts()["embedding"]
-    expected = read / (H100.hbm_bandwidth * CFG.efficiency.memory)
-    assert expected == pytest.approx(5.60e-3, rel=0.01)  # 15.0 GB at 2.68 TB/s
+    expected = read / (H100.hbm_bandwidth * memory_efficiency(CFG, H100))
+    assert expected == pytest.approx(5.21e-3, rel=0.01)  # 15.0 GB at 0.86 x 3.35 TB/s (H100's own efficiency)
     assert c.device_s == pytest.approx(expected, rel=0.005)  # KV, activations: the rest
 
 
@@ -164,7 +166,7 @@ def test_decode_attention_reads_the_kv_cache():
     """Large-context decode attention is memory-bound: KV bytes / (bw x eff)."""
     c = cost().step(StepWork.decode(8, 8 * 100_000))
     kv = 8 * 100_000 * LLAMA8.kv_bytes_per_token("bf16")
-    assert c.by_op["attention"] == pytest.approx(kv / (3.35e12 * 0.8), rel=0.01)
+    assert c.by_op["attention"] == pytest.approx(kv / (3.35e12 * H100.memory_efficiency), rel=0.01)
 
 
 def test_kda_decode_reads_and_writes_the_state():
@@ -366,3 +368,17 @@ def test_8bit_gemms_have_their_own_efficiency():
     eff = dataclasses.replace(CostConfig().efficiency, gemm_8bit=0.35)
     slow = CostModel(LLAMA8, H100, CostConfig(dtype="fp8e4m3", extras=PLAIN, efficiency=eff)).step(work).by_op
     assert slow["dense_gemm"] == pytest.approx(2 * base, rel=1e-9)
+
+
+def test_memory_efficiency_is_the_accelerators_unless_the_config_sets_one():
+    """Streaming rate per part (AcceleratorSpec.memory_efficiency, from its own profiles), a config's
+    `efficiency.memory` over it, the default for a part that has none."""
+    a100, l4 = load_accelerator("A100"), load_accelerator("L4")
+    assert memory_efficiency(CFG, H100) == H100.memory_efficiency == 0.86
+    assert memory_efficiency(CFG, a100) == a100.memory_efficiency == 0.76
+    assert l4.memory_efficiency is None and memory_efficiency(CFG, l4) == DEFAULT_MEMORY_EFFICIENCY
+    pinned = dataclasses.replace(CFG, efficiency=dataclasses.replace(CFG.efficiency, memory=0.5))
+    assert memory_efficiency(pinned, H100) == 0.5
+    one = CostModel(LLAMA8, H100, CFG).step(StepWork.decode(1, 1)).device_s
+    half = CostModel(LLAMA8, H100, pinned).step(StepWork.decode(1, 1)).device_s
+    assert half == pytest.approx(one * 0.86 / 0.5, rel=0.02)  # weight streaming dominates one decode token

@@ -101,6 +101,7 @@ import dataclasses  # noqa: E402
 from infralab.sim.config import CostConfig  # noqa: E402
 from infralab.sim.cost import CostModel, StepWork  # noqa: E402
 from infralab.sim.cost.attention import capped_causal_pairs  # noqa: E402
+from infralab.sim.cost.geometry import memory_efficiency  # noqa: E402
 from infralab.sim.specs import load_accelerator  # noqa: E402
 
 H100 = load_accelerator("H100")
@@ -151,7 +152,7 @@ def test_indexer_term_by_hand():
     keys = seqs * context / 16  # pooled keys: one per 16 tokens
     flops = keys * 2 * 32 * (128 + 1)  # 32 heads x (128-wide dot product + head weight); replicated at tp 8
     nbytes = keys * 128 * 2 + seqs * (32 * 128 + 2 * 128) * 2
-    by_hand = 11 * max(flops / (H100.peak("bf16") * eff.attention), nbytes / (H100.hbm_bandwidth * eff.memory))
+    by_hand = 11 * max(flops / (H100.peak("bf16") * eff.attention), nbytes / (H100.hbm_bandwidth * memory_efficiency(CostConfig(), H100)))
     assert indexed._attention.indexer_decode_s(seqs, seqs * context) == pytest.approx(by_hand, rel=1e-12)
 
 
