@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from infralab.cli import SEED_MAX
+
 if TYPE_CHECKING:
     from infralab.agent.sim_pool import Execution
 
@@ -111,7 +113,8 @@ def sim_sweep(args: argparse.Namespace) -> int:
     from infralab.agent.sweep import format_text, run_sweep
 
     rates = parse_numbers(args.rates, "--rates")
-    seeds = parse_numbers(args.seeds, "--seeds", kind=int, positive=False) if args.seeds is not None else None
+    seeds = (parse_numbers(args.seeds, "--seeds", kind=int, positive=False, at_most=SEED_MAX)
+             if args.seeds is not None else None)
     doc = run_sweep([args.config, *args.configs], rates, seeds, args.out, jobs=args.jobs,
                     show_progress=not args.no_progress, execution=_execution(args))
     if args.json:
@@ -127,7 +130,8 @@ def sim_capacity(args: argparse.Namespace) -> int:
     from infralab.agent.capacity import format_text, run_capacity
     from infralab.agent.rate_grid import parse_numbers
 
-    seeds = parse_numbers(args.seeds, "--seeds", kind=int, positive=False) if args.seeds is not None else None
+    seeds = (parse_numbers(args.seeds, "--seeds", kind=int, positive=False, at_most=SEED_MAX)
+             if args.seeds is not None else None)
     doc = run_capacity([args.config, *args.configs], seeds, tolerance=args.tolerance, quantile=args.quantile,
                        start=args.start, out=args.out, jobs=args.jobs, show_progress=not args.no_progress,
                        execution=_execution(args))

@@ -109,11 +109,14 @@ def at_rate(config: RateConfig, rate: float) -> dict[str, Any]:
     return data
 
 
-def parse_numbers(text: str, flag: str, kind: type = float, positive: bool = True) -> tuple[Any, ...]:
+def parse_numbers(text: str, flag: str, kind: type = float, positive: bool = True,
+                  at_most: float | None = None) -> tuple[Any, ...]:
     """A comma-separated list of numbers from the command line ("4,8,16"); InputError naming the
-    flag for an empty list, a bad item, a repeat, or (with `positive`) a value <= 0."""
+    flag for an empty list, a bad item, a repeat, (with `positive`) a value <= 0, or one above
+    `at_most` (the bound of the field it goes to, e.g. `run.seed`'s)."""
     items = [t.strip() for t in text.split(",") if t.strip()]
-    expected = f"comma-separated {'positive numbers' if kind is float else 'integers >= 0'}, e.g. " + (
+    ints = "integers >= 0" if at_most is None else f"integers from 0 to {at_most}"
+    expected = f"comma-separated {'positive numbers' if kind is float else ints}, e.g. " + (
         "4,8,16" if kind is float else "0,1,2")
     if not items:
         raise InputError(flag, "empty list", expected)
@@ -123,7 +126,8 @@ def parse_numbers(text: str, flag: str, kind: type = float, positive: bool = Tru
             value = kind(item)
         except ValueError:
             raise InputError(flag, f"bad value {item!r}", expected) from None
-        if (kind is float and not math.isfinite(value)) or (positive and value <= 0) or value < 0:
+        if ((kind is float and not math.isfinite(value)) or (positive and value <= 0) or value < 0
+                or (at_most is not None and value > at_most)):
             raise InputError(flag, f"bad value {item!r}", expected)
         values.append(value)
     if len(set(values)) != len(values):

@@ -160,17 +160,27 @@ def parse_table(text: str, source: str) -> list[CalibrationRow]:
     if not lines:
         raise InputError(source, "no header line", f"a header with columns {','.join(COLUMNS)}")
     header_number, header_line = lines[0]
-    header = tuple(cell.strip() for cell in next(csv.reader([header_line])))
+    header = tuple(cell.strip() for cell in _cells(header_line, f"{source}:{header_number}"))
     if header != COLUMNS:
         raise InputError(f"{source}:{header_number}", f"header is {','.join(header)}", f"columns {','.join(COLUMNS)}")
     rows = []
     for number, line in lines[1:]:
-        cells = [cell.strip() for cell in next(csv.reader([line]))]
         where = f"{source}:{number}"
+        cells = [cell.strip() for cell in _cells(line, where)]
         if len(cells) != len(COLUMNS):
             raise InputError(where, f"{len(cells)} columns", f"{len(COLUMNS)} columns")
         rows.append(_parse_row(dict(zip(COLUMNS, cells)), where))
     return rows
+
+
+def _cells(line: str, where: str) -> list[str]:
+    """One CSV line's cells; a line the csv module cannot read (a field over its size limit, a NUL
+    byte) is an InputError at `where`."""
+    try:
+        return next(csv.reader([line]))
+    except csv.Error as exc:
+        raise InputError(where, f"unreadable CSV line ({exc})",
+                         f"fields of at most {csv.field_size_limit()} characters, no NUL bytes") from None
 
 
 def _parse_row(cells: dict[str, str], where: str) -> CalibrationRow:

@@ -42,12 +42,20 @@ def fraction(text: str) -> float:
     return value
 
 
-def _int_at_least(text: str, low: int, what: str) -> int:
+SEED_MAX = 2**63 - 1  # `run.seed`'s bound (infralab/metrics/schema.py RunConfig; a test keeps them equal)
+
+
+def seed(text: str) -> int:
+    """argparse type: a seed, 0 <= N <= 2^63 - 1 (what `run.seed` accepts)."""
+    return _int_at_least(text, 0, "an integer from 0 to 2^63 - 1", high=SEED_MAX)
+
+
+def _int_at_least(text: str, low: int, what: str, high: int | None = None) -> int:
     try:
         value = int(text)
     except ValueError:
         value = low - 1
-    if value < low:
+    if value < low or (high is not None and value > high):
         raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
     return value
 
@@ -109,7 +117,7 @@ COMMANDS: tuple[Command, ...] = (
             "infralab.sim.cli:run", (
                 arg("config", metavar="CONFIG.toml", help="simulation config (see docs/sim.md)"),
                 arg("--out", required=True, metavar="DIR", help="results folder to write"),
-                arg("--seed", type=non_negative_int, default=None, help="override run.seed"),
+                arg("--seed", type=seed, default=None, help="override run.seed"),
                 arg("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config field before validation, e.g. --set cluster.instances=8 "
                          "(dotted key, TOML value; repeatable, later wins; docs/sim.md)"),
@@ -187,7 +195,7 @@ COMMANDS: tuple[Command, ...] = (
             "infralab.real.cli:run", (
                 arg("config", metavar="CONFIG.toml", help="a simulation config with hf_* engine fields (docs/fidelity.md)"),
                 arg("--out", required=True, metavar="DIR", help="results folder (written atomically)"),
-                arg("--seed", type=non_negative_int, default=None, help="override run.seed"),
+                arg("--seed", type=seed, default=None, help="override run.seed"),
                 arg("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="set a config key before validation (repeatable; TOML value), e.g. real.threads=2"),
             )),

@@ -15,12 +15,15 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from infralab.config_io import validate
 from infralab.errors import InputError
 from infralab.sim.config import CostConfig, EngineConfig, HardwareConfig
 from infralab.sim.cost import W8A8_DTYPES, CostModel
 from infralab.sim.specs import catalog_names, load_accelerator, load_encoder, load_link, load_model
+
+T = TypeVar("T")
 
 # HardwareConfig's GLM-class knobs that `spec_figures` passes through (None: off).
 HARDWARE_KNOBS = ("linear_tp", "lm_head_tp", "moe_ep", "layer_split", "pp", "pp_micro_batches")
@@ -80,8 +83,8 @@ def spec_figures(
         "state_bytes_per_seq": model.linear_state_bytes_per_seq(),
     }
     if accelerator is not None:
-        cost_cfg = CostConfig(dtype=dtype, kv_dtype=kv_dtype, kv_layer_dtypes=kv_layer_dtypes,
-                              replay_ssm_ring=replay_ssm_ring)
+        cost_cfg = _from_flags(CostConfig, dict(dtype=dtype, kv_dtype=kv_dtype, kv_layer_dtypes=kv_layer_dtypes,
+                                                replay_ssm_ring=replay_ssm_ring))
         out["kv_capacity"] = _kv_capacity(model, accelerator, tp, cost_cfg, gpu_memory_utilization,
                                           max_num_seqs, max_batched_tokens, block_size, hardware_knobs)
     if dtype in W8A8_DTYPES and w8a8_check is not None:
@@ -113,6 +116,16 @@ def w8a8_numerics(report: str | Path) -> dict[str, Any]:
                          "the output of `infralab kernels check --json --kernels w8a8_matmul`") from None
 
 
+def _from_flags(cls: type[T], fields: dict[str, Any]) -> T:
+    """`cls` from the command's flags (field `x_y` is flag `--x-y`); a value the field refuses is
+    one InputError naming the flag and the field's bound, as a config file's would be."""
+    try:
+        return validate(cls, fields, "sim catalog")
+    except InputError as exc:
+        field = exc.where.removeprefix("sim catalog: ").split(".")[0]
+        raise InputError(f"sim catalog: --{field.replace('_', '-')}", exc.problem, exc.expected) from None
+
+
 def _kind_of(name: str) -> str:
     if "/" in name or name.endswith(".toml"):
         return "models"  # a path: read as a model spec
@@ -127,11 +140,11 @@ def _kv_capacity(model, accelerator: str, tp: int, cost_cfg: CostConfig, utiliza
                  max_num_seqs: int | None, max_batched_tokens: int | None, block_size: int,
                  knobs: dict[str, int | None]) -> dict[str, Any]:
     accel = load_accelerator(accelerator)
-    hardware = HardwareConfig(accelerator=accelerator, tp=tp, **knobs)
+    hardware = _from_flags(HardwareConfig, dict(accelerator=accelerator, tp=tp, **knobs))
     link = load_link(hardware.tp_link) if tp > 1 or (hardware.pp or 1) > 1 else None
     cost = CostModel(model, accel, cost_cfg, tp=tp, tp_link=link, hardware=hardware)
-    engine = EngineConfig(max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens, block_size=block_size,
-                          gpu_memory_utilization=utilization)
+    engine = _from_flags(EngineConfig, dict(max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
+                                            block_size=block_size, gpu_memory_utilization=utilization))
     engine = engine.with_vllm_defaults(accel.usable_memory, accel.calibration_device, model.context_length)
     plan = cost.memory_plan(utilization, engine.max_num_seqs, engine.max_batched_tokens)
     return {

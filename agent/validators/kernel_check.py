@@ -24,6 +24,7 @@ from pydantic.dataclasses import dataclass
 from infralab.agent.findings import Evidence, Finding, Where
 from infralab.agent.hypothesis import Arm, Hypothesis, setup_as
 from infralab.agent.validators.base import Declaration, KnobSpec, Measurement, sample_keys
+from infralab.agent.validators.shape_memory import check_fits_memory
 from infralab.calibration_table import parse_shape
 from infralab.config_io import STRICT
 from infralab.errors import InputError
@@ -105,6 +106,7 @@ def task_of(hyp: Hypothesis, arm: Arm, seed: int) -> Any:
     shape = parse_shape(str(knobs["shape"]), f"{where}.shape")
     dims = setup_as(hyp, KernelSetup).dims
     shape = tuple((name, dims.get(name, size)) for name, size in shape)
+    check_fits_memory(str(knobs["kernel"]), dict(shape), f"{where}.shape")
     return PartitionTask(str(knobs["kernel"]), str(knobs["variant"]), "hypothesis", shape, split, tp, seed)
 
 

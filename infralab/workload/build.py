@@ -62,6 +62,8 @@ def _lengths(spec, n: int, seed: int, base_dir: Path, field: str) -> list[int]:
 
 
 def _check_context(requests: RequestTable, context_length: int) -> None:
+    """A drawn request must fit the model's context: its prompt, then prompt + output (the KV it
+    ends with; an engine refuses a request whose prompt + max tokens exceed it)."""
     too_long = next((r for r in requests if r.prompt_tokens > context_length), None)
     if too_long is not None:
         raise InputError(
@@ -69,4 +71,12 @@ def _check_context(requests: RequestTable, context_length: int) -> None:
             f"request {too_long.id} draws a prompt of {too_long.prompt_tokens} tokens, longer than "
             f"the model's context_length {context_length}",
             "prompt lengths that fit the model's context (lower the values, or set `max` for lognormal)",
+        )
+    too_long = next((r for r in requests if r.prompt_tokens + r.output_tokens > context_length), None)
+    if too_long is not None:
+        raise InputError(
+            "workload.output",
+            f"request {too_long.id} draws {too_long.prompt_tokens} prompt + {too_long.output_tokens} output "
+            f"tokens, more than the model's context_length {context_length}",
+            "prompt + output lengths that fit the model's context (lower either, or set `max`)",
         )

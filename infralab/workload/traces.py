@@ -74,6 +74,7 @@ class TraceColumns:
     block_hashes: list[tuple[int, ...]] | None  # None: the format carries no prefix identity
     lines: array  # array('q'): the file line of each request, for errors found after parsing
     prompt_field: str  # the prompt-length column's name in this file, for those errors
+    output_field: str  # likewise the output-length column's
 
 
 # ---- public API ------------------------------------------------------------------------------
@@ -219,7 +220,8 @@ def _requests(
 def _check_context(
     path: Path, columns: TraceColumns, kept: range, context_length: int, max_prompt_tokens: int | None
 ) -> None:
-    """The first kept request whose (clipped) prompt exceeds the model's context, by its file line."""
+    """The first kept request whose (clipped) prompt, or prompt + output, exceeds the model's
+    context, by its file line (an engine refuses a request whose prompt + max tokens exceed it)."""
     clip = max_prompt_tokens if max_prompt_tokens is not None else math.inf
     for i in kept:
         prompt = min(columns.prompt_tokens[i], clip)
@@ -228,6 +230,14 @@ def _check_context(
                 _where(path, columns.lines[i], columns.prompt_field),
                 f"a prompt of {prompt} tokens, longer than the model's context_length {context_length}",
                 "prompts that fit the model's context (set workload.max_prompt_tokens to clip them)",
+            )
+        if prompt + columns.output_tokens[i] > context_length:
+            raise InputError(
+                _where(path, columns.lines[i], columns.output_field),
+                f"{int(prompt)} prompt + {columns.output_tokens[i]} output tokens, more than the model's "
+                f"context_length {context_length}",
+                "requests that fit the model's context (set workload.max_prompt_tokens below context_length "
+                "minus the longest output)",
             )
 
 
@@ -329,11 +339,18 @@ def _parse_mooncake(path: Path, handle) -> TraceColumns:
         _check_order(path, line_no, "timestamp", ms, previous_ms, previous_line, lambda v: f"{v:g} ms")
         previous_ms, previous_line = ms, line_no
         times.append(ms / 1000.0)
-        prompts.append(_token_count(raw_in, path, line_no, "input_length"))
+        prompt = _token_count(raw_in, path, line_no, "input_length")
+        prompts.append(prompt)
         outputs.append(_token_count(raw_out, path, line_no, "output_length"))
-        hashes.append(_hash_ids(record.get("hash_ids", ()), path, line_no))
+        ids = _hash_ids(record.get("hash_ids", ()), path, line_no)
+        blocks = -(-max(prompt, 1) // MOONCAKE_BLOCK_TOKENS)
+        if len(ids) > blocks:  # a hash names one 512-token block of this prompt: more ids than blocks is no prompt
+            raise InputError(_where(path, line_no, "hash_ids"),
+                             f"{len(ids)} block ids for a prompt of {prompt} tokens ({blocks} blocks of "
+                             f"{MOONCAKE_BLOCK_TOKENS})", f"at most one id per {MOONCAKE_BLOCK_TOKENS}-token block")
+        hashes.append(ids)
         lines.append(line_no)
-    return TraceColumns(times, prompts, outputs, hashes, lines, "input_length")
+    return TraceColumns(times, prompts, outputs, hashes, lines, "input_length", "output_length")
 
 
 def _json_object(path: Path, line_no: int, line: str) -> dict:
@@ -363,10 +380,20 @@ def _hash_ids(value: object, path: Path, line_no: int) -> tuple[int, ...]:
 # ---- CSV (Azure, Vidur) --------------------------------------------------------------------------
 
 
+def _next_row(path: Path, reader) -> list[str] | None:
+    """The reader's next row (None at the end); a row the csv module cannot read (a field over its
+    size limit, a NUL byte) is an InputError at its line."""
+    try:
+        return next(reader, None)
+    except csv.Error as exc:
+        raise InputError(f"{path}:{reader.line_num}", f"unreadable CSV row ({exc})",
+                         f"fields of at most {csv.field_size_limit()} characters, no NUL bytes") from None
+
+
 def _csv_header(path: Path, reader, format: str) -> list[str]:
-    header = next(reader, None)
+    header = _next_row(path, reader)
     while header is not None and not any(cell.strip() for cell in header):
-        header = next(reader, None)  # leading blank lines
+        header = _next_row(path, reader)  # leading blank lines
     if header is None:
         raise InputError(str(path), "the trace is empty", f"a {format} CSV with a header line")
     return [cell.strip().lstrip("\ufeff") for cell in header]
@@ -388,7 +415,7 @@ def _column(path: Path, line: int, header: list[str], names: tuple[str, ...], ex
 
 def _cells(path: Path, reader, width: int):
     """Yield (line number, row) for each non-blank row; a short row is an error."""
-    for row in reader:
+    while (row := _next_row(path, reader)) is not None:
         if not row or not any(cell.strip() for cell in row):
             continue
         if len(row) < width:
@@ -424,7 +451,7 @@ def _parse_azure(path: Path, handle) -> TraceColumns:
         prompts.append(_token_count(row[in_col], path, line_no, "ContextTokens"))
         outputs.append(_token_count(row[out_col], path, line_no, "GeneratedTokens"))
         lines.append(line_no)
-    return TraceColumns(times, prompts, outputs, None, lines, "ContextTokens")
+    return TraceColumns(times, prompts, outputs, None, lines, "ContextTokens", "GeneratedTokens")
 
 
 def _wallclock(text: str, path: Path, line: int, day_cache: dict[str, int]) -> tuple[int, float]:
@@ -471,4 +498,4 @@ def _parse_vidur(path: Path, handle) -> TraceColumns:
         prompts.append(_token_count(row[in_col], path, line_no, in_name))
         outputs.append(_token_count(row[out_col], path, line_no, out_name))
         lines.append(line_no)
-    return TraceColumns(times, prompts, outputs, None, lines, in_name)
+    return TraceColumns(times, prompts, outputs, None, lines, in_name, out_name)

@@ -190,3 +190,11 @@ def test_work_of_several_steps_is_written_per_step() -> None:
         (1_000_000, 8, 2, 2, 1)  # 1000000.5 -> 1000000 (half to even), 7.5 -> 8, 1.75, 8/4 = 2, 0.75
     assert row.achieved_gbps == pytest.approx(1_000_000 / 1e-3 / 1e9)
     assert cycle.per_step()["transcendentals"] == 2.0 and cycle.per_step()["programs"] == 3.0
+
+
+def test_a_field_over_the_csv_modules_limit_is_an_error_at_its_line():
+    from infralab.calibration_table import COLUMNS, parse_table
+
+    text = ",".join(COLUMNS) + "\n" + "x" * 200_000 + "\n"
+    with pytest.raises(InputError, match=r"^t.csv:2: unreadable CSV line"):
+        parse_table(text, "t.csv")

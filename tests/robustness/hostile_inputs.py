@@ -347,6 +347,10 @@ def config_field_cases() -> Iterator[Case]:
         ("missing-value", {"kind": "fixed"}, "workload.prompt.value"),
     ):
         yield Case("config-field", f"prompt-{label}", mutated("workload.prompt", spec, ("cfg.toml", needle)))
+    # A prompt that fits with an output that does not: the request's KV outgrows the context.
+    beyond = with_value(with_value(BASE_CONFIG, "workload.prompt.value", 8000), "workload.output.value", 500)
+    yield Case("config-field", "prompt-plus-output-beyond-context",
+               lambda folder: (sim_run(folder, write(folder, "cfg.toml", to_toml(beyond))), ["cfg.toml", "workload.output"]))
     for field in ("workload.num_requests", "hardware", "model"):
         yield Case("config-field", f"missing-{field}", mutated(field, _MISSING))
     # Sizes that need more memory than any machine: refused before a request is drawn.
@@ -421,6 +425,26 @@ def hypothesis_cases() -> Iterator[Case]:
 
         yield Case("hypothesis", f"kernel-tp={label}", kernel)
 
+    def kernel_shape(folder: Path) -> tuple[list[str], list[str]]:
+        data = {
+            "hypothesis": {"name": "k", "claim": "c", "kind": "kernel-numerics", "metrics": ["rel_err"],
+                           "validators": ["kernel-check"], "acceptance": ["row.rel_err <= 1"]},
+            # K x V states of 4096 x 64 heads x 4096 x 4096: far beyond any machine's memory
+            "baseline": {"kernel": "kda_decode", "variant": "v3", "shape": "S=3;B=4096;H=64;K=4096;V=4096",
+                         "split": "none", "tp": 4},
+            "variant": [{"name": "row", "change": {"split": "head"}}],
+        }
+        write(folder, "h.toml", to_toml(data))
+        return ["test", str(folder / "h.toml"), "--out", str(folder / OUT)], ["h.toml", "baseline.shape"]
+
+    yield Case("hypothesis", "kernel-shape-beyond-memory", kernel_shape)
+    for label, change, needle in (
+        ("variant-table-unknown-key", {"engine": {"bogus": 1}}, "'engine.bogus'"),
+        ("variant-table-two-knobs", {"engine": {"max_num_seqs": 16, "block_size": 32}}, "engine.block_size"),
+    ):
+        variant = [{"name": "fast", "change": change}]
+        yield Case("hypothesis", label, hyp_case("variant", variant, needle))
+
 
 # ---- class: search spaces ------------------------------------------------------------------------
 
@@ -481,6 +505,8 @@ def trace_cases() -> Iterator[Case]:
         ("timestamp-string", {"timestamp": "soon"}, "t.jsonl:2: timestamp"),
         ("timestamp-backwards", {"timestamp": -5}, "t.jsonl:2: timestamp"),
         ("hash-ids-text", {"hash_ids": "abc"}, "t.jsonl:2: hash_ids"),
+        ("hash-ids-beyond-prompt", {"hash_ids": list(range(50))}, "t.jsonl:2: hash_ids"),  # 200 tokens: 1 block
+        ("output-beyond-context", {"input_length": 8000, "output_length": 500}, "t.jsonl:2: output_length"),
     ):
         yield Case("trace", f"mooncake-{label}", mooncake_case(row(2, **change), needle))
     yield Case("trace", "mooncake-nan-timestamp",
@@ -511,6 +537,7 @@ def trace_cases() -> Iterator[Case]:
         ("prompt-nan", "2023-11-16 18:15:47.0,nan,5\n", "t.csv:3: ContextTokens"),
         ("bad-time", "yesterday,10,5\n", "t.csv:3: TIMESTAMP"),
         ("short-row", "2023-11-16 18:15:47.0,10\n", "t.csv:3"),
+        ("field-over-csv-limit", "2023-11-16 18:15:47.0," + "1" * 200_000 + ",5\n", "t.csv:3"),
     ):
         yield Case("trace", f"azure-{label}", csv_case("azure", azure_head + line, needle))
     vidur_head = "arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,100,5\n"
@@ -518,6 +545,8 @@ def trace_cases() -> Iterator[Case]:
         ("time-inf", "inf,10,5\n", "t.csv:3: arrived_at"),
         ("time-nan", "nan,10,5\n", "t.csv:3: arrived_at"),
         ("decode-1e9", "1.0,10,1000000000\n", "t.csv:3: num_decode_tokens"),
+        ("field-over-csv-limit", "1.0," + "1" * 200_000 + ",5\n", "t.csv:3"),
+        ("prompt-plus-output-beyond-context", "1.0,8000,500\n", "t.csv:3: num_decode_tokens"),
     ):
         yield Case("trace", f"vidur-{label}", csv_case("vidur", vidur_head + line, needle))
 
@@ -667,6 +696,15 @@ def flag_cases() -> Iterator[Case]:
         ("explain-overlap-one", ["explain", "CFG", "--overlap", "a"], "--overlap"),
         ("kernels-no-verb", ["kernels"], "SUBCOMMAND"),
         ("test-no-file", ["test", "--quick"], "hypothesis"),
+        # A number beyond what the field it sets accepts: the flag's own one-line error.
+        ("sim-seed-2**63", ["sim", "run", "CFG", "--out", "OUT", "--seed", str(2**63)], "--seed"),
+        ("catalog-tp-2**70", ["sim", "catalog", "llama-3-8b", "--accelerator", "H100", "--tp", str(2**70)], "--tp"),
+        ("catalog-max-num-seqs-2**70", ["sim", "catalog", "llama-3-8b", "--accelerator", "H100",
+                                        "--max-num-seqs", str(2**70)], "--max-num-seqs"),
+        ("catalog-ring-2**70", ["sim", "catalog", "kimi-linear-48b-a3b", "--accelerator", "H100",
+                                "--replay-ssm-ring", str(2**70)], "--replay-ssm-ring"),
+        ("sweep-seeds-2**63", ["sim", "sweep", "CFG", "--rates", "1", "--seeds", str(2**63), "--out", "OUT"], "--seeds"),
+        ("capacity-seeds-2**63", ["sim", "capacity", "CFG", "--seeds", f"0,{2**63}", "--out", "OUT"], "--seeds"),
     ):
         yield Case("flags", label, flags(argv, needle))
 

@@ -12,6 +12,8 @@ import pytest
 from infralab.cli import main
 from robustness.hostile_inputs import (
     BASE_CONFIG,
+    HYPOTHESIS,
+    MODEL_SPEC,
     CLASSES,
     MOONCAKE_ROWS,
     OUT,
@@ -77,6 +79,33 @@ def test_an_integer_for_a_number_field_is_accepted(tmp_path, capsys):
     cfg = write(tmp_path, "cfg.toml", to_toml(data))
     code, _, err = run(["sim", "run", str(cfg), "--out", str(tmp_path / OUT)], capsys)
     assert code == 0, err
+
+
+def test_a_head_dim_other_than_hidden_over_heads_is_accepted(tmp_path, capsys):
+    """Real models set head_dim apart from hidden / heads (Qwen3, Gemma): accepted, and the
+    attention projections are heads x head_dim wide, not hidden."""
+    from infralab.sim.specs import load_model
+
+    narrow = write(tmp_path, "narrow.toml", to_toml(MODEL_SPEC))  # head_dim 16 = 64 / 4
+    wide = write(tmp_path, "wide.toml", to_toml(with_value(MODEL_SPEC, "head_dim", 32)))
+    cfg = write(tmp_path, "cfg.toml", to_toml(with_value(BASE_CONFIG, "model", "wide.toml")))
+    code, _, err = run(["sim", "run", str(cfg), "--out", str(tmp_path / OUT)], capsys)
+    assert code == 0, err
+    h, heads, kv, layers = MODEL_SPEC["hidden_size"], MODEL_SPEC["num_heads"], MODEL_SPEC["num_kv_heads"], MODEL_SPEC["num_layers"]
+    extra = layers * h * ((heads + 2 * kv) * 16 + heads * 16)  # q, k, v and o grow by 16 columns per head
+    assert load_model(str(wide)).num_params - load_model(str(narrow)).num_params == extra
+
+
+def test_a_knob_written_as_a_toml_sub_table_is_the_dotted_knob(tmp_path):
+    """`change = { engine.max_num_seqs = 16 }` (TOML's unquoted dotted key: a sub-table) is the same
+    variant as the quoted key."""
+    from infralab.agent.hypothesis import load_hypothesis
+
+    write(tmp_path, "cfg.toml", to_toml(BASE_CONFIG))
+    quoted = write(tmp_path, "a.toml", to_toml(HYPOTHESIS))
+    nested = write(tmp_path, "b.toml", to_toml(with_value(HYPOTHESIS, "variant", [
+        {"name": "fast", "change": {"engine": {"max_num_seqs": 16}}}])))
+    assert load_hypothesis(quoted).arms == load_hypothesis(nested).arms
 
 
 def test_help_is_unchanged(capsys):
