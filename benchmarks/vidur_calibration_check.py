@@ -12,6 +12,9 @@ The split the profiles' coverage allows (stated in docs/sim.md):
   Llama-2-70B on A100; EVALUATE on Llama-3-8B and Llama-3-70B on A100 (other GEMM shapes for 8B,
   the same layer shapes for 70B, and 8x more tokens: up to 32,768) and, for the fitted constants
   only, on Llama-2 on H100 (another GPU: no A100 row calibrates it);
+- each part's memory efficiency (`AcceleratorSpec.memory_efficiency`): FIT on Llama-2-70B's decode
+  GEMMs on that part (A100 and H100; `fit_memory_efficiency`), so Llama-2-70B's H100 GEMMs are no
+  longer held out; Llama-3 on A100 and Llama-2-7B on H100 are;
 - attention (only Llama-2-70B, TP 2, A100): FIT on rows whose KV size is a multiple of 128 (and,
   for prefill, whose chunk is too), EVALUATE on the others (interpolation between measured sizes);
 - all-reduce: curves FIT on 2 and 4 GPUs of a DGX node, EVALUATED on 8;
