@@ -146,8 +146,7 @@ def step_terms(point: Point) -> dict[str, float]:
         context = point.input_tokens + point.output_tokens // 2
         work = StepWork.decode(point.batch, point.batch * context)
     else:
-        work = StepWork.prefill(point.input_tokens)
-        for _ in range(point.batch - 1):
-            work = work + StepWork.prefill(point.input_tokens)
+        work = sum((StepWork.prefill(point.input_tokens) for _ in range(point.batch - 1)),
+                   StepWork.prefill(point.input_tokens))
     by_op = getattr(cost.step(work), "by_op", {})
     return {name: float(seconds) for name, seconds in by_op.items()}

@@ -15,7 +15,6 @@ these; `unit_note` keeps the original).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -159,7 +158,3 @@ def _check_point(p: Point, where: str) -> None:
 def _require(ok: bool, where: str, problem: str, expected: str) -> None:
     if not ok:
         raise InputError(where, problem, expected)
-
-
-def scored_points(points: Sequence[Point]) -> list[Point]:
-    return [p for p in points if p.scored]
