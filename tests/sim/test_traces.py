@@ -311,6 +311,10 @@ def test_a_prompt_longer_than_the_context_names_the_trace_line(tmp_path):
     with pytest.raises(InputError, match="context_length 100") as err:
         read_trace(path, "vidur", context_length=100)
     assert err.value.where == f"{path}:3: num_prefill_tokens"
-    # Clipped prompts, or a window without the long row, fit.
-    assert len(read_trace(path, "vidur", context_length=100, max_prompt_tokens=100)) == 3
+    # Prompts clipped to leave room for the output, or a window without the long row, fit; a clip
+    # to the whole context leaves none, and the output is named.
+    assert len(read_trace(path, "vidur", context_length=100, max_prompt_tokens=99)) == 3
+    with pytest.raises(InputError, match=r"100 prompt \+ 1 output tokens") as err:
+        read_trace(path, "vidur", context_length=100, max_prompt_tokens=100)
+    assert err.value.where == f"{path}:3: num_decode_tokens"
     assert len(read_trace(path, "vidur", context_length=100, max_requests=1)) == 1
