@@ -16,10 +16,12 @@ multimodal run's encode columns come back as `EncodeRecord`s (`LoadedRun.encodes
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import math
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -194,11 +196,22 @@ def load_requests(path: Path) -> tuple[RequestRecord, ...]:
     return load_requests_with_gaps(path)[0]
 
 
+@contextlib.contextmanager
+def _readable_csv(path: Path) -> Iterator[None]:
+    """A row the csv module cannot read (a field over its size limit, a NUL byte) is an InputError
+    naming the file, not a traceback."""
+    try:
+        yield
+    except csv.Error as exc:
+        raise InputError(f"{path}", f"unreadable CSV ({exc})",
+                         f"requests.csv as `infralab sim run` writes it (fields under {csv.field_size_limit()} characters)") from None
+
+
 def load_requests_with_gaps(path: Path) -> tuple[tuple[RequestRecord, ...], tuple[str, ...]]:
     """requests.csv rows as RequestRecords, and the optional columns the file lacks (their fields
     keep RequestRecord's defaults)."""
     text = read_text(path, "run", "requests.csv as `infralab sim run` writes it")
-    with io.StringIO(text, newline="") as handle:
+    with _readable_csv(path), io.StringIO(text, newline="") as handle:
         reader = csv.DictReader(handle)
         columns = reader.fieldnames or []
         missing = [c for c in REQUIRED_COLUMNS if c not in columns]
@@ -231,7 +244,7 @@ def load_encodes(path: Path) -> tuple[EncodeRecord, ...] | None:
     rows' order (empty cells: NaN); None when the file has none of them. A file with some of them
     but not all is an InputError naming the absent ones."""
     text = read_text(path, "run", "requests.csv as `infralab sim run` writes it")
-    with io.StringIO(text, newline="") as handle:
+    with _readable_csv(path), io.StringIO(text, newline="") as handle:
         reader = csv.DictReader(handle)
         columns = reader.fieldnames or []
         present = [c for c in ENCODE_FIELDS if c in columns]

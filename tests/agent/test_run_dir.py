@@ -121,3 +121,15 @@ def test_bad_trace(tmp_path):
     path.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "ts": "soon"}]}))
     with pytest.raises(InputError, match=r"traceEvents\[0\]"):
         load_run(path)
+
+
+def test_a_requests_csv_field_over_the_csv_limit_is_an_error_naming_the_file(tmp_path):
+    from infralab.agent.run_dir import REQUIRED_COLUMNS, load_requests_with_gaps
+    from infralab.errors import InputError
+
+    path = tmp_path / "requests.csv"
+    cells = ["1" * 200_000] + ["0"] * (len(REQUIRED_COLUMNS) - 1)
+    path.write_text(",".join(REQUIRED_COLUMNS) + "\n" + ",".join(cells) + "\n")
+    with pytest.raises(InputError, match="unreadable CSV") as info:
+        load_requests_with_gaps(path)
+    assert info.value.where == str(path)
