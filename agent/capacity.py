@@ -27,9 +27,9 @@ from infralab.agent.progress import progress
 from infralab.agent.rate_grid import (
     RateConfig,
     RatePoint,
-    check_rate_settable,
     load_rate_configs,
     rate_config,
+    rate_field_text,
     run_rates,
 )
 from infralab.agent.sim_pool import Execution
@@ -112,8 +112,7 @@ def find_capacities(
 ) -> tuple[list[Bisection], list[dict[str, Any]]]:
     """Each config's bisection, run in lockstep (one pool call per round holds every unfinished
     config's probe at every seed), and every probe's runs as rows for capacity_probes.csv."""
-    searches = [Bisection(start if start is not None else float(c.data["workload"]["arrival"]["rate"]), tolerance)
-                for c in configs]
+    searches = [Bisection(start if start is not None else c.own_rate, tolerance) for c in configs]
     rows: list[dict[str, Any]] = []
     with progress(len(configs), "capacity", "config", enabled=show_progress) as tick:
         while True:
@@ -165,7 +164,7 @@ def run_capacity(
         "rule": rule_text(quantile, seeds),
         "tolerance": tolerance,
         "tolerance_rule": "stops when high - low <= tolerance x high; capacity = low",
-        "rate_field": "workload.arrival.rate",
+        "rate_field": rate_field_text(configs),
         "seeds": list(seeds) if seeds is not None else None,
         "configs": [_config_doc(c, b) for c, b in zip(configs, searches)],
     }
@@ -182,6 +181,7 @@ def _config_doc(c: RateConfig, b: Bisection) -> dict[str, Any]:
     capacity = b.low if b.bracketed else None
     return {
         "label": c.label, "file": c.source, "accelerators": c.accelerators,
+        **({} if c.trace_rate is None else {"trace_rate_rps": c.trace_rate}),
         "slo": {"ttft_s": c.slo_ttft_s, "tpot_s": c.slo_tpot_s},
         "capacity_rps": capacity,
         "capacity_rps_per_accelerator": None if capacity is None else capacity / c.accelerators,
@@ -225,7 +225,6 @@ def overlay_config(base: str | Path, overlay: Overlay) -> RateConfig:
         key = next((k for k in overlay.changes if field == k or field.startswith(k + ".")), None)
         where = f"{overlay.where}.{key}" if key is not None else overlay.where
         raise InputError(where, f"{exc.problem} ({exc.where})", exc.expected) from None
-    check_rate_settable(cfg, str(base))
     return rate_config(overlay.label, cfg, base.resolve().parent, str(base))
 
 

@@ -1,9 +1,10 @@
 """Simulation configs run at chosen request rates and seeds: what `infralab sim sweep` and
 `infralab sim capacity` share (docs/sweeps.md).
 
-A rate is the mean arrival rate of a synthetic workload in requests per second
-(`workload.arrival.rate`, Poisson or gamma); a trace replays its own arrival times, so a trace
-config is refused with the form expected. Every (config, rate, seed) is one job of the agent's
+A rate is a mean arrival rate in requests per second: a synthetic workload's
+`workload.arrival.rate` (Poisson or gamma), or a trace's own rate (its requests over its span, in
+the window it keeps) times `workload.rate_scale`, so a trace replays its own arrival pattern and
+prefix identities, compressed or stretched to the rate. Every (config, rate, seed) is one job of the agent's
 simulation pool (agent/sim_pool.py), so the numbers are those `infralab sim run --seed` gives for
 the same config with that rate; results come back in job order.
 """
@@ -22,6 +23,7 @@ from infralab.metrics.summary import LATENCY_STATS, RunSummary, metric_names
 from infralab.sim.config import SimConfig
 
 RATE_FIELD = "workload.arrival.rate"
+TRACE_RATE_FIELD = "workload.rate_scale"  # a trace's rate = its own rate x this
 # The flat metrics (docs/sim.md) a sweep records per run, besides slo_attainment.
 RUN_METRICS = metric_names(
     "completed",
@@ -52,6 +54,22 @@ class RateConfig:
     slo_ttft_s: float
     slo_tpot_s: float
     seed: int  # the config's run.seed, the default seed
+    # A trace workload's own mean arrival rate (req/s at rate_scale 1, in the window it keeps);
+    # None for a synthetic workload.
+    trace_rate: float | None = None
+
+    @property
+    def rate_field(self) -> str:
+        """The config field a rate sets: the arrival rate, or a trace's rate_scale."""
+        return RATE_FIELD if self.trace_rate is None else TRACE_RATE_FIELD
+
+    @property
+    def own_rate(self) -> float:
+        """The rate the config runs at as written (req/s)."""
+        workload = self.data["workload"]
+        if self.trace_rate is None:
+            return float(workload["arrival"]["rate"])
+        return self.trace_rate * float(workload["rate_scale"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,15 +83,22 @@ class RatePoint:
     metrics: dict[str, Any]
 
 
+def rate_field_text(configs: Sequence[RateConfig]) -> str:
+    """What a rate sets, for a document's `rate_field`: the arrival rate, and for traces their own
+    rate x rate_scale."""
+    if all(c.trace_rate is None for c in configs):
+        return RATE_FIELD
+    return f"{RATE_FIELD} (a trace: its own rate x {TRACE_RATE_FIELD})"
+
+
 def load_rate_configs(paths: Sequence[str | Path]) -> list[RateConfig]:
-    """Each config, validated, with a synthetic workload whose rate can be set; labels are the
-    configs' run.name, with the file stem added where two would collide."""
+    """Each config, validated (a synthetic workload, or a trace with a rate of its own); labels are
+    the configs' run.name, with the file stem added where two would collide."""
     from infralab.sim.config import load_config
 
     loaded = []
     for path in paths:
         cfg, base_dir = load_config(path)
-        check_rate_settable(cfg, str(path))
         loaded.append((str(path), cfg, base_dir))
     names = [cfg.run.name for _, cfg, _ in loaded]
     out = []
@@ -86,25 +111,44 @@ def load_rate_configs(paths: Sequence[str | Path]) -> list[RateConfig]:
     return out
 
 
-def check_rate_settable(cfg: SimConfig, source: str) -> None:
-    """InputError naming `source` unless the config's workload is synthetic (its rate can be set)."""
-    if cfg.workload.kind != "synthetic":
-        raise InputError(f"{source}: workload.kind", f"{cfg.workload.kind!r} replays its own arrival times",
-                         f'a synthetic workload ({RATE_FIELD} is the rate the sweep sets, req/s); for a trace, '
-                         f'use [workload] kind = "synthetic" with empirical lengths from it')
+def check_rate_settable(cfg: SimConfig, source: str, base_dir: Path) -> float | None:
+    """None for a synthetic workload (its arrival rate is set directly); for a trace, its own mean
+    arrival rate (req/s: requests after the first over the span, in the window the config keeps,
+    before rate_scale). InputError naming `source` for a trace whose rate is not defined (fewer
+    than two requests, or all at one instant)."""
+    if cfg.workload.kind == "synthetic":
+        return None
+    from infralab.locations import resolve_path
+    from infralab.workload.traces import read_trace
+
+    w = cfg.workload
+    requests = read_trace(resolve_path(w.path, base_dir), w.format, start_s=w.start_s, end_s=w.end_s,
+                          max_requests=w.max_requests)
+    span = requests[-1].arrival_s - requests[0].arrival_s if len(requests) else 0.0
+    if len(requests) < 2 or span <= 0:
+        raise InputError(f"{source}: workload.path", f"{len(requests)} request(s) over {span:g} s: no arrival rate",
+                         f"a trace window with at least two requests at different times (its rate x "
+                         f"{TRACE_RATE_FIELD} is the rate the search sets), or a synthetic workload")
+    return (len(requests) - 1) / span
 
 
 def rate_config(label: str, cfg: SimConfig, base_dir: Path, source: str) -> RateConfig:
-    """A validated config (synthetic workload) as a RateConfig labelled `label`."""
+    """A validated config as a RateConfig labelled `label` (a trace's own rate read once here)."""
     return RateConfig(label=label, data=dataclasses.asdict(cfg), base_dir=base_dir, source=source,
                       accelerators=accelerator_count(cfg), slo_ttft_s=float(cfg.slo.ttft_s),
-                      slo_tpot_s=float(cfg.slo.tpot_s), seed=int(cfg.run.seed))
+                      slo_tpot_s=float(cfg.slo.tpot_s), seed=int(cfg.run.seed),
+                      trace_rate=check_rate_settable(cfg, source, base_dir))
 
 
 def at_rate(config: RateConfig, rate: float) -> dict[str, Any]:
-    """The config's data with the arrival rate set to `rate` (req/s), validated."""
-    data = {**config.data, "workload": {**config.data["workload"],
-                                        "arrival": {**config.data["workload"]["arrival"], "rate": rate}}}
+    """The config's data at `rate` (req/s): the arrival rate set, or a trace's rate_scale = rate /
+    its own rate; validated."""
+    workload = dict(config.data["workload"])
+    if config.trace_rate is None:
+        workload["arrival"] = {**workload["arrival"], "rate": rate}
+    else:
+        workload["rate_scale"] = rate / config.trace_rate
+    data = {**config.data, "workload": workload}
     checked_config(data, config.source, config.base_dir)
     return data
 

@@ -23,7 +23,8 @@ from typing import Any
 
 from infralab.agent import figure_style
 from infralab.agent.progress import progress
-from infralab.agent.rate_grid import ATTAINMENT, RUN_METRICS, RateConfig, RatePoint, load_rate_configs, run_rates
+from infralab.agent.rate_grid import (ATTAINMENT, RUN_METRICS, RateConfig, RatePoint, load_rate_configs, rate_field_text,
+                                      run_rates)
 from infralab.agent.sim_pool import Execution
 from infralab.results import atomic_output_dir, dump_json
 
@@ -200,7 +201,7 @@ def run_sweep(
                          "slo": {"ttft_s": c.slo_ttft_s, "tpot_s": c.slo_tpot_s}} for c in configs],
             "rates_rps": sorted(float(r) for r in rates),
             "seeds": list(seeds) if seeds is not None else None,
-            "rate_field": "workload.arrival.rate",
+            "rate_field": rate_field_text(configs),
             "figures": figures,
         }
         dump_json(doc, tmp / "sweep.json")

@@ -96,12 +96,30 @@ def test_sweep_files_are_byte_identical_across_runs_and_workers(tmp_path):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
 
 
-def test_sweep_refuses_a_trace_workload(tmp_path):
+def test_a_trace_sweeps_at_rates_by_its_rate_scale(tmp_path):
+    """A trace keeps its own arrival pattern; a rate of R req/s sets rate_scale = R / its own rate
+    (requests after the first over its span)."""
+    from infralab.agent.rate_grid import at_rate, load_rate_configs
+
+    path = tmp_path / "trace.toml"
+    rows = "".join(f"2023-11-16 18:15:{46 + 2 * i:02d}.0,10,2\n" for i in range(5))  # 5 requests over 8 s
+    (tmp_path / "t.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + rows)
+    path.write_text('model = "llama-3-8b"\n[hardware]\naccelerator = "H100"\n'
+                    '[workload]\nkind = "trace"\npath = "t.csv"\nformat = "azure"\n')
+    (config,) = load_rate_configs([path])
+    assert config.trace_rate == pytest.approx(4 / 8) and config.own_rate == pytest.approx(0.5)
+    assert at_rate(config, 2.0)["workload"]["rate_scale"] == pytest.approx(4.0)
+    doc = run_sweep([path], rates=(0.5, 2.0), seeds=None, out=tmp_path / "o", show_progress=False)
+    assert "rate_scale" in doc["rate_field"]
+    assert (tmp_path / "o" / "runs.csv").read_text().count("\n") == 3  # header + one run per rate
+
+
+def test_a_trace_of_one_request_has_no_rate(tmp_path):
     path = tmp_path / "trace.toml"
     (tmp_path / "t.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,10,2\n")
     path.write_text('model = "llama-3-8b"\n[hardware]\naccelerator = "H100"\n'
                     '[workload]\nkind = "trace"\npath = "t.csv"\nformat = "azure"\n')
-    with pytest.raises(InputError, match="workload.kind"):
+    with pytest.raises(InputError, match="no arrival rate"):
         run_sweep([path], rates=(1.0,), seeds=None, out=tmp_path / "o", show_progress=False)
     assert not (tmp_path / "o").exists()
 
