@@ -11,14 +11,24 @@ and bisection, at the registered tolerance), divided by its NPUs; the ratio to t
 taken per seed and reported as its mean and min..max. The mechanism table runs every arm at one
 rate, the baseline's capacity at seed 0, and reads what the registration names: KV capacity, the
 prefix-cache hit rate (cached / prompt tokens), the prompt tokens actually prefilled, p90 TTFT and
-TPOT. Arms whose pool-size rule (`pools`) is not implemented here are listed as not run, with the
-reason; nothing is filled in for them. The report prints the registration and every deviation.
+TPOT. The report prints the registration and every deviation.
+
+The pool-size rule (arms with `pools`) reads the previous arm's run at its capacity (seed 0), with
+that run's own cost model, as device-seconds of work:
+- prefill: each finished request's uncached prompt as one prefill step after its cached tokens;
+- decode: the run's decode tokens in steps of its mean decode batch B (the decoding sequences'
+  total decode time over the run's span, Little's law) at the mean context (prompt + output / 2);
+- encode: every image through the vision encoder on one NPU of the part (tp 1, the encode pool's).
+prefill : decode instances = the ratio of integers (each >= 1, sum <= 8) nearest that ratio in log
+terms (ties: the smaller deployment); encode instances = max(1, ceil(encode share x (prefill +
+decode instances))).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import statistics
 from pathlib import Path
 from typing import Any, Literal
@@ -32,12 +42,19 @@ from pydantic.dataclasses import dataclass  # noqa: E402
 from infralab.agent.capacity import Overlay, overlay_capacities, overlay_config  # noqa: E402
 from infralab.agent.rate_grid import at_rate  # noqa: E402
 from infralab.agent.sim_pool import SimJob, run_one  # noqa: E402
+from infralab.config_io import validate as validate_doc  # noqa: E402
+from infralab.sim.config import SimConfig  # noqa: E402
+from infralab.sim.cost import CostModel, StepWork  # noqa: E402
+from infralab.sim.encoder_cost import EncoderCost  # noqa: E402
+from infralab.sim.run import prepare_run, simulate_config, with_seed  # noqa: E402
+from infralab.sim.specs import load_accelerator, load_encoder, load_model  # noqa: E402
 from infralab.config_io import STRICT, load_toml, validate  # noqa: E402
 from infralab.errors import InputError  # noqa: E402
 from infralab.field_types import Int, Number  # noqa: E402
 from infralab.results import atomic_output_dir, dump_json  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+MAX_POOL_INSTANCES = 8  # prefill + decode instances at most (the registration's pool rule)
 REGISTRATION = HERE / "long_context.toml"
 SCHEMA = "infralab.glm_long_context/1"
 JOBS = 2
@@ -105,33 +122,98 @@ def load_registration(path: Path = REGISTRATION) -> Registration:
 
 
 def runnable_arms(reg: Registration) -> tuple[list[Arm], list[tuple[Arm, str]]]:
-    """The arms run here (up to the first with a pool-size rule) and the rest with the reason."""
-    for i, arm in enumerate(reg.arm):
-        if arm.pools:
-            why = (f"its pool sizes follow the registered rule ({arm.pools}: prefill : decode from the previous "
-                   "arm's device-seconds), which this runner does not implement yet")
-            return list(reg.arm[:i]), [(a, why if a is arm else f"builds on {arm.name}") for a in reg.arm[i:]]
+    """The arms run here and those not run with the reason (every registered rule is implemented:
+    none is left out)."""
     return list(reg.arm), []
 
 
-def overlays(arms: list[Arm], sizes: Sizes) -> list[Overlay]:
-    """Each arm as the cumulative overlay of the arms up to it, at the mode's request count."""
+def overlays(arms: list[Arm], sizes: Sizes, pools: dict[str, dict[str, int]] | None = None) -> list[Overlay]:
+    """Each arm as the cumulative overlay of the arms up to it, at the mode's request count, with
+    the pool sizes the rule gave an arm (`pools`: arm -> config field -> instances)."""
     out, changes = [], {"workload.max_requests": sizes.max_requests}
     for i, arm in enumerate(arms):
-        changes = {**changes, **arm.set}
+        changes = {**changes, **arm.set, **(pools or {}).get(arm.name, {})}
         out.append(Overlay(arm.name, dict(changes), f"long_context.toml: arm[{i}].set"))
     return out
 
 
-def capacities(reg: Registration, base: Path, arms: list[Arm], sizes: Sizes) -> dict[str, dict[int, dict[str, Any]]]:
-    """arm -> seed -> capacity.json's per-config entry, one bisection per seed (the registered rule)."""
-    out: dict[str, dict[int, dict[str, Any]]] = {a.name: {} for a in arms}
+def work_seconds(config: Any, rate: float, seed: int) -> dict[str, float]:
+    """Device-seconds of prefill, decode and encode work in the config's run at `rate` (module
+    docstring: the pool rule's inputs)."""
+    cfg = with_seed(validate_doc(SimConfig, at_rate(config, rate), config.source), seed)
+    cost = prepare_run(cfg, config.base_dir, config.source).cost
+    record = simulate_config(cfg, config.base_dir, config.source, timeline=False)
+    done = [r for r in record.requests if not math.isnan(r.finish_s)]
+    prefill = sum(cost.step(StepWork.prefill(max(r.prompt_tokens - r.cached_tokens, 1), r.cached_tokens)).device_s
+                  for r in done)
+    span = max(r.finish_s for r in done) - min(r.arrival_s for r in done)
+    batch = max(1, round(sum(r.finish_s - r.first_token_s for r in done) / span))
+    context = round(statistics.fmean(r.prompt_tokens + r.output_tokens / 2 for r in done))
+    decode_tokens = sum(max(r.output_tokens - 1, 0) for r in done)
+    decode = decode_tokens / batch * cost.step(StepWork.decode(batch, batch * context)).device_s
+    images = sum(e.images for e in (record.encodes or ()))
+    encode = 0.0
+    mm = cfg.workload.multimodal
+    if images and mm is not None:
+        accel = load_accelerator(cfg.hardware.accelerator)
+        one_npu = CostModel(load_model(cfg.model), accel, cfg.cost, tp=1)
+        spec = load_encoder(mm.encoder)
+        encode = images * EncoderCost(spec, one_npu, mm.tokens_per_image or spec.tokens_per_image).images_s(1)
+    return {"prefill_s": prefill, "decode_s": decode, "encode_s": encode, "decode_batch": batch, "images": images}
+
+
+def pool_sizes(work: dict[str, float], rule: str) -> dict[str, int]:
+    """The registered rule: prefill : decode instances nearest the work ratio (sum <= 8; ties: the
+    smaller), and for EPD max(1, ceil(encode share x (prefill + decode))) encode instances."""
+    target = math.log(work["prefill_s"] / work["decode_s"])
+    p, d = min(((p, d) for p in range(1, MAX_POOL_INSTANCES) for d in range(1, MAX_POOL_INSTANCES - p + 1)),
+               key=lambda pd: (abs(math.log(pd[0] / pd[1]) - target), pd[0] + pd[1]))
+    sizes = {"cluster.prefill_instances": p, "cluster.decode_instances": d}
+    if rule == "epd":
+        share = work["encode_s"] / (work["prefill_s"] + work["decode_s"] + work["encode_s"])
+        sizes["cluster.encode_instances"] = max(1, math.ceil(share * (p + d)))
+    return sizes
+
+
+def capacities(reg: Registration, base: Path, arms: list[Arm], sizes: Sizes,
+               pools: dict[str, dict[str, int]] | None = None, only: list[str] | None = None,
+               ) -> dict[str, dict[int, dict[str, Any]]]:
+    """arm -> seed -> capacity.json's per-config entry, one bisection per seed (the registered
+    rule), for the arms named in `only` (default all)."""
+    chosen = [o for o in overlays(arms, sizes, pools) if only is None or o.label in only]
+    out: dict[str, dict[int, dict[str, Any]]] = {o.label: {} for o in chosen}
     for seed in sizes.seeds:
-        docs, _ = overlay_capacities(base, overlays(arms, sizes), [seed], sizes.tolerance, reg.quantile,
+        docs, _ = overlay_capacities(base, chosen, [seed], sizes.tolerance, reg.quantile,
                                      start=None, jobs=JOBS, show_progress=False)
-        for arm, doc in zip(arms, docs):
-            out[arm.name][seed] = doc
+        for overlay, doc in zip(chosen, docs):
+            out[overlay.label][seed] = doc
     return out
+
+
+def measure_arms(reg: Registration, base: Path, arms: list[Arm], sizes: Sizes,
+                 ) -> tuple[dict[str, dict[int, dict[str, Any]]], dict[str, dict[str, int]], dict[str, dict[str, float]]]:
+    """Capacities of every arm; an arm with a pool rule is sized from the previous arm's run at
+    its capacity (seed 0) first. Returns the capacities, the pool sizes and the work each read."""
+    caps: dict[str, dict[int, dict[str, Any]]] = {}
+    pools: dict[str, dict[str, int]] = {}
+    works: dict[str, dict[str, float]] = {}
+    i = 0
+    while i < len(arms):
+        j = i
+        while j < len(arms) and (j == i or not arms[j].pools):
+            j += 1  # a run of arms that need no pool rule (the first may carry one, already sized)
+        caps.update(capacities(reg, base, arms, sizes, pools, only=[a.name for a in arms[i:j]]))
+        if j < len(arms):
+            previous = arms[j - 1].name
+            rate = caps[previous][sizes.seeds[0]]["capacity_rps"]
+            if rate is None:
+                raise InputError(f"long_context.toml: arm[{j}].pools", f"the previous arm ({previous}) has no capacity",
+                                 "a previous arm whose capacity was bracketed")
+            config = overlay_config(base, overlays(arms, sizes, pools)[j - 1])
+            works[arms[j].name] = work_seconds(config, rate, sizes.seeds[0])
+            pools[arms[j].name] = pool_sizes(works[arms[j].name], arms[j].pools)
+        i = j
+    return caps, pools, works
 
 
 def _prompt_tokens(record: Any, summary: Any) -> tuple[float, float]:
@@ -139,10 +221,11 @@ def _prompt_tokens(record: Any, summary: Any) -> tuple[float, float]:
     return (float(sum(r.prompt_tokens for r in record.requests)), float(sum(r.cached_tokens for r in record.requests)))
 
 
-def mechanisms(base: Path, arms: list[Arm], sizes: Sizes, rate: float, seed: int) -> list[dict[str, Any]]:
+def mechanisms(base: Path, arms: list[Arm], sizes: Sizes, rate: float, seed: int,
+               pools: dict[str, dict[str, int]] | None = None) -> list[dict[str, Any]]:
     """Every arm run at one rate (req/s): what its bounds read (the registration's mechanism list)."""
     rows = []
-    for overlay in overlays(arms, sizes):
+    for overlay in overlays(arms, sizes, pools):
         config = overlay_config(base, overlay)
         job = SimJob(at_rate(config, rate), str(config.base_dir), config.source, seed)
         result = run_one(job, inspect=_prompt_tokens)
@@ -195,7 +278,8 @@ def figure(arms: list[Arm], rat: dict[str, list[float | None]], reg: Registratio
 
 def report(reg: Registration, mode: str, arms: list[Arm], skipped: list[tuple[Arm, str]],
            caps: dict[str, dict[int, dict[str, Any]]], rat: dict[str, list[float | None]],
-           mech: list[dict[str, Any]]) -> str:
+           mech: list[dict[str, Any]], pools: dict[str, dict[str, int]] | None = None,
+           works: dict[str, dict[str, float]] | None = None) -> str:
     sizes = reg.sizes[mode]
     final = rat[arms[-1].name]
     lines = [f"# {reg.claim}", "",
@@ -225,6 +309,16 @@ def report(reg: Registration, mode: str, arms: list[Arm], skipped: list[tuple[Ar
                       f"{reg.threshold:g}x on its own.", ""]
     else:
         lines += ["", f"Verdict: **{verdict(final, reg.threshold)}** (final arm {arms[-1].label}).", ""]
+    if pools:
+        lines += ["## Pool sizes by the registered rule", "",
+                  "| arm | previous arm's work (device-s): prefill / decode / encode | decode batch | pools |",
+                  "|---|---|---|---|"]
+        for name, sizes_of in pools.items():
+            w = (works or {})[name]
+            shown = ", ".join(f"{k.split('.')[-1]} {v}" for k, v in sizes_of.items())
+            lines.append(f"| {name} | {w['prefill_s']:.4g} / {w['decode_s']:.4g} / {w['encode_s']:.4g} | "
+                         f"{w['decode_batch']} | {shown} |")
+        lines.append("")
     if mech:
         lines += [f"## Bounds at one rate ({mech[0]['rate_rps']:.4g} req/s: the baseline's capacity, seed 0)", "",
                   "| arm | KV capacity (tokens) | prefix hit rate | prompt tokens prefilled | p90 TTFT (s) | p90 TPOT (s) | completed |",
@@ -234,31 +328,43 @@ def report(reg: Registration, mode: str, arms: list[Arm], skipped: list[tuple[Ar
     return "\n".join(lines) + "\n"
 
 
-def run(mode: str, out: Path, path: Path = REGISTRATION) -> dict[str, Any]:
-    """The setting's study at `mode`'s sizes; writes report.md, long_context.json and the figure."""
+def run(mode: str, out: Path, path: Path = REGISTRATION, atomic: bool = True) -> dict[str, Any]:
+    """The setting's study at `mode`'s sizes; writes report.md, long_context.json and the figure
+    into `out` (atomically; `atomic=False`: into a folder the caller makes atomic)."""
     reg = load_registration(path)
     base = (path.parent / reg.base).resolve()
     sizes = reg.sizes[mode]
     arms, skipped = runnable_arms(reg)
-    caps = capacities(reg, base, arms, sizes)
+    caps, pools, works = measure_arms(reg, base, arms, sizes)
     rat = ratios(caps, arms)
     first = caps[arms[0].name][sizes.seeds[0]]["capacity_rps"]
-    mech = mechanisms(base, arms, sizes, first, sizes.seeds[0]) if first else []
+    mech = mechanisms(base, arms, sizes, first, sizes.seeds[0], pools) if first else []
     doc = {"schema": SCHEMA, "mode": mode, "sizes": dataclasses.asdict(sizes), "claim": reg.claim,
            "threshold": reg.threshold, "published": reg.published,
            "arms": [{"name": a.name, "label": a.label, "capacity": {str(s): d for s, d in caps[a.name].items()},
                      "ratio_by_seed": rat[a.name]} for a in arms],
            "not_run": [{"name": a.name, "why": why} for a, why in skipped],
+           "pools": pools, "work_seconds": works,
            "mechanisms": mech,
            # The registered final arm decides; where it was not run the study is undecided.
            "verdict": "undecided" if skipped else verdict(rat[arms[-1].name], reg.threshold),
            "last_arm_run_verdict": verdict(rat[arms[-1].name], reg.threshold),
            "deviations": [dataclasses.asdict(d) for d in reg.deviation]}
-    with atomic_output_dir(out) as tmp:
-        dump_json(doc, tmp / "long_context.json")
-        (tmp / "report.md").write_text(report(reg, mode, arms, skipped, caps, rat, mech), encoding="utf-8")
-        figure(arms, rat, reg, tmp / "evolution.png")
+    markdown = report(reg, mode, arms, skipped, caps, rat, mech, pools, works)
+    if atomic:
+        with atomic_output_dir(out) as tmp:
+            _write(doc, markdown, arms, rat, reg, tmp)
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        _write(doc, markdown, arms, rat, reg, out)
     return doc
+
+
+def _write(doc: dict[str, Any], markdown: str, arms: list[Arm], rat: dict[str, list[float | None]],
+           reg: Registration, folder: Path) -> None:
+    dump_json(doc, folder / "long_context.json")
+    (folder / "report.md").write_text(markdown, encoding="utf-8")
+    figure(arms, rat, reg, folder / "evolution.png")
 
 
 def main(argv: list[str] | None = None) -> int:

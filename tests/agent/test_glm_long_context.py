@@ -23,8 +23,20 @@ def test_the_registration_validates_and_names_its_rules():
     assert {"slo", "capacity", "pools", "acceptance", "workload"} <= set(reg.preregistration)
     assert [a.name for a in reg.arm][:1] == ["baseline"] and reg.arm[0].set == {}
     run, skipped = runner.runnable_arms(reg)
-    assert [a.name for a in run][-1] == "layer_split"
-    assert [a.name for a, _ in skipped] == ["pd", "encode_pool"]  # P/D and the encode pool: separate steps
+    assert not skipped and [a.name for a in run][-2:] == ["pd", "encode_pool"]  # P/D and the encode pool: separate steps
+    assert [a.pools for a in run][-2:] == ["pd", "epd"]
+
+
+@pytest.mark.parametrize("prefill, decode, encode, rule, expected", [
+    (50.8, 37.3, 0.1, "pd", {"cluster.prefill_instances": 4, "cluster.decode_instances": 3}),
+    (1.0, 1.0, 0.0, "pd", {"cluster.prefill_instances": 1, "cluster.decode_instances": 1}),  # ties: the smaller
+    (100.0, 1.0, 0.0, "pd", {"cluster.prefill_instances": 7, "cluster.decode_instances": 1}),  # at most 8 in all
+    (3.0, 1.0, 2.0, "epd", {"cluster.prefill_instances": 3, "cluster.decode_instances": 1, "cluster.encode_instances": 2}),
+    (3.0, 1.0, 0.001, "epd", {"cluster.prefill_instances": 3, "cluster.decode_instances": 1, "cluster.encode_instances": 1}),
+])
+def test_the_pool_rule_follows_the_work_ratio(prefill, decode, encode, rule, expected):
+    work = {"prefill_s": prefill, "decode_s": decode, "encode_s": encode}
+    assert runner.pool_sizes(work, rule) == expected
 
 
 def test_the_registration_was_committed_before_any_result_of_the_setting():
@@ -44,9 +56,10 @@ def test_the_registration_was_committed_before_any_result_of_the_setting():
 def test_overlays_are_cumulative_at_the_modes_request_count():
     reg = runner.load_registration()
     arms, _ = runner.runnable_arms(reg)
-    overlays = runner.overlays(arms, reg.sizes["quick"])
+    overlays = runner.overlays(arms, reg.sizes["quick"], {"pd": {"cluster.prefill_instances": 2}})
     assert overlays[0].changes == {"workload.max_requests": reg.sizes["quick"].max_requests}
-    assert overlays[-1].changes["hardware.layer_split"] == 4 and overlays[-1].changes["cost.dtype"] == "int8"
+    assert overlays[5].changes["hardware.layer_split"] == 4 and overlays[5].changes["cost.dtype"] == "int8"
+    assert overlays[6].changes["cluster.prefill_instances"] == 2 and overlays[7].changes["cluster.prefill_instances"] == 2
 
 
 def test_a_registration_whose_first_arm_changes_something_is_refused(tmp_path):
@@ -64,6 +77,8 @@ def test_a_tiny_run_reports_rules_deviations_ratios_and_bounds(tmp_path):
     text = text.split("# ---- the arms")[0] + "\n".join([
         '[[arm]]\nname = "baseline"\nlabel = "first run"\nadds = "plain"\nset = {}',
         '[[arm]]\nname = "w8a8"\nlabel = "+W8A8"\nadds = "int8"\nset = { "cost.dtype" = "int8" }',
+        '[[arm]]\nname = "pd"\nlabel = "+P/D"\nadds = "pools"\npools = "pd"\n'
+        'set = { "cluster.layout" = "disaggregated", "cluster.transfer.link" = "rdma-400g" }',
         '[[deviation]]\ndate = "2026-12-03"\nwhat = "a test"\nwhy = "to see it printed"\nprompted_by = "none"'])
     path = tmp_path / "r.toml"
     path.write_text(text)
@@ -71,7 +86,11 @@ def test_a_tiny_run_reports_rules_deviations_ratios_and_bounds(tmp_path):
     report = (tmp_path / "out" / "report.md").read_text()
     assert "## The registration" in report and "p90 TPOT <= 50 ms" in report
     assert "2026-12-03: a test" in report
-    assert [a["name"] for a in doc["arms"]] == ["baseline", "w8a8"] and doc["arms"][0]["ratio_by_seed"] == [1.0, 1.0]
+    assert [a["name"] for a in doc["arms"]] == ["baseline", "w8a8", "pd"] and doc["arms"][0]["ratio_by_seed"] == [1.0, 1.0]
+    sizes = doc["pools"]["pd"]
+    assert sizes["cluster.prefill_instances"] + sizes["cluster.decode_instances"] <= 8
+    assert doc["work_seconds"]["pd"]["prefill_s"] > 0 and doc["work_seconds"]["pd"]["decode_s"] > 0
+    assert "## Pool sizes by the registered rule" in report
     assert {"kv_tokens", "hit_rate", "prefilled_tokens"} <= set(doc["mechanisms"][0])
     assert json.loads((tmp_path / "out" / "long_context.json").read_text())["verdict"] == doc["verdict"]
     assert (tmp_path / "out" / "evolution.png").stat().st_size > 0
