@@ -25,6 +25,7 @@ from typing import Any, Literal
 from pydantic.dataclasses import dataclass
 
 from infralab.agent.capacity import Overlay, overlay_capacities, overlay_config
+from infralab.agent.step_causes import binding_constraint, step_causes
 from infralab.agent.findings import ACCEPTED, REJECTED
 from infralab.agent.studies import HookRun
 from infralab.config_io import STRICT, load_toml, validate
@@ -210,13 +211,6 @@ def ratio(capacity: float | None, baseline: float | None) -> float | None:
     return capacity / baseline
 
 
-def binding_constraint(rows: list[dict[str, Any]], label: str, fails_at: float | None) -> str | None:
-    """Why the lowest failing rate failed (the SLO that binds at capacity)."""
-    if fails_at is None:
-        return None
-    return next((r["why"] for r in rows if r["config"] == label and r["rate_rps"] == fails_at and not r["meets"]), None)
-
-
 def best_candidate(docs: list[dict[str, Any]]) -> int:
     """The index of the candidate with the highest capacity per accelerator (an unbracketed one
     counts as none; ties: the first listed)."""
@@ -261,67 +255,12 @@ def measure_arms(stack: Stack, plan: Plan, sizes: Sizes) -> tuple[list[dict[str,
 
 def explain_steps(stack: Stack, plan: Plan, arms: list[dict[str, Any]], sizes: Sizes, folder: Path) -> None:
     """Adds `cause` to each arm: `infralab explain`'s first-ranked cause of the arm against the
-    previous arm, both run at the previous arm's capacity rate (the baseline: alone, at its own)."""
-    from infralab.agent.explain import explain
-    from infralab.agent.rate_grid import at_rate
-    from infralab.agent.run_dir import load_run
-    from infralab.agent.sim_pool import SimJob, run_pool
-    from infralab.agent.validators.sim import cluster_details_and_requests, write_run_folder
-    from infralab.config_io import validate as check
-    from infralab.sim.config import SimConfig, resolved_config_text
-    from infralab.sim.run import with_seed
-
-    seed = sizes.seeds[0]
+    previous arm, both run at the previous arm's capacity rate (agent/step_causes.py)."""
     configs = [overlay_config(stack.base, o) for _, o in plan.arms]
-    wanted: list[tuple[str, int, float]] = []  # (run name, arm index, rate)
-    for i, arm in enumerate(arms):
-        rate = arms[max(i - 1, 0)]["capacity"]["capacity_rps"]
-        if rate is None:
-            continue
-        if i == 0:
-            wanted.append(("baseline-at-baseline", 0, rate))
-        else:
-            wanted += [(f"{arms[i - 1]['arm']}-at-{arms[i - 1]['arm']}", i - 1, rate), (f"{arm['arm']}-at-{arms[i - 1]['arm']}", i, rate)]
-    wanted = list(dict.fromkeys(wanted))
-    jobs, texts = [], []
-    for _, index, rate in wanted:
-        c = configs[index]
-        data = at_rate(c, rate)
-        jobs.append(SimJob(config=data, base_dir=str(c.base_dir), source=c.source, seed=seed))
-        texts.append(resolved_config_text(with_seed(check(SimConfig, data, c.source), seed), c.base_dir))
-    results = run_pool(jobs, workers=JOBS, inspect=cluster_details_and_requests)
-    runs = {}
-    for (name, _, _), result, text in zip(wanted, results, texts):
-        written = write_run_folder(folder, name, seed, result.summary, result.details["requests_csv"], stack.base, text)
-        runs[name] = folder / written
-    for i, arm in enumerate(arms):
-        arm["cause"] = None
-        # Explain the latency whose SLO binds at the previous arm's capacity (E2E when saturation binds).
-        metric = explained_metric(arms[max(i - 1, 0)]["binding"])
-        if i == 0 and "baseline-at-baseline" in runs:
-            doc = explain(load_run(runs["baseline-at-baseline"]), metric=metric)
-            against = None
-        elif i and f"{arm['arm']}-at-{arms[i - 1]['arm']}" in runs:
-            prev = arms[i - 1]["arm"]
-            doc = explain(load_run(runs[f"{arm['arm']}-at-{prev}"]), load_run(runs[f"{prev}-at-{prev}"]), metric=metric)
-            against = f"runs/{prev}-at-{prev}-seed{seed}"
-        else:
-            continue
-        first = doc["causes"][0] if doc["causes"] else None
-        arm["cause"] = None if first is None else {
-            "kind": first["kind"], "key": first["key"], "delta_s": first["delta_s"], "run_s": first["run_s"],
-            "share_of_metric_delta": first["share_of_metric_delta"], "metric": doc["metric"]["description"],
-            "metric_delta_s": doc["metric"]["delta"], "against": against,
-            "run": f"runs/{arm['arm'] if i else 'baseline'}-at-{arms[max(i - 1, 0)]['arm']}-seed{seed}"}
-
-
-def explained_metric(binding: str | None) -> str:
-    """`infralab explain --metric` for the SLO that binds: ttft, tpot, else e2e."""
-    if binding is not None and "TTFT" in binding:
-        return "ttft"
-    if binding is not None and "TPOT" in binding:
-        return "tpot"
-    return "e2e"
+    causes = step_causes(configs, [a["arm"] for a in arms], [a["capacity"]["capacity_rps"] for a in arms],
+                         [a["binding"] for a in arms], folder, sizes.seeds[0], stack.base, JOBS)
+    for arm, cause in zip(arms, causes):
+        arm["cause"] = cause
 
 
 def sensitivity(stack: Stack, plan: Plan, sizes: Sizes) -> tuple[list[dict[str, Any]], list[str]]:

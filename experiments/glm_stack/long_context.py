@@ -41,6 +41,7 @@ from pydantic.dataclasses import dataclass  # noqa: E402
 
 from infralab.agent.capacity import Overlay, overlay_capacities, overlay_config  # noqa: E402
 from infralab.agent.rate_grid import at_rate  # noqa: E402
+from infralab.agent.step_causes import binding_constraint, step_causes  # noqa: E402
 from infralab.agent.sim_pool import SimJob, run_one  # noqa: E402
 from infralab.config_io import validate as validate_doc  # noqa: E402
 from infralab.sim.config import SimConfig  # noqa: E402
@@ -183,10 +184,10 @@ def capacities(reg: Registration, base: Path, arms: list[Arm], sizes: Sizes,
     chosen = [o for o in overlays(arms, sizes, pools) if only is None or o.label in only]
     out: dict[str, dict[int, dict[str, Any]]] = {o.label: {} for o in chosen}
     for seed in sizes.seeds:
-        docs, _ = overlay_capacities(base, chosen, [seed], sizes.tolerance, reg.quantile,
-                                     start=None, jobs=JOBS, show_progress=False)
+        docs, rows = overlay_capacities(base, chosen, [seed], sizes.tolerance, reg.quantile,
+                                        start=None, jobs=JOBS, show_progress=False)
         for overlay, doc in zip(chosen, docs):
-            out[overlay.label][seed] = doc
+            out[overlay.label][seed] = {**doc, "binding": binding_constraint(rows, doc["label"], doc["fails_at_rps"])}
     return out
 
 
@@ -279,7 +280,8 @@ def figure(arms: list[Arm], rat: dict[str, list[float | None]], reg: Registratio
 def report(reg: Registration, mode: str, arms: list[Arm], skipped: list[tuple[Arm, str]],
            caps: dict[str, dict[int, dict[str, Any]]], rat: dict[str, list[float | None]],
            mech: list[dict[str, Any]], pools: dict[str, dict[str, int]] | None = None,
-           works: dict[str, dict[str, float]] | None = None) -> str:
+           works: dict[str, dict[str, float]] | None = None,
+           causes: list[dict[str, Any] | None] | None = None) -> str:
     sizes = reg.sizes[mode]
     final = rat[arms[-1].name]
     lines = [f"# {reg.claim}", "",
@@ -309,6 +311,22 @@ def report(reg: Registration, mode: str, arms: list[Arm], skipped: list[tuple[Ar
                       f"{reg.threshold:g}x on its own.", ""]
     else:
         lines += ["", f"Verdict: **{verdict(final, reg.threshold)}** (final arm {arms[-1].label}).", ""]
+    if causes:
+        lines += ["## Why each step moved (seed 0)", "",
+                  "Each arm against the previous one, both at the previous arm's capacity: the SLO that binds there "
+                  "and `infralab explain`'s first-ranked cause (runs under `runs/`).", "",
+                  "| arm | binds at capacity | metric | first cause | its share of the metric's change |",
+                  "|---|---|---|---|---|"]
+        for arm, cause in zip(arms, causes):
+            binding = caps[arm.name][reg.sizes[mode].seeds[0]].get("binding") or "-"
+            if cause is None:
+                lines.append(f"| {arm.label} | {binding} | - | - | - |")
+                continue
+            share, delta = cause["share_of_metric_delta"], cause["delta_s"]
+            moved = f"{delta:+.4g} s" if delta is not None else f"{cause['run_s']:.4g} s"
+            lines.append(f"| {arm.label} | {binding} | {cause['metric']} | {cause['kind']} `{cause['key']}`: "
+                         f"{moved} | {'-' if share is None else f'{share:.0%}'} |")
+        lines.append("")
     if pools:
         lines += ["## Pool sizes by the registered rule", "",
                   "| arm | previous arm's work (device-s): prefill / decode / encode | decode batch | pools |",
@@ -329,20 +347,33 @@ def report(reg: Registration, mode: str, arms: list[Arm], skipped: list[tuple[Ar
 
 
 def run(mode: str, out: Path, path: Path = REGISTRATION, atomic: bool = True) -> dict[str, Any]:
-    """The setting's study at `mode`'s sizes; writes report.md, long_context.json and the figure
-    into `out` (atomically; `atomic=False`: into a folder the caller makes atomic)."""
+    """The setting's study at `mode`'s sizes; writes report.md, long_context.json, the figure and
+    the explained runs (runs/) into `out` (atomically; `atomic=False`: into a folder the caller
+    makes atomic)."""
+    if atomic:
+        with atomic_output_dir(out) as tmp:
+            return _study(mode, tmp, path)
+    out.mkdir(parents=True, exist_ok=True)
+    return _study(mode, out, path)
+
+
+def _study(mode: str, folder: Path, path: Path) -> dict[str, Any]:
     reg = load_registration(path)
     base = (path.parent / reg.base).resolve()
     sizes = reg.sizes[mode]
+    seed = sizes.seeds[0]
     arms, skipped = runnable_arms(reg)
     caps, pools, works = measure_arms(reg, base, arms, sizes)
     rat = ratios(caps, arms)
-    first = caps[arms[0].name][sizes.seeds[0]]["capacity_rps"]
-    mech = mechanisms(base, arms, sizes, first, sizes.seeds[0], pools) if first else []
+    first = caps[arms[0].name][seed]["capacity_rps"]
+    mech = mechanisms(base, arms, sizes, first, seed, pools) if first else []
+    configs = [overlay_config(base, o) for o in overlays(arms, sizes, pools)]
+    causes = step_causes(configs, [a.name for a in arms], [caps[a.name][seed]["capacity_rps"] for a in arms],
+                         [caps[a.name][seed]["binding"] for a in arms], folder, seed, base, JOBS)  # runs under folder/runs
     doc = {"schema": SCHEMA, "mode": mode, "sizes": dataclasses.asdict(sizes), "claim": reg.claim,
            "threshold": reg.threshold, "published": reg.published,
            "arms": [{"name": a.name, "label": a.label, "capacity": {str(s): d for s, d in caps[a.name].items()},
-                     "ratio_by_seed": rat[a.name]} for a in arms],
+                     "ratio_by_seed": rat[a.name], "cause": cause} for a, cause in zip(arms, causes)],
            "not_run": [{"name": a.name, "why": why} for a, why in skipped],
            "pools": pools, "work_seconds": works,
            "mechanisms": mech,
@@ -350,21 +381,11 @@ def run(mode: str, out: Path, path: Path = REGISTRATION, atomic: bool = True) ->
            "verdict": "undecided" if skipped else verdict(rat[arms[-1].name], reg.threshold),
            "last_arm_run_verdict": verdict(rat[arms[-1].name], reg.threshold),
            "deviations": [dataclasses.asdict(d) for d in reg.deviation]}
-    markdown = report(reg, mode, arms, skipped, caps, rat, mech, pools, works)
-    if atomic:
-        with atomic_output_dir(out) as tmp:
-            _write(doc, markdown, arms, rat, reg, tmp)
-    else:
-        out.mkdir(parents=True, exist_ok=True)
-        _write(doc, markdown, arms, rat, reg, out)
-    return doc
-
-
-def _write(doc: dict[str, Any], markdown: str, arms: list[Arm], rat: dict[str, list[float | None]],
-           reg: Registration, folder: Path) -> None:
     dump_json(doc, folder / "long_context.json")
+    markdown = report(reg, mode, arms, skipped, caps, rat, mech, pools, works, causes)
     (folder / "report.md").write_text(markdown, encoding="utf-8")
     figure(arms, rat, reg, folder / "evolution.png")
+    return doc
 
 
 def main(argv: list[str] | None = None) -> int:

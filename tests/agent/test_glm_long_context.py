@@ -90,7 +90,10 @@ def test_a_tiny_run_reports_rules_deviations_ratios_and_bounds(tmp_path):
     sizes = doc["pools"]["pd"]
     assert sizes["cluster.prefill_instances"] + sizes["cluster.decode_instances"] <= 8
     assert doc["work_seconds"]["pd"]["prefill_s"] > 0 and doc["work_seconds"]["pd"]["decode_s"] > 0
-    assert "## Pool sizes by the registered rule" in report
+    assert "## Pool sizes by the registered rule" in report and "## Why each step moved" in report
+    causes = [a["cause"] for a in doc["arms"]]
+    assert causes[1] is not None and causes[1]["against"] == "runs/baseline-at-baseline-seed0"
+    assert (tmp_path / "out" / "runs" / "w8a8-at-baseline-seed0").is_dir()
     assert {"kv_tokens", "hit_rate", "prefilled_tokens"} <= set(doc["mechanisms"][0])
     assert json.loads((tmp_path / "out" / "long_context.json").read_text())["verdict"] == doc["verdict"]
     assert (tmp_path / "out" / "evolution.png").stat().st_size > 0

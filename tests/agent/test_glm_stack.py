@@ -102,16 +102,6 @@ def test_ratio_and_verdict():
     assert hook.spread({"low": None, "high": None}, 3.0) == 0.0
 
 
-def test_binding_constraint_and_the_metric_explained():
-    rows = [{"config": "a", "rate_rps": 2.0, "meets": False, "why": "seed 0: p90 TTFT 2.3 s > 2 s"},
-            {"config": "b", "rate_rps": 2.0, "meets": False, "why": "seed 0: saturated"}]
-    why = hook.binding_constraint(rows, "a", 2.0)
-    assert why.startswith("seed 0: p90 TTFT") and hook.binding_constraint(rows, "a", None) is None
-    assert hook.explained_metric(why) == "ttft"
-    assert hook.explained_metric("seed 1: p90 TPOT 0.2 s > 0.1 s") == "tpot"
-    assert hook.explained_metric("seed 0: saturated") == "e2e" and hook.explained_metric(None) == "e2e"
-
-
 # ---- the writers on a tiny case -------------------------------------------------------------------
 
 
