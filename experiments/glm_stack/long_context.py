@@ -11,7 +11,9 @@ and bisection, at the registered tolerance), divided by its NPUs; the ratio to t
 taken per seed and reported as its mean and min..max. The mechanism table runs every arm at one
 rate, the baseline's capacity at seed 0, and reads what the registration names: KV capacity, the
 prefix-cache hit rate (cached / prompt tokens), the prompt tokens actually prefilled, p90 TTFT and
-TPOT. The report prints the registration and every deviation.
+TPOT. The full mode also varies each registered assumption low and high on the baseline and the
+final arm (seed 0; the final arm keeps its pool sizes). The report prints the registration and
+every deviation.
 
 The pool-size rule (arms with `pools`) reads the previous arm's run at its capacity (seed 0), with
 that run's own cost model, as device-seconds of work:
@@ -237,6 +239,27 @@ def mechanisms(base: Path, arms: list[Arm], sizes: Sizes, rate: float, seed: int
     return rows
 
 
+def sensitivity(reg: Registration, base: Path, arms: list[Arm], sizes: Sizes,
+                pools: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
+    """Each registered assumption at its low and high value, applied to the baseline and the final
+    arm alike (the final arm keeps the pool sizes the main run's rule gave it), at the first seed:
+    the final ratio on each side."""
+    every = overlays(arms, sizes, pools)
+    first, final = every[0], every[-1]
+    rows = []
+    for a in reg.assumption:
+        row: dict[str, Any] = {"assumption": a.name, "source": a.source}
+        for side, changes in (("low", a.low), ("high", a.high)):
+            pair = [Overlay(f"{o.label}-{a.name}-{side}", {**o.changes, **changes}, f"long_context.toml: assumption {a.name}")
+                    for o in (first, final)]
+            docs, _ = overlay_capacities(base, pair, [sizes.seeds[0]], sizes.tolerance, reg.quantile,
+                                         start=None, jobs=JOBS, show_progress=False)
+            b, f = (d["capacity_rps_per_accelerator"] for d in docs)
+            row[side] = {"changes": changes, "ratio": f / b if b and f is not None else None}
+        rows.append(row)
+    return rows
+
+
 def ratios(caps: dict[str, dict[int, dict[str, Any]]], arms: list[Arm]) -> dict[str, list[float | None]]:
     """arm -> per-seed capacity per NPU over the baseline's (None where either is not bracketed)."""
     base = caps[arms[0].name]
@@ -281,7 +304,8 @@ def report(reg: Registration, mode: str, arms: list[Arm], skipped: list[tuple[Ar
            caps: dict[str, dict[int, dict[str, Any]]], rat: dict[str, list[float | None]],
            mech: list[dict[str, Any]], pools: dict[str, dict[str, int]] | None = None,
            works: dict[str, dict[str, float]] | None = None,
-           causes: list[dict[str, Any] | None] | None = None) -> str:
+           causes: list[dict[str, Any] | None] | None = None,
+           sens: list[dict[str, Any]] | None = None) -> str:
     sizes = reg.sizes[mode]
     final = rat[arms[-1].name]
     lines = [f"# {reg.claim}", "",
@@ -337,6 +361,19 @@ def report(reg: Registration, mode: str, arms: list[Arm], skipped: list[tuple[Ar
             lines.append(f"| {name} | {w['prefill_s']:.4g} / {w['decode_s']:.4g} / {w['encode_s']:.4g} | "
                          f"{w['decode_batch']} | {shown} |")
         lines.append("")
+    if sens:
+        lines += [f"## Sensitivity of the final ratio (seed {reg.sizes[mode].seeds[0]}; baseline and final arm alike)", "",
+                  "| assumption | low | final ratio | high | final ratio | source |", "|---|---|---|---|---|---|"]
+        for r in sens:
+            cells = []
+            for side in ("low", "high"):
+                ratio = r[side]["ratio"]
+                cells += [", ".join(f"{k} = {v}" for k, v in r[side]["changes"].items()),
+                          "-" if ratio is None else f"{ratio:.2f}x"]
+            lines.append(f"| {r['assumption']} | {' | '.join(cells)} | {r['source']} |")
+        lines.append("")
+    elif mode != "full":
+        lines += ["Sensitivity: the full study varies each registered assumption.", ""]
     if mech:
         lines += [f"## Bounds at one rate ({mech[0]['rate_rps']:.4g} req/s: the baseline's capacity, seed 0)", "",
                   "| arm | KV capacity (tokens) | prefix hit rate | prompt tokens prefilled | p90 TTFT (s) | p90 TPOT (s) | completed |",
@@ -367,6 +404,7 @@ def _study(mode: str, folder: Path, path: Path) -> dict[str, Any]:
     rat = ratios(caps, arms)
     first = caps[arms[0].name][seed]["capacity_rps"]
     mech = mechanisms(base, arms, sizes, first, seed, pools) if first else []
+    sens = sensitivity(reg, base, arms, sizes, pools) if mode == "full" else []
     configs = [overlay_config(base, o) for o in overlays(arms, sizes, pools)]
     causes = step_causes(configs, [a.name for a in arms], [caps[a.name][seed]["capacity_rps"] for a in arms],
                          [caps[a.name][seed]["binding"] for a in arms], folder, seed, base, JOBS)  # runs under folder/runs
@@ -376,13 +414,13 @@ def _study(mode: str, folder: Path, path: Path) -> dict[str, Any]:
                      "ratio_by_seed": rat[a.name], "cause": cause} for a, cause in zip(arms, causes)],
            "not_run": [{"name": a.name, "why": why} for a, why in skipped],
            "pools": pools, "work_seconds": works,
-           "mechanisms": mech,
+           "mechanisms": mech, "sensitivity": sens,
            # The registered final arm decides; where it was not run the study is undecided.
            "verdict": "undecided" if skipped else verdict(rat[arms[-1].name], reg.threshold),
            "last_arm_run_verdict": verdict(rat[arms[-1].name], reg.threshold),
            "deviations": [dataclasses.asdict(d) for d in reg.deviation]}
     dump_json(doc, folder / "long_context.json")
-    markdown = report(reg, mode, arms, skipped, caps, rat, mech, pools, works, causes)
+    markdown = report(reg, mode, arms, skipped, caps, rat, mech, pools, works, causes, sens)
     (folder / "report.md").write_text(markdown, encoding="utf-8")
     figure(arms, rat, reg, folder / "evolution.png")
     return doc

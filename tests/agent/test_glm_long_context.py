@@ -97,3 +97,20 @@ def test_a_tiny_run_reports_rules_deviations_ratios_and_bounds(tmp_path):
     assert {"kv_tokens", "hit_rate", "prefilled_tokens"} <= set(doc["mechanisms"][0])
     assert json.loads((tmp_path / "out" / "long_context.json").read_text())["verdict"] == doc["verdict"]
     assert (tmp_path / "out" / "evolution.png").stat().st_size > 0
+
+
+def test_an_assumption_moves_the_final_ratio_on_both_arms(tmp_path):
+    text = (STUDY / "long_context.toml").read_text()
+    text = text.replace('base = "base_long_context.toml"', f'base = "{STUDY / "base_long_context.toml"}"')
+    text = text.replace("max_requests = 300\nseeds = [0]\ntolerance = 0.25", "max_requests = 40\nseeds = [0]\ntolerance = 0.5")
+    text = text.split("# ---- the arms")[0] + "\n".join([
+        '[[arm]]\nname = "baseline"\nlabel = "first run"\nadds = "plain"\nset = {}',
+        '[[arm]]\nname = "w8a8"\nlabel = "+W8A8"\nadds = "int8"\nset = { "cost.dtype" = "int8" }',
+        '[[assumption]]\nname = "slo_tpot"\nlow = { "slo.tpot_s" = 0.025 }\nhigh = { "slo.tpot_s" = 0.1 }\nsource = "test"'])
+    path = tmp_path / "r.toml"
+    path.write_text(text)
+    reg = runner.load_registration(path)
+    arms, _ = runner.runnable_arms(reg)
+    (row,) = runner.sensitivity(reg, (path.parent / reg.base).resolve(), arms, reg.sizes["quick"], {})
+    assert row["assumption"] == "slo_tpot" and row["low"]["changes"] == {"slo.tpot_s": 0.025}
+    assert row["low"]["ratio"] is not None and row["high"]["ratio"] is not None and row["high"]["ratio"] > 0
