@@ -274,7 +274,7 @@ def test_catalog_models_carry_their_public_context_length():
     expected = {"llama-2-7b": 4096, "llama-2-70b": 4096, "llama-3-8b": 8192, "llama-3-70b": 8192,
                 "mixtral-8x7b": 32768, "kimi-linear-48b-a3b": 1048576, "small-llama-cpu": 4096,
                 "llama-3.1-8b": 131072, "llama-3.1-70b": 131072, "llama-3.1-405b": 131072, "mistral-7b": 32768,
-                "dbrx": 32768, "qwen2.5-72b": 131072, "qwen3-235b-a22b": 40960, "qwen3-30b-a3b": 40960,
+                "dbrx": 32768, "qwen2.5-32b": 131072, "qwen2.5-72b": 131072, "qwen3-235b-a22b": 40960, "qwen3-30b-a3b": 40960,
                 "deepseek-v3": 163840, "glm-5.3-flash": 1048576}
     assert {name: load_model(name).context_length for name in expected} == expected
     assert set(expected) == set(catalog_names()["models"])
