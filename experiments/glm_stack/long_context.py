@@ -3,9 +3,11 @@ pre-registered:
 
     .venv/bin/python experiments/glm_stack/long_context.py --out results/glm_long_context          (full)
     .venv/bin/python experiments/glm_stack/long_context.py --mode quick --out results/glm_long_quick
+    .venv/bin/python experiments/glm_stack/long_context.py --registration experiments/glm_stack/chat.toml --out results/glm_chat
 
-Each arm is base_long_context.toml with the overlays of every arm up to it (cumulative, in the
-registered order) and the mode's `workload.max_requests`. Its capacity, per seed, is the highest
+(chat.toml: the chat workload, the study's second setting, under the same rules.) Each arm is the
+registration's base config with its `every_arm` changes, the overlays of every arm up to it
+(cumulative, in the registered order) and the mode's request count. Its capacity, per seed, is the highest
 rate (the trace's own rate x rate_scale) whose run meets the SLO rule (`agent/capacity.py`'s rule
 and bisection, at the registered tolerance), divided by its NPUs; the ratio to the baseline is
 taken per seed and reported as its mean and min..max. The mechanism table runs every arm at one
@@ -13,7 +15,8 @@ rate, the baseline's capacity at seed 0, and reads what the registration names: 
 prefix-cache hit rate (cached / prompt tokens), the prompt tokens actually prefilled, p90 TTFT and
 TPOT. The full mode also varies each registered assumption low and high on the baseline and the
 final arm (seed 0; the final arm keeps its pool sizes). The report prints the registration and
-every deviation.
+every deviation, and ends with the Ascend path's error on the public Ascend measurements
+(ascend_points.toml, evaluation points only).
 
 The pool-size rule (arms with `pools`) reads the previous arm's run at its capacity (seed 0), with
 that run's own cost model, as device-seconds of work:
@@ -41,6 +44,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from pydantic.dataclasses import dataclass  # noqa: E402
 
+from infralab.agent.public_points.cli import run_into as score_public_points  # noqa: E402
 from infralab.agent.capacity import Overlay, overlay_capacities, overlay_config  # noqa: E402
 from infralab.agent.rate_grid import at_rate  # noqa: E402
 from infralab.agent.step_causes import binding_constraint, step_causes  # noqa: E402
@@ -59,6 +63,7 @@ from infralab.results import atomic_output_dir, dump_json  # noqa: E402
 HERE = Path(__file__).resolve().parent
 MAX_POOL_INSTANCES = 8  # prefill + decode instances at most (the registration's pool rule)
 REGISTRATION = HERE / "long_context.toml"
+ASCEND_POINTS = HERE / "ascend_points.toml"  # public Ascend serving measurements (issue 23: the Ascend path's error)
 SCHEMA = "infralab.glm_long_context/1"
 JOBS = 2
 TOML = Any  # overlay values are checked by the config schema they are set into
@@ -107,13 +112,16 @@ class Registration:
     arm: tuple[Arm, ...]
     quantile: Literal["p50", "p90", "p99"] = "p90"
     start_scale: Number(gt=0.0, le=1e6) = 1.0
+    every_arm: dict[str, TOML] = dataclasses.field(default_factory=dict)  # set on the base for every arm (the baseline too)
+    requests_field: Literal["workload.max_requests", "workload.num_requests"] = "workload.max_requests"  # trace | synthetic
+    file: str = REGISTRATION.name  # the file it was read from (set by load_registration; errors name it)
     assumption: tuple[Assumption, ...] = ()
     deviation: tuple[Deviation, ...] = ()
 
 
 def load_registration(path: Path = REGISTRATION) -> Registration:
     """long_context.toml, validated (one InputError naming the file and field)."""
-    reg = validate(Registration, load_toml(path), str(path))
+    reg = dataclasses.replace(validate(Registration, load_toml(path), str(path)), file=Path(path).name)
     if not reg.arm or reg.arm[0].set:
         raise InputError(f"{path}: arm[0]", "the first arm is not the baseline", "a first [[arm]] with set = {}")
     if len({a.name for a in reg.arm}) != len(reg.arm):
@@ -130,13 +138,15 @@ def runnable_arms(reg: Registration) -> tuple[list[Arm], list[tuple[Arm, str]]]:
     return list(reg.arm), []
 
 
-def overlays(arms: list[Arm], sizes: Sizes, pools: dict[str, dict[str, int]] | None = None) -> list[Overlay]:
+def overlays(reg: Registration, arms: list[Arm], sizes: Sizes,
+             pools: dict[str, dict[str, int]] | None = None) -> list[Overlay]:
     """Each arm as the cumulative overlay of the arms up to it, at the mode's request count, with
-    the pool sizes the rule gave an arm (`pools`: arm -> config field -> instances)."""
-    out, changes = [], {"workload.max_requests": sizes.max_requests}
+    the pool sizes the rule gave an arm (`pools`: arm -> config field -> instances) and the
+    registration's `every_arm` changes under all of them."""
+    out, changes = [], {**reg.every_arm, reg.requests_field: sizes.max_requests}
     for i, arm in enumerate(arms):
         changes = {**changes, **arm.set, **(pools or {}).get(arm.name, {})}
-        out.append(Overlay(arm.name, dict(changes), f"long_context.toml: arm[{i}].set"))
+        out.append(Overlay(arm.name, dict(changes), f"{reg.file}: arm[{i}].set"))
     return out
 
 
@@ -183,7 +193,7 @@ def capacities(reg: Registration, base: Path, arms: list[Arm], sizes: Sizes,
                ) -> dict[str, dict[int, dict[str, Any]]]:
     """arm -> seed -> capacity.json's per-config entry, one bisection per seed (the registered
     rule), for the arms named in `only` (default all)."""
-    chosen = [o for o in overlays(arms, sizes, pools) if only is None or o.label in only]
+    chosen = [o for o in overlays(reg, arms, sizes, pools) if only is None or o.label in only]
     out: dict[str, dict[int, dict[str, Any]]] = {o.label: {} for o in chosen}
     for seed in sizes.seeds:
         docs, rows = overlay_capacities(base, chosen, [seed], sizes.tolerance, reg.quantile,
@@ -210,9 +220,9 @@ def measure_arms(reg: Registration, base: Path, arms: list[Arm], sizes: Sizes,
             previous = arms[j - 1].name
             rate = caps[previous][sizes.seeds[0]]["capacity_rps"]
             if rate is None:
-                raise InputError(f"long_context.toml: arm[{j}].pools", f"the previous arm ({previous}) has no capacity",
+                raise InputError(f"{reg.file}: arm[{j}].pools", f"the previous arm ({previous}) has no capacity",
                                  "a previous arm whose capacity was bracketed")
-            config = overlay_config(base, overlays(arms, sizes, pools)[j - 1])
+            config = overlay_config(base, overlays(reg, arms, sizes, pools)[j - 1])
             works[arms[j].name] = work_seconds(config, rate, sizes.seeds[0])
             pools[arms[j].name] = pool_sizes(works[arms[j].name], arms[j].pools)
         i = j
@@ -224,11 +234,11 @@ def _prompt_tokens(record: Any, summary: Any) -> tuple[float, float]:
     return (float(sum(r.prompt_tokens for r in record.requests)), float(sum(r.cached_tokens for r in record.requests)))
 
 
-def mechanisms(base: Path, arms: list[Arm], sizes: Sizes, rate: float, seed: int,
+def mechanisms(reg: Registration, base: Path, arms: list[Arm], sizes: Sizes, rate: float, seed: int,
                pools: dict[str, dict[str, int]] | None = None) -> list[dict[str, Any]]:
     """Every arm run at one rate (req/s): what its bounds read (the registration's mechanism list)."""
     rows = []
-    for overlay in overlays(arms, sizes, pools):
+    for overlay in overlays(reg, arms, sizes, pools):
         config = overlay_config(base, overlay)
         job = SimJob(at_rate(config, rate), str(config.base_dir), config.source, seed)
         result = run_one(job, inspect=_prompt_tokens)
@@ -244,13 +254,13 @@ def sensitivity(reg: Registration, base: Path, arms: list[Arm], sizes: Sizes,
     """Each registered assumption at its low and high value, applied to the baseline and the final
     arm alike (the final arm keeps the pool sizes the main run's rule gave it), at the first seed:
     the final ratio on each side."""
-    every = overlays(arms, sizes, pools)
+    every = overlays(reg, arms, sizes, pools)
     first, final = every[0], every[-1]
     rows = []
     for a in reg.assumption:
         row: dict[str, Any] = {"assumption": a.name, "source": a.source}
         for side, changes in (("low", a.low), ("high", a.high)):
-            pair = [Overlay(f"{o.label}-{a.name}-{side}", {**o.changes, **changes}, f"long_context.toml: assumption {a.name}")
+            pair = [Overlay(f"{o.label}-{a.name}-{side}", {**o.changes, **changes}, f"{reg.file}: assumption {a.name}")
                     for o in (first, final)]
             docs, _ = overlay_capacities(base, pair, [sizes.seeds[0]], sizes.tolerance, reg.quantile,
                                          start=None, jobs=JOBS, show_progress=False)
@@ -305,13 +315,13 @@ def report(reg: Registration, mode: str, arms: list[Arm], skipped: list[tuple[Ar
            mech: list[dict[str, Any]], pools: dict[str, dict[str, int]] | None = None,
            works: dict[str, dict[str, float]] | None = None,
            causes: list[dict[str, Any] | None] | None = None,
-           sens: list[dict[str, Any]] | None = None) -> str:
+           sens: list[dict[str, Any]] | None = None, ascend: dict[str, Any] | None = None) -> str:
     sizes = reg.sizes[mode]
     final = rat[arms[-1].name]
     lines = [f"# {reg.claim}", "",
              f"Mode `{mode}`: {sizes.max_requests} requests per run, seeds {list(sizes.seeds)}, bisection to "
              f"{sizes.tolerance:.0%}, SLO rule {reg.quantile} (simulated numbers).", "",
-             "## The registration (long_context.toml, committed before any result)", ""]
+             f"## The registration ({reg.file}; `git log` shows when it was committed)", ""]
     lines += [f"- **{key}**: {' '.join(text.split())}" for key, text in reg.preregistration.items()]
     lines += ["", "## Deviations", ""]
     lines += [f"- {d.date}: {d.what} (why: {d.why}; prompted by: {d.prompted_by})" for d in reg.deviation] or ["- none"]
@@ -380,7 +390,27 @@ def report(reg: Registration, mode: str, arms: list[Arm], skipped: list[tuple[Ar
                   "|---|---|---|---|---|---|---|"]
         lines += [f"| {r['arm']} | {r['kv_tokens']:,} | {r['hit_rate']:.1%} | {r['prefilled_tokens']:,.0f} | "
                   f"{r['ttft_p90_s']:.3g} | {r['tpot_p90_s']:.3g} | {r['completed']} |" for r in mech]
+    if ascend:
+        lines += ["", *ascend_section(ascend)]
     return "\n".join(lines) + "\n"
+
+
+def ascend_section(doc: dict[str, Any]) -> list[str]:
+    """The Ascend path's error on the public Ascend measurements: evaluation points only (the
+    scorer's own rule), each with its setting and source; the whole report is under `ascend/`."""
+    lines = ["## The Ascend path against public Ascend measurements (evaluation points only)", "",
+             f"`{Path(doc['points_file']).name}` scored by `infralab fidelity public` (full report: "
+             "`ascend/public_points.md`). Error = (simulated - measured) / measured.", "",
+             "| family | scored points | median abs error | worst abs error | sim above / below |", "|---|---|---|---|---|"]
+    lines += [f"| {f['family']} | {f['n']} | {f['median_abs']:.1%} | {f['worst_abs']:.1%} | {f['over']} / {f['under']} |"
+              for f in doc["families"]]
+    lines += ["", "| point | setting | metric | measured | simulated | error | engine |", "|---|---|---|---|---|---|---|"]
+    for p in doc["points"]:
+        if not p["scored"] or p["error"] is None:
+            continue
+        lines.append(f"| {p['id']} | {p['model']} {p['dtype']} {p['accelerator']} tp{p['tp']} | {p['metric']} | "
+                     f"{p['measured']:.4g} | {p['simulated']:.4g} | {p['error']:+.1%} | {p['engine']} |")
+    return lines
 
 
 def run(mode: str, out: Path, path: Path = REGISTRATION, atomic: bool = True) -> dict[str, Any]:
@@ -403,9 +433,9 @@ def _study(mode: str, folder: Path, path: Path) -> dict[str, Any]:
     caps, pools, works = measure_arms(reg, base, arms, sizes)
     rat = ratios(caps, arms)
     first = caps[arms[0].name][seed]["capacity_rps"]
-    mech = mechanisms(base, arms, sizes, first, seed, pools) if first else []
+    mech = mechanisms(reg, base, arms, sizes, first, seed, pools) if first else []
     sens = sensitivity(reg, base, arms, sizes, pools) if mode == "full" else []
-    configs = [overlay_config(base, o) for o in overlays(arms, sizes, pools)]
+    configs = [overlay_config(base, o) for o in overlays(reg, arms, sizes, pools)]
     causes = step_causes(configs, [a.name for a in arms], [caps[a.name][seed]["capacity_rps"] for a in arms],
                          [caps[a.name][seed]["binding"] for a in arms], folder, seed, base, JOBS)  # runs under folder/runs
     doc = {"schema": SCHEMA, "mode": mode, "sizes": dataclasses.asdict(sizes), "claim": reg.claim,
@@ -419,8 +449,11 @@ def _study(mode: str, folder: Path, path: Path) -> dict[str, Any]:
            "verdict": "undecided" if skipped else verdict(rat[arms[-1].name], reg.threshold),
            "last_arm_run_verdict": verdict(rat[arms[-1].name], reg.threshold),
            "deviations": [dataclasses.asdict(d) for d in reg.deviation]}
+    (folder / "ascend").mkdir()
+    ascend, _, _ = score_public_points(ASCEND_POINTS, folder / "ascend", lambda _: None)
+    doc["ascend_public_points"] = {"families": ascend["families"], "verdict": ascend["verdict"]}
     dump_json(doc, folder / "long_context.json")
-    markdown = report(reg, mode, arms, skipped, caps, rat, mech, pools, works, causes, sens)
+    markdown = report(reg, mode, arms, skipped, caps, rat, mech, pools, works, causes, sens, ascend)
     (folder / "report.md").write_text(markdown, encoding="utf-8")
     figure(arms, rat, reg, folder / "evolution.png")
     return doc
@@ -430,9 +463,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mode", choices=("quick", "full"), default="full")
     parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--registration", type=Path, default=REGISTRATION,
+                        help="the registration file (default long_context.toml; chat.toml: the chat workload under its rules)")
     args = parser.parse_args(argv)
     try:
-        doc = run(args.mode, args.out)
+        doc = run(args.mode, args.out, args.registration)
     except InputError as exc:
         print(f"error: {exc}")
         return 2

@@ -56,7 +56,7 @@ def test_the_registration_was_committed_before_any_result_of_the_setting():
 def test_overlays_are_cumulative_at_the_modes_request_count():
     reg = runner.load_registration()
     arms, _ = runner.runnable_arms(reg)
-    overlays = runner.overlays(arms, reg.sizes["quick"], {"pd": {"cluster.prefill_instances": 2}})
+    overlays = runner.overlays(reg, arms, reg.sizes["quick"], {"pd": {"cluster.prefill_instances": 2}})
     assert overlays[0].changes == {"workload.max_requests": reg.sizes["quick"].max_requests}
     assert overlays[5].changes["hardware.layer_split"] == 4 and overlays[5].changes["cost.dtype"] == "int8"
     assert overlays[6].changes["cluster.prefill_instances"] == 2 and overlays[7].changes["cluster.prefill_instances"] == 2
@@ -97,6 +97,12 @@ def test_a_tiny_run_reports_rules_deviations_ratios_and_bounds(tmp_path):
     assert {"kv_tokens", "hit_rate", "prefilled_tokens"} <= set(doc["mechanisms"][0])
     assert json.loads((tmp_path / "out" / "long_context.json").read_text())["verdict"] == doc["verdict"]
     assert (tmp_path / "out" / "evolution.png").stat().st_size > 0
+    # the Ascend path's error: evaluation points only, the scorer's full report beside it
+    assert "## The Ascend path against public Ascend measurements (evaluation points only)" in report
+    ascend = json.loads((tmp_path / "out" / "ascend" / "public_points.json").read_text())
+    evaluation = [p["id"] for p in ascend["points"] if p["scored"]]
+    assert evaluation and all(i in report for i in evaluation)
+    assert not any(p["id"] in report for p in ascend["points"] if p["role"] == "calibration")
 
 
 def test_an_assumption_moves_the_final_ratio_on_both_arms(tmp_path):
