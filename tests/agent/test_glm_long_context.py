@@ -53,6 +53,21 @@ def test_the_registration_was_committed_before_any_result_of_the_setting():
     assert sorted(files) == ["experiments/glm_stack/base_long_context.toml", "experiments/glm_stack/long_context.toml"]
 
 
+def test_the_chat_registration_keeps_the_long_context_rules():
+    """chat.toml writes long_context.toml's rules out for the chat baseline: the same full sizes,
+    quantile, acceptance threshold, arms and pool rules; only the base, the encode pool's part and
+    the request-count field (a synthetic workload) differ."""
+    long, chat = runner.load_registration(), runner.load_registration(STUDY / "chat.toml")
+    assert chat.file == "chat.toml" and chat.base == "base.toml" and chat.requests_field == "workload.num_requests"
+    assert (chat.sizes["full"], chat.quantile, chat.threshold) == (long.sizes["full"], long.quantile, long.threshold)
+    assert [(a.name, a.pools) for a in chat.arm] == [(a.name, a.pools) for a in long.arm]
+    differ = {a.name: {k: v for k, v in a.set.items() if b.set.get(k) != v} for a, b in zip(chat.arm, long.arm)}
+    assert {k: v for k, v in differ.items() if v} == {
+        "encode_pool": {"cluster.pool_hardware.encode.accelerator": "ascend-910b"}}
+    first = runner.overlays(chat, list(chat.arm), chat.sizes["quick"])[0]
+    assert first.changes["workload.multimodal.image_share"] == 0.2 and first.changes["workload.num_requests"] == 150
+
+
 def test_overlays_are_cumulative_at_the_modes_request_count():
     reg = runner.load_registration()
     arms, _ = runner.runnable_arms(reg)
