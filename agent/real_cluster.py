@@ -90,7 +90,12 @@ def measure_real_cluster(hyp: Hypothesis, setup: Any, workdir: Path | None, name
             metrics = cluster_metrics(summary.flat_metrics(instances=1, accelerators=1), hyp.metrics)
             samples[arm.name].append(metrics)
             drifts.append(drift(result.before, result.after))
-            rows.append({"arm": arm.name, "change": arm.describe(), "seed": seed, "repetition": rep, **metrics})
+            contended = result.contention is not None and result.contention.flagged
+            rows.append({"arm": arm.name, "change": arm.describe(), "seed": seed, "repetition": rep,
+                         "contended": contended, **metrics})
+    contended = [f"{r['arm']} seed {r['seed']} rep {r['repetition']}" for r in rows if r["contended"]]
     note = (f"real engine (transformers continuous batching), {len(rows)} replays one after another; "
-            f"step-speed fingerprint drift per replay {min(drifts):+.1%} .. {max(drifts):+.1%}")
+            f"step-speed fingerprint drift per replay {min(drifts):+.1%} .. {max(drifts):+.1%}; "
+            + (f"CONTENDED (other processes held the cores, real/contention.py): {', '.join(contended)}"
+               if contended else "no replay contended"))
     return Measurement(name, samples, (), varies=True, extras={"table": rows}, files=tuple(files), notes=(note,))

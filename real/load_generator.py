@@ -5,9 +5,10 @@ option of that name: > 1 compresses inter-arrival times, more load), whether or 
 requests have finished, with a prompt of its length (token ids from a seeded stream per request,
 so a prompt does not depend on the order of the others) and a forced output length. The engine
 stamps every token as it appends it; the replay returns, per request, its arrival, its first
-scheduling, every token's time and its finish, plus every engine step and the step-speed
-fingerprint before and after. All times are seconds from the replay's start on the monotonic
-clock the engine stamps with (`time.perf_counter`).
+scheduling, every token's time and its finish, plus every engine step, the step-speed
+fingerprint before and after, and the contention seen meanwhile (`real.contention`). All times
+are seconds from the replay's start on the monotonic clock the engine stamps with
+(`time.perf_counter`).
 
 Latencies count from the intended arrival (`arrival_s`), not from when the generator managed to
 submit (`submitted_s`): a late submission is the generator's delay, and the record shows it.
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from infralab.errors import InputError
+from infralab.real.contention import Contention, CpuSampler, busiest, judge, machine_cores
 from infralab.real.engine import RealEngine
 from infralab.real.fingerprint import Fingerprint, fingerprint
 from infralab.real.step_trace import StepRecord
@@ -91,6 +93,7 @@ class Replay:
     after: Fingerprint
     rate_scale: float
     wall_s: float  # replay start to the last request's finish
+    contention: Contention | None = None  # other work on the machine meanwhile (real/contention.py)
 
     @property
     def max_submit_lag_s(self) -> float:
@@ -100,6 +103,7 @@ class Replay:
     def as_dict(self) -> dict[str, Any]:
         return {"rate_scale": self.rate_scale, "wall_s": self.wall_s, "max_submit_lag_s": self.max_submit_lag_s,
                 "fingerprint_before": self.before.as_dict(), "fingerprint_after": self.after.as_dict(),
+                "contention": None if self.contention is None else self.contention.as_dict(),
                 "requests": [r.as_dict() for r in self.requests], "steps": [s.as_dict() for s in self.steps]}
 
 
@@ -151,25 +155,28 @@ def replay(engine: RealEngine, requests: Sequence[ReplayRequest], *, rate_scale:
     check_replayable(requests, engine.shape.context_length, engine.cache_tokens)
     order = sorted(requests, key=lambda r: (r.arrival_s, r.id))
     prompts = {r.id: prompt_ids(r.id, r.prompt_tokens, engine.shape.vocab_size, seed) for r in order}
-    before = fingerprint(engine, fingerprint_repeats)
+    with CpuSampler() as sampler:  # before, during and after: contention is judged on all of it
+        before = fingerprint(engine, fingerprint_repeats)
 
-    origin = time.perf_counter()
-    deadline = origin + timeout_s
-    submitted: dict[int, float] = {}
-    for request in order:
-        due = request.arrival_s / rate_scale  # relative to origin, compared as such: never submitted early
-        while (wait := due - (time.perf_counter() - origin)) > 0:
-            time.sleep(wait)
-        submitted[request.id] = time.perf_counter() - origin
-        engine.submit(str(request.id), prompts[request.id], request.output_tokens)
-    outputs = _collect(engine, {str(r.id) for r in order}, deadline)
+        origin = time.perf_counter()
+        deadline = origin + timeout_s
+        submitted: dict[int, float] = {}
+        for request in order:
+            due = request.arrival_s / rate_scale  # relative to origin, compared as such: never submitted early
+            while (wait := due - (time.perf_counter() - origin)) > 0:
+                time.sleep(wait)
+            submitted[request.id] = time.perf_counter() - origin
+            engine.submit(str(request.id), prompts[request.id], request.output_tokens)
+        outputs = _collect(engine, {str(r.id) for r in order}, deadline)
 
-    after = fingerprint(engine, fingerprint_repeats)
+        after = fingerprint(engine, fingerprint_repeats)
     timings = tuple(_timing(request, rate_scale, submitted[request.id], outputs[str(request.id)], origin)
                     for request in sorted(requests, key=lambda r: r.id))
     steps = tuple(engine.trace.steps_since(origin))
     wall = max((t.finish_s for t in timings), default=0.0)
-    return Replay(timings, steps, before, after, rate_scale, wall)
+    contention = judge(sampler.samples, steps, origin, machine_cores(),
+                       busiest(sampler.processes_before, sampler.processes_after))
+    return Replay(timings, steps, before, after, rate_scale, wall, contention)
 
 
 def _collect(engine: RealEngine, ids: set[str], deadline: float) -> dict[str, Any]:

@@ -6,7 +6,8 @@ The results folder holds:
 - summary.json: `infralab.metrics.run_metrics.summarize` of the replay's records (as for a
   simulation), plus under "run" what ran and how it was observed: the engine and its resolved
   settings, the step-speed fingerprint before and after and its drift, the generator's latest
-  submission, and `not_observed` / `not_read` (what the engine does not expose; the config's
+  submission, the contention seen meanwhile (`real.contention`: other processes' CPU share, slow
+  steps, flagged or not), and `not_observed` / `not_read` (what the engine does not expose; the config's
   simulator-only fields);
 - requests.csv: the same columns as a simulation's (`infralab.metrics.requests_csv`);
 - trace.json: the observed steps as a Perfetto timeline (`infralab.metrics.timeline`):
@@ -132,6 +133,7 @@ def real_run_facts(prepared: PreparedRealRun, config_path: Path, result: Replay,
         "fingerprint_before": result.before.as_dict(),
         "fingerprint_after": result.after.as_dict(),
         "fingerprint_drift": drift(result.before, result.after),
+        "contention": None if result.contention is None else result.contention.as_dict(),
         "not_observed": list(NOT_OBSERVED),
         "not_read": list(prepared.loaded.not_read),
     }
@@ -179,5 +181,7 @@ def run_real_config_file(config_path: str | Path, out_dir: str | Path, overrides
     print(f"real engine: {run['steps_observed']} steps observed, replay {run['replay_wall_s']:.2f} s, "
           f"fingerprint drift {run['fingerprint_drift']:+.1%}, latest submission "
           f"{run['max_submit_lag_s'] * 1e3:.1f} ms behind its arrival", file=out)
+    if result.contention is not None:
+        print(f"contention: {result.contention.line()}", file=out)
     print_summary(summary, file=out, title="Real Engine Serving Benchmark Result")
     return summary

@@ -109,7 +109,8 @@ def markdown(doc: dict[str, Any]) -> str:
                              f"| {_ms(c['sim'])} | {_pct(c['error'])} {verdict}")
             lines.append(f"| {case['name']} | {LABELS[metric]} | " + " | ".join(cells) + f" | {speed} |")
     counts = doc["counts"]
-    lines += ["", "Verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + ".", "", *schedule_lines(doc), ""]
+    lines += ["", "Verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + ".", "", *contention_lines(doc),
+              *schedule_lines(doc), ""]
     if doc["failures"]:
         lines.append("Failing comparisons (the error beside the real runs' own spread, the coefficient of variation):")
         lines.append("")
@@ -120,6 +121,21 @@ def markdown(doc: dict[str, Any]) -> str:
                 lines.append(f"- {f['case']} {LABELS[f['metric']]} {f['stat']}: {f['verdict']}, error "
                              f"{_pct(f['error'])}, real spread {f['spread']:.1%}")
     return "\n".join(lines) + "\n"
+
+
+def contention_lines(doc: dict[str, Any]) -> list[str]:
+    """How many replays other work contended (`real.contention`): repeated once, left out if the
+    repeat was contended too."""
+    runs = [(case["name"], r) for case in doc["cases"] for r in case["runs"]]
+    repeated = [name for name, r in runs if r.get("contended_attempt")]
+    left_out = [name for name, r in runs if str(r.get("error") or "").startswith("contention")]
+    seen = [r["contention"]["other_share"] for _, r in runs if r.get("contention")]
+    if not seen:
+        return []
+    text = (f"Contention (other processes' share of the cores during each replay, /proc): at most {max(seen):.0%}; "
+            f"{len(repeated)} of {len(runs)} replays contended and repeated once")
+    text += f", {len(left_out)} contended again and left out ({', '.join(left_out)})." if left_out else "."
+    return [text, ""]
 
 
 def schedule_lines(doc: dict[str, Any]) -> list[str]:

@@ -259,15 +259,23 @@ def _real_run(study: FidelityStudy, engine: RealEngine, case: CaseResult, reques
               reference: Fingerprint, folder: Path, rep: int,
               step_check: Callable[[Replay], dict[str, Any]]) -> None:
     """One repetition of `case` on the running engine, appended to `case.runs` (with its error, if
-    the replay could not be recorded). `step_check`: the run's steps against the calibration and
+    the replay could not be recorded). A replay that other work contended (`real.contention`) is
+    repeated once; if the repeat is contended too, it is kept with that as its error, so the
+    comparison leaves it out. `step_check`: the run's steps against the calibration and
     the mirror's schedule (`_step_checks`)."""
     run: dict[str, Any] = {"rep": rep + 1, "error": None}
     try:
         result = replay(engine, requests, rate_scale=case.rate_scale, seed=study.seed)
+        if result.contention is not None and result.contention.flagged:  # repeated once, the first kept aside
+            run["contended_attempt"] = result.contention.as_dict()
+            result = replay(engine, requests, rate_scale=case.rate_scale, seed=study.seed)
     except RuntimeError as exc:  # e.g. a soft reset dropped token stamps: kept, not invented
         run["error"] = str(exc)
         case.runs.append(run)
         return
+    if result.contention is not None and result.contention.flagged:  # still contended: recorded, not compared
+        run["error"] = f"contention (twice): {'; '.join(result.contention.reasons)}"
+    run["contention"] = None if result.contention is None else result.contention.as_dict()
     path = folder / "replays" / f"{case.name}-rep{rep + 1}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     dump_json(result.as_dict(), path)
@@ -276,7 +284,8 @@ def _real_run(study: FidelityStudy, engine: RealEngine, case: CaseResult, reques
     run["stats"] = latency_stats(result.requests)
     run.update(step_check(result))
     case.runs.append(run)
-    case.run_samples.append(latency_samples(result.requests))
+    if run["error"] is None:
+        case.run_samples.append(latency_samples(result.requests))
 
 
 def _step_checks(result: Replay, profile_csv: Path, engine: RealEngine, host: float) -> dict[str, Any]:

@@ -159,7 +159,17 @@ def test_the_writer_puts_the_comparisons_in_json_table_and_figures(tmp_path):
     assert all(p.stat().st_size > 0 for p in figures) and on_disk["figures"] == [f"figures/{p.name}" for p in figures]
 
 
+def judge_contention(monkeypatch, limit: float) -> None:
+    """Set every contention limit (real/contention.py) to `limit`: 2.0 never flags a replay (the
+    machine running these tests may be busy; these tests check the study's flow), -1.0 flags every one."""
+    import infralab.real.contention as contention
+
+    for name in ("WINDOW_SHARE_LIMIT", "OTHER_SHARE_LIMIT", "SLOW_STEP_SHARE_LIMIT"):
+        monkeypatch.setattr(contention, name, limit)
+
+
 def test_a_minimal_study_runs_end_to_end(tmp_path, capsys, monkeypatch):
+    judge_contention(monkeypatch, 2.0)
     path = write_study(tmp_path)
     out = tmp_path / "out"
     # A relative --out, as `infralab reproduce` gives by default: the mirror still finds its profile.
@@ -192,6 +202,20 @@ def test_a_minimal_study_runs_end_to_end(tmp_path, capsys, monkeypatch):
     assert "| tiny-chat-load50 | TTFT |" in table
     assert sorted(doc["figures"]) == ["figures/cdf-tiny-chat-load50.png", "figures/parity.png"]
     assert all((out / f).stat().st_size > 0 for f in doc["figures"])
+
+
+def test_a_contended_replay_is_repeated_once_and_left_out_if_contended_again(tmp_path, monkeypatch):
+    judge_contention(monkeypatch, -1.0)
+    assert main(["fidelity", "run", str(write_study(tmp_path)), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    doc = json.loads((tmp_path / "out" / "fidelity.json").read_text())
+    (case,) = doc["cases"]
+    assert case["comparison"] is None and sum(doc["counts"].values()) == 0
+    for run in case["runs"]:
+        assert run["contended_attempt"]["flagged"] and run["contention"]["flagged"]
+        assert run["error"].startswith("contention (twice): ")
+    assert doc["failures"][0]["why"].startswith("fewer than 2 real runs finished: contention (twice)")
+    table = (tmp_path / "out" / "table.md").read_text()
+    assert "2 of 2 replays contended and repeated once, 2 contended again and left out" in table
 
 
 def test_a_burst_the_cache_cannot_hold_stops_before_any_folder(tmp_path):

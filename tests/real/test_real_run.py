@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
+import time
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +26,7 @@ from infralab.metrics.run_metrics import summarize
 from infralab.metrics.schema import SLOConfig
 from infralab.metrics.summary import RunSummary
 from infralab.real.config import load_real_config, resolved_config_text
+from infralab.real.contention import OTHER_SHARE_LIMIT, machine_cores
 
 MODEL = """\
 name = "tiny-llama-test"
@@ -99,6 +104,23 @@ def profiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("real_profile")
     assert main(["real", "profile", str(write_config(folder)), "--out", str(folder / "profile")]) == 0
     return folder
+
+
+@pytest.fixture()
+def hogs() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """One busy-looping process per core, already spinning when the test starts."""
+    import psutil
+
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(machine_cores())]
+    try:
+        deadline = time.monotonic() + 30
+        while any(psutil.Process(p.pid).cpu_times().user < 0.2 for p in procs) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 # ---- the run folder ---------------------------------------------------------------------------
@@ -309,3 +331,19 @@ def test_cuda_on_a_machine_without_one_is_refused_by_field(tmp_path: Path, capsy
     config = write_config(tmp_path, **{"warmup_requests = 1": 'warmup_requests = 1\ndevice = "cuda"'})
     out = tmp_path / "run"
     _refused(["real", "run", str(config), "--out", str(out)], out, capsys, "tiny.toml: real.device", "CUDA")
+
+
+# ---- contention -------------------------------------------------------------------------------
+
+
+def test_a_real_run_beside_cpu_hogs_says_so_in_its_summary(hogs: list[subprocess.Popen[bytes]], tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A busy loop on every core: the run is flagged (printed, summary.json, replay.json) and the hogs
+    are named. The hogs hold every core whatever the machine's speed, so this holds anywhere."""
+    config = write_config(tmp_path, **{"num_requests = 6": "num_requests = 30", "fingerprint_repeats = 1": "fingerprint_repeats = 5"})
+    assert main(["real", "run", str(config), "--out", str(tmp_path / "run")]) == 0
+    assert "contention: YES" in capsys.readouterr().out
+    seen = json.loads((tmp_path / "run" / "summary.json").read_text())["run"]["contention"]
+    assert seen["flagged"] and seen["other_share"] >= OTHER_SHARE_LIMIT and seen["cores"] == machine_cores()
+    assert {p.pid for p in hogs} & {p["pid"] for p in seen["processes"]}
+    assert json.loads((tmp_path / "run" / "replay.json").read_text())["contention"]["flagged"]
