@@ -283,6 +283,18 @@ def ratios(caps: dict[str, dict[int, dict[str, Any]]], arms: list[Arm]) -> dict[
     return out
 
 
+def against_published(final: list[float | None], published: float) -> str:
+    """Whether the final ratio's range over seeds contains the published figure (the registration's
+    promise), said plainly, with the gap."""
+    vals = [v for v in final if v is not None]
+    if not vals:
+        return f"No final ratio was bracketed, so nothing is said against the published ~{published:g}x."
+    lo, hi, mean = min(vals), max(vals), statistics.fmean(vals)
+    where = "contains" if lo <= published <= hi else "does not contain"
+    return (f"The final ratio, {mean:.2f}x ({lo:.2f}..{hi:.2f}x over seeds), {where} the published ~{published:g}x"
+            + ("." if where == "contains" else f": its mean is {mean / published - 1:+.0%} from it."))
+
+
 def verdict(final: list[float | None], threshold: float) -> str:
     if any(r is None for r in final) or not final:
         return "undecided"
@@ -344,7 +356,8 @@ def report(reg: Registration, mode: str, arms: list[Arm], skipped: list[tuple[Ar
                       f"run ({arms[-1].label}) would be {verdict(final, reg.threshold)} against the claim's "
                       f"{reg.threshold:g}x on its own.", ""]
     else:
-        lines += ["", f"Verdict: **{verdict(final, reg.threshold)}** (final arm {arms[-1].label}).", ""]
+        lines += ["", f"Verdict: **{verdict(final, reg.threshold)}** (final arm {arms[-1].label}). "
+                      f"{against_published(final, reg.published)}", ""]
     if causes:
         lines += ["## Why each step moved (seed 0)", "",
                   "Each arm against the previous one, both at the previous arm's capacity: the SLO that binds there "

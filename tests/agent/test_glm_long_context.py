@@ -101,6 +101,7 @@ def test_a_tiny_run_reports_rules_deviations_ratios_and_bounds(tmp_path):
     report = (tmp_path / "out" / "report.md").read_text()
     assert "## The registration" in report and "p90 TPOT <= 50 ms" in report
     assert "2026-12-03: a test" in report
+    assert "the published ~3x" in report and ("does not contain" in report or "contains" in report)
     assert [a["name"] for a in doc["arms"]] == ["baseline", "w8a8", "pd"] and doc["arms"][0]["ratio_by_seed"] == [1.0, 1.0]
     sizes = doc["pools"]["pd"]
     assert sizes["cluster.prefill_instances"] + sizes["cluster.decode_instances"] <= 8
@@ -135,3 +136,10 @@ def test_an_assumption_moves_the_final_ratio_on_both_arms(tmp_path):
     (row,) = runner.sensitivity(reg, (path.parent / reg.base).resolve(), arms, reg.sizes["quick"], {})
     assert row["assumption"] == "slo_tpot" and row["low"]["changes"] == {"slo.tpot_s": 0.025}
     assert row["low"]["ratio"] is not None and row["high"]["ratio"] is not None and row["high"]["ratio"] > 0
+
+
+def test_the_report_says_plainly_whether_the_final_ratio_contains_the_published_figure():
+    assert runner.against_published([1.17, 1.2, 1.1], 3.0).endswith("does not contain the published ~3x: its mean is -61% from it.")
+    assert "1.10..1.20x" in runner.against_published([1.17, 1.2, 1.1], 3.0)
+    assert runner.against_published([2.9, 3.1], 3.0).endswith("contains the published ~3x.")
+    assert "nothing is said" in runner.against_published([None, None], 3.0)
