@@ -53,4 +53,5 @@ def with_image_tokens(requests: RequestTable, images: array, image_tokens: int, 
         hashes.append(blocks)
     arrivals = array("d", (r.arrival_s for r in requests))
     outputs = array("q", (r.output_tokens for r in requests))
-    return RequestTable(arrivals, prompts, outputs, hashes if has_hashes else None)
+    ids = array("q", (r.id for r in requests))  # a trace's own ids stay
+    return RequestTable(arrivals, prompts, outputs, hashes if has_hashes else None, ids)

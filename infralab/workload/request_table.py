@@ -4,7 +4,8 @@ A million-request trace as a list of `Request` objects costs about 80 bytes per 
 the numbers themselves (the object and its list slot), for the whole run. A `RequestTable` keeps
 the numbers in arrays (8 bytes each) and reads like a list of requests: `len`, indexing (a slice
 gives a list), iteration and `==` against any sequence of requests. Each access builds the
-`Request` (id = its position), so holding one keeps only that one alive.
+`Request` (id = its position, or the trace's own id where the file gives one), so holding one
+keeps only that one alive.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from infralab.workload.request import Request
 
 
 class RequestTable(Sequence[Request]):
-    """Requests 0..n-1: arrival (s), prompt and output tokens, prompt block hashes (None: none)."""
+    """Requests in arrival order: arrival (s), prompt and output tokens, prompt block hashes (None:
+    none), ids 0..n-1 unless the trace gave its own (`ids`)."""
 
-    __slots__ = ("_arrival_s", "_prompt", "_output", "_hashes")
+    __slots__ = ("_arrival_s", "_prompt", "_output", "_hashes", "_ids")
 
     def __init__(
         self,
@@ -28,15 +30,18 @@ class RequestTable(Sequence[Request]):
         prompt_tokens: array,
         output_tokens: array,
         block_hashes: list[tuple[int, ...]] | None,
+        ids: array | None = None,
     ) -> None:
         n = len(arrival_s)
-        lengths = {len(prompt_tokens), len(output_tokens), n if block_hashes is None else len(block_hashes)}
+        lengths = {len(prompt_tokens), len(output_tokens), n if block_hashes is None else len(block_hashes),
+                   n if ids is None else len(ids)}
         if lengths != {n}:
             raise ValueError("the columns of a RequestTable must have one entry per request")
         self._arrival_s = arrival_s  # array('d')
         self._prompt = prompt_tokens  # array('q')
         self._output = output_tokens  # array('q')
         self._hashes = block_hashes
+        self._ids = ids  # array('q'): a trace's own ids (the plain CSV); None: the position
 
     @classmethod
     def of(cls, requests: Sequence[Request]) -> RequestTable:
@@ -69,11 +74,13 @@ class RequestTable(Sequence[Request]):
         if not 0 <= index < n:
             raise IndexError("request index out of range")
         hashes = self._hashes[index] if self._hashes is not None else ()
-        return Request(index, self._arrival_s[index], self._prompt[index], self._output[index], hashes)
+        request_id = index if self._ids is None else self._ids[index]
+        return Request(request_id, self._arrival_s[index], self._prompt[index], self._output[index], hashes)
 
     def __iter__(self) -> Iterator[Request]:
         hashes = self._hashes if self._hashes is not None else itertools.repeat(())
-        for i, (t, p, o, h) in enumerate(zip(self._arrival_s, self._prompt, self._output, hashes)):
+        ids = self._ids if self._ids is not None else itertools.count()
+        for i, t, p, o, h in zip(ids, self._arrival_s, self._prompt, self._output, hashes):
             yield Request(i, t, p, o, h)
 
     def __eq__(self, other: object) -> bool:

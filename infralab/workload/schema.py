@@ -34,7 +34,7 @@ Rate = Number(ge=MIN_RATE, le=MAX_RATE)  # requests per second
 SpanSeconds = Number(ge=0.0, le=MAX_SPAN_S)
 
 # The trace formats the workload readers parse (infralab.workload.traces), named once here.
-TraceFormat = Literal["mooncake", "azure", "vidur"]
+TraceFormat = Literal["mooncake", "azure", "vidur", "csv"]
 TRACE_FORMATS: tuple[str, ...] = get_args(TraceFormat)
 
 

@@ -1,14 +1,17 @@
-"""Readers for request traces: Mooncake JSONL, Azure LLM-inference CSV and Vidur CSV.
+"""Readers for request traces: Mooncake JSONL, Azure LLM-inference CSV, Vidur CSV and a plain CSV.
 
 Each format is parsed into the same columns (arrival seconds, prompt tokens, output tokens,
 prefix block hashes), then one shared step applies the time window, truncation, prompt clip and
-rate scaling and numbers the requests.
+rate scaling and numbers the requests (0.. in arrival order; the plain CSV keeps its own ids).
 
 Formats (one request per line/row, in arrival order):
 - mooncake: JSON objects with `timestamp` (ms from trace start), `input_length`,
   `output_length` (tokens) and optionally `hash_ids` (ids of the prompt's 512-token blocks).
 - azure: CSV with header `TIMESTAMP,ContextTokens,GeneratedTokens`; TIMESTAMP is wall clock,
   `2023-11-16 18:15:46.6805900` (any number of fractional digits).
+- csv: infralab's plain CSV, header `request_id,arrival_s,prompt_tokens,output_tokens` (other
+  columns ignored): a non-negative integer id, unique, kept as the request's id everywhere (run
+  folders, replays); arrival in seconds from any origin; tokens.
 - vidur: CSV in the columns Vidur's trace-replay generator reads: `arrived_at` (s),
   `num_prefill_tokens`, `num_decode_tokens`; the older names `Time`, `PromptTokenCount`,
   `CompletionTokenCount` are accepted too. Vidur's processed length traces (no arrival column)
@@ -75,6 +78,7 @@ class TraceColumns:
     lines: array  # array('q'): the file line of each request, for errors found after parsing
     prompt_field: str  # the prompt-length column's name in this file, for those errors
     output_field: str  # likewise the output-length column's
+    ids: array | None = None  # array('q'): the file's own request ids (the plain CSV); None: numbered 0..
 
 
 # ---- public API ------------------------------------------------------------------------------
@@ -91,8 +95,9 @@ def read_trace(
     max_prompt_tokens: int | None = None,
     context_length: int | None = None,
 ) -> RequestTable:
-    """Read a trace file into requests with ids 0..n-1 in arrival order (ties keep file order),
-    held as columns (a `RequestTable`, which reads like a list of `Request`).
+    """Read a trace file into requests with ids 0..n-1 in arrival order (ties keep file order; the
+    plain CSV's own ids are kept), held as columns (a `RequestTable`, which reads like a list of
+    `Request`).
 
     Steps, in order: keep requests whose arrival, in seconds from the trace's first request, is in
     [start_s, end_s); keep the first `max_requests`; shift arrivals so the first kept request
@@ -128,7 +133,7 @@ def read_trace_column(
 
 def parse_trace(path: Path, format: TraceFormat) -> TraceColumns:
     """Parse a whole trace file into columns; every problem is an InputError naming the line."""
-    parsers = {"mooncake": _parse_mooncake, "azure": _parse_azure, "vidur": _parse_vidur}
+    parsers = {"mooncake": _parse_mooncake, "azure": _parse_azure, "vidur": _parse_vidur, "csv": _parse_csv}
     if format not in parsers:
         raise InputError("trace format", f"unknown format {format!r}", " / ".join(TRACE_FORMATS))
     # The one input boundary reads it (missing, folder, device, size cap, UTF-8, a BOM dropped).
@@ -214,7 +219,8 @@ def _requests(
         if clipped_hashes is not None:
             clipped_hashes.append(blocks)
     outputs = columns.output_tokens[kept.start : kept.stop]
-    return RequestTable(arrivals, prompts, outputs, clipped_hashes)
+    ids = None if columns.ids is None else columns.ids[kept.start : kept.stop]
+    return RequestTable(arrivals, prompts, outputs, clipped_hashes, ids)
 
 
 def _check_context(
@@ -499,3 +505,33 @@ def _parse_vidur(path: Path, handle) -> TraceColumns:
         outputs.append(_token_count(row[out_col], path, line_no, out_name))
         lines.append(line_no)
     return TraceColumns(times, prompts, outputs, None, lines, in_name, out_name)
+
+
+_CSV_COLUMNS = ("request_id", "arrival_s", "prompt_tokens", "output_tokens")
+_CSV_EXPECTED = "a CSV with columns request_id, arrival_s, prompt_tokens, output_tokens"
+
+
+def _parse_csv(path: Path, handle) -> TraceColumns:
+    """infralab's plain CSV (module docstring): ids unique non-negative integers, kept."""
+    reader = csv.reader(handle)
+    header = _csv_header(path, reader, "csv")
+    line = reader.line_num
+    id_col, t_col, in_col, out_col = (_column(path, line, header, (name,), _CSV_EXPECTED) for name in _CSV_COLUMNS)
+    ids, times, prompts, outputs, lines = array("q"), array("d"), array("q"), array("q"), array("q")
+    seen: dict[int, int] = {}
+    previous, previous_line = -math.inf, 0
+    for line_no, row in _cells(path, reader, len(header)):
+        request_id = _token_count(row[id_col], path, line_no, "request_id")
+        if request_id in seen:
+            raise InputError(_where(path, line_no, "request_id"), f"{request_id} repeats line {seen[request_id]}'s id",
+                             "a unique id per request")
+        seen[request_id] = line_no
+        t = _number(row[t_col], path, line_no, "arrival_s", "arrival time in seconds")
+        _check_order(path, line_no, "arrival_s", t, previous, previous_line, lambda v: f"{v:g} s")
+        previous, previous_line = t, line_no
+        ids.append(request_id)
+        times.append(t)
+        prompts.append(_token_count(row[in_col], path, line_no, "prompt_tokens"))
+        outputs.append(_token_count(row[out_col], path, line_no, "output_tokens"))
+        lines.append(line_no)
+    return TraceColumns(times, prompts, outputs, None, lines, "prompt_tokens", "output_tokens", ids)

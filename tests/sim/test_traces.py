@@ -236,7 +236,7 @@ def test_jsonl_given_as_azure_or_vidur(tmp_path):
         assert ":1: header: missing column" in message and "format 'mooncake'" in message
 
 
-@pytest.mark.parametrize("format", ["mooncake", "azure", "vidur"])
+@pytest.mark.parametrize("format", ["mooncake", "azure", "vidur", "csv"])
 def test_empty_file(tmp_path, format):
     path = tmp_path / "empty.txt"
     path.write_text("")
@@ -318,3 +318,37 @@ def test_a_prompt_longer_than_the_context_names_the_trace_line(tmp_path):
         read_trace(path, "vidur", context_length=100, max_prompt_tokens=100)
     assert err.value.where == f"{path}:3: num_decode_tokens"
     assert len(read_trace(path, "vidur", context_length=100, max_requests=1)) == 1
+
+
+# ---- the plain CSV (request_id, arrival_s, prompt_tokens, output_tokens) -----------------------
+
+
+def test_the_plain_csv_keeps_its_ids_and_ignores_other_columns(tmp_path):
+    path = tmp_path / "mine.csv"
+    path.write_text("request_id,arrival_s,prompt_tokens,output_tokens,note\n17,1.5,812,64,a\n18,1.75,95,210,b\n"
+                    "3,2.0,40,5,c\n")
+    requests = read_trace(path, "csv")
+    assert [(r.id, r.arrival_s, r.prompt_tokens, r.output_tokens) for r in requests] == [
+        (17, 0.0, 812, 64), (18, 0.25, 95, 210), (3, 0.5, 40, 5)]
+    assert requests[2].id == 3 and [r.id for r in requests[1:]] == [18, 3]
+    assert [r.id for r in read_trace(path, "csv", start_s=0.2)] == [18, 3]  # a window keeps the ids too
+
+
+@pytest.mark.parametrize("body, where, problem", [
+    ("1,0,5,2\n1,1,5,2\n", ":3: request_id", "1 repeats line 2's id"),
+    ("1,0,5,2\n-2,1,5,2\n", ":3: request_id", "-2"),
+    ("1,0,5,2\n2,x,5,2\n", ":3: arrival_s", "'x'"),
+    ("1,3,5,2\n2,1,5,2\n", ":3: arrival_s", "time goes backwards"),
+])
+def test_the_plain_csv_names_the_line_and_field_of_a_bad_row(tmp_path, body, where, problem):
+    path = tmp_path / "bad.csv"
+    path.write_text("request_id,arrival_s,prompt_tokens,output_tokens\n" + body)
+    with pytest.raises(InputError) as err:
+        read_trace(path, "csv")
+    assert err.value.where == f"{path}{where}" and problem in str(err.value)
+
+
+def test_the_plain_csv_names_a_missing_column(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("id,arrival_s,prompt_tokens,output_tokens\n1,0,5,2\n")
+    assert "missing column request_id" in _error(path, "csv")
