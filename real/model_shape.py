@@ -15,7 +15,7 @@ from typing import Any
 
 from infralab import locations
 from infralab.errors import InputError
-from infralab.input_files import read_toml
+from infralab.input_files import read_json, read_toml
 from infralab.model_catalog import model_table
 
 
@@ -82,18 +82,63 @@ def shape_from_table(table: dict[str, Any], source: str) -> ModelShape:
     return ModelShape(**values)
 
 
+HF_FIELDS = {"num_layers": "num_hidden_layers", "hidden_size": "hidden_size", "num_heads": "num_attention_heads",
+             "num_kv_heads": "num_key_value_heads", "vocab_size": "vocab_size",
+             "intermediate_size": "intermediate_size", "context_length": "max_position_embeddings",
+             "tie_word_embeddings": "tie_word_embeddings"}
+"""ModelShape's fields and the names a transformers Llama `config.json` gives them."""
+
+HF_MODEL_TYPES = ("llama", "mistral")
+"""Architectures the engine's random-weight Llama reproduces step for step (Mistral's config is
+Llama's plus a sliding window, refused below when set)."""
+
+
+def shape_from_hf_config(doc: Any, source: str) -> ModelShape:
+    """A transformers `config.json` of a Llama-architecture model as a shape (fields: HF_FIELDS; the
+    name from `_name_or_path`, else the file's folder). InputError naming `source` and the field
+    for another architecture, a head_dim apart from hidden_size / heads, a sliding window, or a
+    missing or bad field. `num_key_value_heads` defaults to the heads (transformers' rule)."""
+    if not isinstance(doc, dict):
+        raise InputError(source, "is not a JSON object", "a transformers config.json")
+    kind = doc.get("model_type")
+    if kind not in HF_MODEL_TYPES:
+        raise InputError(f"{source}: model_type", f"{kind!r}", f"one of {', '.join(HF_MODEL_TYPES)} "
+                         "(the engine builds a Llama-architecture model)")
+    heads, hidden = doc.get("num_attention_heads"), doc.get("hidden_size")
+    head_dim = doc.get("head_dim")
+    if head_dim is not None and isinstance(heads, int) and isinstance(hidden, int) and heads > 0 \
+            and head_dim != hidden // heads:
+        raise InputError(f"{source}: head_dim", f"{head_dim!r}, not hidden_size / num_attention_heads "
+                         f"({hidden} / {heads})", "a model whose head_dim is hidden_size / num_attention_heads")
+    if doc.get("sliding_window") is not None:
+        raise InputError(f"{source}: sliding_window", f"{doc['sliding_window']!r}", "null (full attention)")
+    table = {ours: doc[theirs] for ours, theirs in HF_FIELDS.items() if theirs in doc}
+    table.setdefault("num_kv_heads", heads)
+    name = doc.get("_name_or_path") or Path(source).parent.name or "config"
+    table["name"] = str(name).rstrip("/").split("/")[-1] if isinstance(name, str) else "config"
+    try:
+        return shape_from_table(table, source)
+    except InputError as exc:  # name the file's own field, not ours
+        field = exc.where.rsplit(": ", 1)[-1]
+        raise InputError(f"{source}: {HF_FIELDS.get(field, field)}", exc.problem,
+                         exc.expected.replace("the model catalog's fields", "a transformers Llama config")) from None
+
+
 def is_model_path(value: str) -> bool:
-    """Whether a config's `model` names a file (a separator or a .toml suffix), not a catalog entry."""
-    return "/" in value or "\\" in value or value.endswith(".toml")
+    """Whether a config's `model` names a file (a separator, or a .toml / .json suffix), not a
+    catalog entry."""
+    return "/" in value or "\\" in value or value.endswith((".toml", ".json"))
 
 
 def model_shape(value: str, base_dir: Path, where: str) -> ModelShape:
-    """The model a config's `model` names: a catalog name, or a path (a separator or a .toml suffix)
-    to a model TOML with the catalog's fields, resolved against `base_dir`. `where` names the
-    field in errors."""
+    """The model a config's `model` names: a catalog name, or a path (a separator, or a .toml /
+    .json suffix) resolved against `base_dir` to a model TOML with the catalog's fields or a
+    transformers `config.json` (`shape_from_hf_config`). `where` names the field in errors."""
     if is_model_path(value):
-        locations.require_file(value, base_dir, where, "model TOML")
+        locations.require_file(value, base_dir, where, "model TOML or transformers config.json")
         path = locations.resolve_path(value, base_dir)
+        if path.suffix == ".json":
+            return shape_from_hf_config(read_json(path, "config", "a transformers config.json"), str(path))
         return shape_from_table(read_toml(path, "a model TOML"), str(path))
     if value in SHAPES:  # the catalog's small-llama-cpu, read once; tiny-llama-test, the tests' own
         return SHAPES[value]
