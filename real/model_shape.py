@@ -86,7 +86,8 @@ HF_FIELDS = {"num_layers": "num_hidden_layers", "hidden_size": "hidden_size", "n
              "num_kv_heads": "num_key_value_heads", "vocab_size": "vocab_size",
              "intermediate_size": "intermediate_size", "context_length": "max_position_embeddings",
              "tie_word_embeddings": "tie_word_embeddings"}
-"""ModelShape's fields and the names a transformers Llama `config.json` gives them."""
+"""ModelShape's fields and the names a transformers Llama `config.json` gives them (`LlamaConfig`'s
+attributes, transformers 5.23.0 as pinned: models/llama/configuration_llama.py)."""
 
 HF_MODEL_TYPES = ("llama", "mistral")
 """Architectures the engine's random-weight Llama reproduces step for step (Mistral's config is

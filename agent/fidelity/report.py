@@ -24,7 +24,7 @@ LABELS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
 
 def case_json(case: CaseResult) -> dict[str, Any]:
     comparison = case.comparison()
-    return {"name": case.name, "setting": case.setting, "shape": case.shape, "load": case.load,
+    return {"name": case.name, "setting": case.setting, "shape": case.shape, "load": case.load, "fixed": case.fixed,
             "rate_rps": case.rate_rps, "rate_scale": case.rate_scale, "requests": case.requests,
             "sim": case.sim_stats, "runs": case.runs,
             "comparison": None if comparison is None else
@@ -85,7 +85,8 @@ def markdown(doc: dict[str, Any]) -> str:
                          f"| {s['profile']['points']} | {_pct(s['profile']['drift'])} | {shape} "
                          f"| {facts['capacity_rps']:.2f} | {facts['host_per_step_s'] * 1e3:.2f} |")
     lines += ["", *headline(doc)]
-    lines += ["", "Per case (load = fraction of the measured capacity) and metric, ms: real mean ± std over the "
+    lines += ["", "Per case (load = fraction of the measured capacity; a `given` case replays its workload's own "
+              "arrivals, its load is their rate against the capacity) and metric, ms: real mean ± std over the "
               "runs [min, max], simulated, error = sim / real - 1 and its verdict (met / MISSED: the target, "
               f"means {TARGETS['mean']:.0%} and p90 {TARGETS['p90']:.0%}, applies because the real spread is below "
               f"it and the load below {TARGET_MAX_LOAD:.0%}; in range / OUT: otherwise, whether the simulated value "

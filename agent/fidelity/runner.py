@@ -73,18 +73,19 @@ class CaseResult:
     sim_samples: dict[str, np.ndarray]
     runs: list[dict[str, Any]] = field(default_factory=list)
     run_samples: list[dict[str, np.ndarray]] = field(default_factory=list)
+    fixed: bool = False  # the workload's own arrivals (a fixed case), not a load level
 
     @property
     def name(self) -> str:
-        return case_name(self.setting, self.shape, self.load)
+        return case_name(self.setting, self.shape, self.load, self.fixed)
 
     def comparison(self) -> dict[str, dict[str, Comparison]] | None:
         finished = [run["stats"] for run in self.runs if run["error"] is None]
         return compare(finished, self.sim_stats, self.load) if len(finished) >= 2 else None
 
 
-def case_name(setting: str, shape: str, load: float) -> str:
-    return f"{setting}-{shape}-load{round(load * 100):02d}"
+def case_name(setting: str, shape: str, load: float, fixed: bool = False) -> str:
+    return f"{setting}-{shape}-" + ("given" if fixed else f"load{round(load * 100):02d}")
 
 
 def mean_rate(requests: Sequence[ReplayRequest]) -> float:
@@ -175,7 +176,8 @@ def _workloads(study: FidelityStudy, shape: Shape, engine: RealEngine) -> tuple[
     if len(evaluated) < 2 or max(r.arrival_s for r in evaluated) <= 0:
         raise InputError(f"{where}.workload", f"{len(evaluated)} request(s), the last arriving at "
                          f"{max((r.arrival_s for r in evaluated), default=0.0)} s",
-                         "at least 2 requests, not all at 0 s (a load level rescales their arrival times)")
+                         "at least 2 requests, not all at 0 s (a load level rescales their arrival times; a "
+                         "fixed case's load is their rate against the capacity)")
     burst = _burst(drawn, engine)
     if len(burst) < 2:
         raise InputError(f"{study.source}: capacity", f"the KV cache ({engine.cache_tokens} tokens) holds fewer than "
@@ -190,7 +192,13 @@ def _burst_candidates(study: FidelityStudy, shape: Shape, context: int, evaluate
     (a trace does not depend on the seed)."""
     if isinstance(shape.workload, TraceWorkload):
         longer = dataclasses.replace(shape.workload, max_requests=evaluated + study.capacity_requests)
-        return build_requests(longer, study.base_dir, study.seed, context)[evaluated:]
+        drawn = build_requests(longer, study.base_dir, study.seed, context)[evaluated:]
+        if len(drawn) < 2:
+            raise InputError(f"{study.source}: shape {shape.name!r}.workload.max_requests",
+                             f"the trace holds {len(drawn)} request(s) after the {evaluated} evaluated ones",
+                             "a max_requests that leaves at least 2 of the trace's requests for the capacity burst "
+                             "(it takes the next capacity.requests: calibration never replays evaluated requests)")
+        return drawn
     return build_requests(shape.workload, study.base_dir, study.seed + 1, context)[: study.capacity_requests]
 
 
@@ -235,11 +243,12 @@ def _run_shape(study: FidelityStudy, setting: Setting, shape: Shape, engine: Rea
     doc = mirror_config_doc(model, engine.resolved(), study.scheduler, profile_csv, host)
     natural = mean_rate(evaluated)
     cases = []
-    for load in study.loads:
-        rate_scale = load * capacity / natural
+    # A fixed case replays the workload's own arrivals; its load is what they offer, against the capacity.
+    levels = [(natural / capacity, 1.0)] if shape.fixed else [(load, load * capacity / natural) for load in study.loads]
+    for load, rate_scale in levels:
         sim = simulate_mirror(doc, evaluated, rate_scale, folder)
-        cases.append(CaseResult(setting.name, shape.name, load, load * capacity, rate_scale, len(evaluated),
-                                latency_stats(sim), latency_samples(sim)))
+        cases.append(CaseResult(setting.name, shape.name, load, natural * rate_scale, rate_scale, len(evaluated),
+                                latency_stats(sim), latency_samples(sim), fixed=shape.fixed))
     for rep in range(study.repetitions):
         for case in cases:
             say(f"{case.name}: real run {rep + 1}/{study.repetitions} ({case.requests} requests at "

@@ -2,7 +2,8 @@
 
     [study]
     title = "..."
-    model = "small-llama-cpu"     # a model of the catalog (or the real side's test shape)
+    model = "small-llama-cpu"     # a model of the catalog (or the real side's test shape), or a path
+                                  # (relative to this file) to a model TOML or a transformers config.json
     scheduler = "fifo"            # the engine's scheduler; the mirror is hf_fifo / hf_prefill_first
     threads = 1                   # torch intra-op threads of the engine
     device = "cpu"                # or "cuda" (a GPU machine; unchecked here: docs/fidelity.md)
@@ -30,6 +31,8 @@
 
     [[shape]]                     # one workload shape per table
     name = "chat"
+    fixed = false                 # true: one case at the workload's own arrivals (a fixed case:
+                                  # nothing rescaled; its load is reported against the capacity)
     [shape.workload]              # a [workload] table as the simulator reads it (docs/sim.md);
     kind = "synthetic"            # its arrival rate only sets the pattern: each load rescales it
     ...
@@ -55,7 +58,7 @@ from infralab.errors import InputError
 from infralab.field_types import Int, Number, PositiveInt
 from infralab.overrides import set_path
 from infralab.real.engine import EngineSettings
-from infralab.real.model_shape import SHAPES, ModelShape, catalog_shape
+from infralab.real.model_shape import SHAPES, ModelShape, catalog_shape, is_model_path, model_shape
 from infralab.real.profile import ProfileGrid
 
 Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,39}$")]
@@ -67,7 +70,7 @@ Axis = Annotated[tuple[PositiveInt, ...], Field(min_length=1, max_length=64)]
 class StudyTable:
     title: str
     model: str
-    loads: Annotated[tuple[Load, ...], Field(min_length=1, max_length=16)]
+    loads: Annotated[tuple[Load, ...], Field(max_length=16)] = ()  # required unless every shape is fixed
     scheduler: Literal["fifo", "prefill_first"] = "fifo"
     threads: Int(ge=1, le=256) = 1
     device: Literal["cpu", "cuda"] = "cpu"
@@ -104,6 +107,7 @@ class SettingTable:
 class ShapeTable:
     name: Name
     workload: dict[str, Any]
+    fixed: bool = False
 
 
 @pydantic_dataclass(frozen=True, config=STRICT)
@@ -126,6 +130,7 @@ class Setting:
 class Shape:
     name: str
     workload: Any  # the simulator's WorkloadSpec (synthetic or trace)
+    fixed: bool = False  # one case at the workload's own arrivals, not one per load level
 
 
 @dataclass(frozen=True)
@@ -161,8 +166,12 @@ def load_study(path: str | Path, quick: bool = False) -> FidelityStudy:
         for key, value in table.items():
             set_path(doc, key.split("."), value, f"{source}: quick.{key}")
     spec = validate(StudyFile, doc, source)
+    if not spec.study.loads and not all(shape.fixed for shape in spec.shape):
+        raise InputError(f"{source}: study.loads", "empty or missing",
+                         "at least one load level (a fraction of the capacity) for the shapes that are not fixed")
     return FidelityStudy(
-        title=spec.study.title, model=_model(spec.study.model, source), scheduler=spec.study.scheduler,
+        title=spec.study.title, model=_model(spec.study.model, source, path.resolve().parent),
+        scheduler=spec.study.scheduler,
         loads=spec.study.loads, repetitions=spec.study.repetitions, seed=spec.study.seed,
         warmup_requests=spec.study.warmup_requests, capacity_requests=spec.capacity.requests,
         grid=ProfileGrid(spec.profile.q_tokens, spec.profile.kv_tokens, spec.profile.seqs, spec.profile.repeats),
@@ -170,14 +179,19 @@ def load_study(path: str | Path, quick: bool = False) -> FidelityStudy:
         base_dir=path.resolve().parent, quick=quick)
 
 
-def _model(name: str, source: str) -> ModelShape:
+def _model(name: str, source: str, base_dir: Path) -> ModelShape:
+    """A catalog name, a test shape, or a path (relative to the study file) to a model TOML or a
+    transformers config.json (`real.model_shape.model_shape`)."""
+    if is_model_path(name):
+        return model_shape(name, base_dir, f"{source}: study.model")
     if name in SHAPES:
         return SHAPES[name]
     try:
         return catalog_shape(name)
     except InputError as exc:
         raise InputError(f"{source}: study.model", f"{name!r}: {exc.problem}",
-                         f"a model of the catalog or one of {', '.join(SHAPES)}") from None
+                         f"a model of the catalog, one of {', '.join(SHAPES)}, or a path to a model TOML or "
+                         "a transformers config.json") from None
 
 
 def _settings(spec: StudyFile, source: str) -> tuple[Setting, ...]:
@@ -198,7 +212,7 @@ def _shapes(spec: StudyFile, source: str) -> tuple[Shape, ...]:
         if workload.max_concurrency is not None:
             raise InputError(f"{source}: shape[{i}].workload.max_concurrency", "is set",
                              "unset: the load generator replays open loop")
-        shapes.append(Shape(table.name, workload))
+        shapes.append(Shape(table.name, workload, table.fixed))
     return tuple(shapes)
 
 

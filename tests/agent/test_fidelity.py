@@ -100,6 +100,8 @@ def test_the_shipped_studies_are_valid():
         load_study(root / name, quick=True)
     cuda = load_study(root / "cuda_small.toml")
     assert {(s.engine.device, s.engine.dtype) for s in cuda.settings} == {("cuda", "bf16")}
+    given = load_study(root / "given" / "study.toml")  # a config.json model and a CSV trace, a fixed case
+    assert given.model.name == "given-llama-8x192" and [s.fixed for s in given.shapes] == [True] and given.loads == ()
 
 
 def test_a_cuda_study_on_a_machine_without_cuda_stops_before_any_folder(tmp_path, capsys):
@@ -216,6 +218,61 @@ def test_a_contended_replay_is_repeated_once_and_left_out_if_contended_again(tmp
     assert doc["failures"][0]["why"].startswith("fewer than 2 real runs finished: contention (twice)")
     table = (tmp_path / "out" / "table.md").read_text()
     assert "2 of 2 replays contended and repeated once, 2 contended again and left out" in table
+
+
+GIVEN_STUDY = TINY_STUDY.split("[[shape]]")[0].replace('model = "tiny-llama-test"', 'model = "model/config.json"').replace(
+    "loads = [0.5]\n", "") + """
+[[shape]]
+name = "mine"
+fixed = true
+[shape.workload]
+kind = "trace"
+path = "mine.csv"
+format = "csv"
+max_requests = 6
+"""
+
+MINE_CSV = "request_id,arrival_s,prompt_tokens,output_tokens\n" + "".join(
+    f"{rid},{10 + 0.05 * i:.2f},{9 + (7 * i) % 30},{2 + i % 4}\n"
+    for i, rid in enumerate((101, 7, 55, 3, 40, 12, 900, 901, 902, 903)))
+"""Ten requests with their own ids, arriving from 10 s (any origin) every 50 ms: the first six are
+evaluated, the next four are the capacity burst."""
+
+
+def test_a_fixed_case_replays_a_csv_trace_on_a_config_json_model_in_one_command(tmp_path, monkeypatch, capsys):
+    """A model shape and a workload the project never saw, given as files: one case at the trace's
+    own arrivals (nothing rescaled), the trace's ids kept in the replays."""
+    judge_contention(monkeypatch, 2.0)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(json.dumps({
+        "model_type": "llama", "_name_or_path": "someone/tiny-wide-llama", "num_hidden_layers": 3, "hidden_size": 96,
+        "num_attention_heads": 6, "num_key_value_heads": 3, "vocab_size": 500, "intermediate_size": 200,
+        "max_position_embeddings": 1024}))
+    (tmp_path / "mine.csv").write_text(MINE_CSV)
+    path = write_study(tmp_path, GIVEN_STUDY)
+    assert main(["fidelity", "run", str(path), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    doc = json.loads((tmp_path / "out" / "fidelity.json").read_text())
+    assert doc["model"] == "tiny-wide-llama" and doc["loads"] == []
+    (case,) = doc["cases"]
+    capacity = doc["settings"][0]["shapes"]["mine"]["capacity_rps"]
+    assert case["name"] == "tiny-mine-given" and case["fixed"] and case["rate_scale"] == 1.0
+    assert case["rate_rps"] == pytest.approx(5 / 0.25) and case["load"] == pytest.approx(case["rate_rps"] / capacity)
+    for run in case["runs"]:
+        replay = json.loads((tmp_path / "out" / run["file"]).read_text())
+        assert sorted(r["id"] for r in replay["requests"]) == [3, 7, 12, 40, 55, 101]
+        assert {r["id"]: r["arrival_s"] for r in replay["requests"]}[55] == pytest.approx(0.10)
+    assert case["comparison"] is not None
+    (tmp_path / "mine.csv").write_text("\n".join(MINE_CSV.splitlines()[:7]) + "\n")  # nothing left for the burst
+    capsys.readouterr()
+    assert main(["fidelity", "run", str(path), "--out", str(tmp_path / "out2"), "--no-progress"]) == 2
+    assert "shape 'mine'.workload.max_requests: the trace holds 0 request(s) after the 6 evaluated" in capsys.readouterr().err
+    assert not (tmp_path / "out2").exists()
+
+
+def test_a_study_of_load_levels_needs_loads(tmp_path):
+    with pytest.raises(InputError, match="study.loads") as err:
+        load_study(write_study(tmp_path, TINY_STUDY.replace("loads = [0.5]\n", "")))
+    assert "for the shapes that are not fixed" in str(err.value)
 
 
 def test_a_burst_the_cache_cannot_hold_stops_before_any_folder(tmp_path):
