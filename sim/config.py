@@ -180,6 +180,10 @@ class CostConfig:
     # A real engine's step profile (`engine_step` / `engine_prepare` rows, docs/calibration.md):
     # each step is timed whole from it (`infralab.sim.step_table_cost`) instead of the roofline.
     step_table: str | None = None
+    # The machine's step speed relative to when the step table was profiled (1.1 = 10 % slower):
+    # every table time (forward and batch building) is multiplied by it. The fidelity study sets it
+    # from the reference steps timed around a replay (real/fingerprint.py); 1.0: as profiled.
+    step_table_speed: Number(gt=0.0, le=100.0) = 1.0
 
 
 # ---- engine and cluster ----------------------------------------------------------------------
@@ -524,6 +528,9 @@ def check_engine_mirror(cfg: SimConfig, source: str, base_dir: Path) -> None:
     if mirror and cfg.cluster.layout != "colocated":
         raise InputError(f"{source}: cluster.layout", f"{cfg.cluster.layout!r} with engine.scheduler = {engine.scheduler!r}",
                          'layout = "colocated" (the mirrored engine is one colocated instance type)')
+    if cfg.cost.step_table_speed != 1.0 and cfg.cost.step_table is None:
+        raise InputError(f"{source}: cost.step_table_speed", "is read only with cost.step_table",
+                         "no cost.step_table_speed, or a cost.step_table whose times it scales")
     if engine.num_blocks is not None and cfg.cost.step_table is None:
         raise InputError(f"{source}: engine.num_blocks", "is read only with cost.step_table",
                          "no engine.num_blocks (the KV cache is sized from device memory), or a cost.step_table")

@@ -8,8 +8,9 @@ computed + one per decoding sequence; kv_tokens = the keys its attention covers,
 all its sequences; seqs = its sequences. Both rows are looked up through the one calibration lookup
 (`CalibrationTable.lookup(..., grid=True)`: exact, else interpolated over the measured grid).
 
-- device_s = the `engine_step` time;
-- host_s = the `engine_prepare` time + `[cost.host]`'s per-step, per-sequence and per-output-token
+- device_s = the `engine_step` time x `cost.step_table_speed` (the machine's speed relative to the
+  profile's, 1.0 by default: the fidelity study sets it from the reference steps around a replay);
+- host_s = the `engine_prepare` time (x the same) + `[cost.host]`'s per-step, per-sequence and per-output-token
   terms (what the profile does not measure: the scheduler and the step's update; 0 by default);
 - total_s = device_s + host_s ("sync", the engine on CPU runs them one after the other), or
   max(device_s, host_s) + async_residue_s with `overlap = "async"`.
@@ -57,8 +58,9 @@ class StepTableCost:
     profiled engine (e.g. "fp32"); `kv_capacity_tokens`: the engine's KV cache, tokens."""
 
     def __init__(self, table: CalibrationTable, dtype: str, kv_capacity_tokens: int,
-                 host: HostOverheadConfig = HostOverheadConfig()) -> None:
+                 host: HostOverheadConfig = HostOverheadConfig(), speed: float = 1.0) -> None:
         self.table = table
+        self.speed = speed  # every table time x this (`cost.step_table_speed`)
         self.dtype = dtype
         self.host = host
         self.kv_tokens = kv_capacity_tokens
@@ -90,8 +92,8 @@ class StepTableCost:
 
     def step(self, work: StepWork) -> TableStepCost:
         shape = step_shape(work)
-        device = self._lookup(STEP_KERNEL, shape)
-        host = self._lookup(PREPARE_KERNEL, shape) + self.host.per_step_s + self.host.per_request_s * shape["seqs"] \
+        device = self._lookup(STEP_KERNEL, shape) * self.speed
+        host = self._lookup(PREPARE_KERNEL, shape) * self.speed + self.host.per_step_s + self.host.per_request_s * shape["seqs"] \
             + self.host.per_output_token_s * work.output_tokens
         if self.host.overlap == "async":
             return TableStepCost(device, host, max(device, host) + self.host.async_residue_s)
@@ -138,7 +140,7 @@ def run_step_table_cost(table: CalibrationTable, cfg: SimConfig, requests: Seque
     if cfg.engine.num_blocks is None:
         raise InputError("engine.num_blocks", "unset with cost.step_table", "the real engine's KV cache in blocks")
     kv_tokens = cfg.engine.num_blocks * cfg.engine.block_size
-    cost = StepTableCost(table, cfg.cost.dtype, kv_tokens, cfg.cost.host)
+    cost = StepTableCost(table, cfg.cost.dtype, kv_tokens, cfg.cost.host, cfg.cost.step_table_speed)
     engine = cfg.engine.with_vllm_defaults()  # a cost model without an accelerator: the cluster does the same
     assert engine.max_batched_tokens is not None and engine.max_num_seqs is not None
     tokens = sum(r.prompt_tokens + r.output_tokens - 1 for r in requests)

@@ -190,3 +190,27 @@ def test_mirror_fields_are_checked_with_the_config(tmp_path: Path, old: str, new
     with pytest.raises(InputError) as info:
         load_config(_config(tmp_path, **{old: new}))
     assert field in info.value.where
+
+
+def test_the_machines_speed_scales_every_table_time_but_not_the_host_terms() -> None:
+    """`cost.step_table_speed`: the profiled forward and batch building x the speed; the host terms
+    the profile does not measure stay as set."""
+    table = CalibrationTable(_rows())
+    host = HostOverheadConfig(per_step_s=1e-3)
+    work = StepWork.decode(4, 4 * 100)
+    plain = StepTableCost(table, "fp32", 4096, host).step(work)
+    slower = StepTableCost(table, "fp32", 4096, host, speed=1.25).step(work)
+    assert slower.device_s == pytest.approx(1.25 * plain.device_s)
+    assert slower.host_s - 1e-3 == pytest.approx(1.25 * (plain.host_s - 1e-3))
+
+
+def test_a_slower_machine_gives_longer_latencies_and_the_speed_needs_a_table(tmp_path: Path) -> None:
+    fast, slow = tmp_path / "fast", tmp_path / "slow"
+    assert main(["sim", "run", str(_config(tmp_path)), "--out", str(fast)]) == 0
+    assert main(["sim", "run", str(_config(tmp_path)), "--out", str(slow), "--set", "cost.step_table_speed=1.5"]) == 0
+    e2e = [json.loads((d / "summary.json").read_text())["e2e_s"]["mean"] for d in (fast, slow)]
+    assert e2e[1] > e2e[0]
+    with pytest.raises(InputError) as info:
+        load_config(_config(tmp_path, **{'step_table = "profile.csv"': "step_table_speed = 1.2",
+                                         "num_blocks = 32\n": ""}))
+    assert info.value.where.endswith("cost.step_table_speed")
