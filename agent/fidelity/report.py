@@ -22,13 +22,27 @@ SCHEMA = "infralab.fidelity/1"
 LABELS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
 
 
+def _comparison_json(comparison: dict[str, dict[str, Any]] | None) -> dict[str, dict[str, Any]] | None:
+    return None if comparison is None else {metric: {stat: c.as_dict() for stat, c in stats.items()}
+                                            for metric, stats in comparison.items()}
+
+
 def case_json(case: CaseResult) -> dict[str, Any]:
-    comparison = case.comparison()
+    """A case's record: its simulation (at the machine's speed when its runs measured one,
+    `speed_factor`) and comparisons, and the same at the profile's speed (`..._as_profiled`)."""
+    as_profiled = case.comparison(case.sim_as_profiled) if case.sim_as_profiled is not None else None
     return {"name": case.name, "setting": case.setting, "shape": case.shape, "load": case.load, "fixed": case.fixed,
             "rate_rps": case.rate_rps, "rate_scale": case.rate_scale, "requests": case.requests,
-            "sim": case.sim_stats, "runs": case.runs,
-            "comparison": None if comparison is None else
-            {metric: {stat: c.as_dict() for stat, c in stats.items()} for metric, stats in comparison.items()}}
+            "sim": case.sim_stats, "speed_factor": case.speed_factor, "sim_as_profiled": case.sim_as_profiled,
+            "runs": case.runs, "comparison": _comparison_json(case.comparison()),
+            "comparison_as_profiled": _comparison_json(as_profiled)}
+
+
+def sign_balance(cases: list[dict[str, Any]], key: str = "comparison") -> dict[str, int]:
+    """How many comparisons (every metric and statistic of every compared case) have the mirror
+    above the real mean, below it, or equal: errors of one sign are a finding of their own."""
+    errors = [c["error"] for case in cases if case.get(key) for stats in case[key].values() for c in stats.values()]
+    return {"above": sum(e > 0 for e in errors), "below": sum(e < 0 for e in errors), "equal": sum(e == 0 for e in errors)}
 
 
 def failures(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -55,7 +69,14 @@ def fidelity_json(result: StudyResult) -> dict[str, Any]:
                 for stats in case["comparison"].values() for c in stats.values()]
     return {"schema": SCHEMA, **result.facts, "targets": {"relative_error": TARGETS, "below_load": TARGET_MAX_LOAD},
             "cases": cases, "counts": {v: verdicts.count(v) for v in ("met", "missed", "in range", "out of range")},
+            "counts_as_profiled": _counts(cases, "comparison_as_profiled"),
+            "sign_balance": sign_balance(cases), "sign_balance_as_profiled": sign_balance(cases, "comparison_as_profiled"),
             "failures": failures(cases)}
+
+
+def _counts(cases: list[dict[str, Any]], key: str) -> dict[str, int]:
+    verdicts = [c["verdict"] for case in cases if case.get(key) for stats in case[key].values() for c in stats.values()]
+    return {v: verdicts.count(v) for v in ("met", "missed", "in range", "out of range")}
 
 
 def _ms(seconds: float) -> str:
@@ -110,8 +131,8 @@ def markdown(doc: dict[str, Any]) -> str:
                              f"| {_ms(c['sim'])} | {_pct(c['error'])} {verdict}")
             lines.append(f"| {case['name']} | {LABELS[metric]} | " + " | ".join(cells) + f" | {speed} |")
     counts = doc["counts"]
-    lines += ["", "Verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + ".", "", *contention_lines(doc),
-              *schedule_lines(doc), ""]
+    lines += ["", "Verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + ".", "", *speed_lines(doc),
+              *contention_lines(doc), *schedule_lines(doc), ""]
     if doc["failures"]:
         lines.append("Failing comparisons (the error beside the real runs' own spread, the coefficient of variation):")
         lines.append("")
@@ -122,6 +143,21 @@ def markdown(doc: dict[str, Any]) -> str:
                 lines.append(f"- {f['case']} {LABELS[f['metric']]} {f['stat']}: {f['verdict']}, error "
                              f"{_pct(f['error'])}, real spread {f['spread']:.1%}")
     return "\n".join(lines) + "\n"
+
+
+def speed_lines(doc: dict[str, Any]) -> list[str]:
+    """The mirror's correction to the machine's speed per case, and what the verdicts and the sign
+    balance were at the profile's speed."""
+    factors = [f"{case['name']} x{case['speed_factor']:.3f}" for case in doc["cases"] if case.get("speed_factor")]
+    if not factors:
+        return []
+    was, now = doc["counts_as_profiled"], doc["sign_balance"]
+    old = doc["sign_balance_as_profiled"]
+    return [f"The mirror follows the machine: each case is simulated with the profiled step times x the speed its "
+            f"replays' reference steps ran at against the profile's ({', '.join(factors)}). At the profile's speed the "
+            f"verdicts were " + ", ".join(f"{n} {v}" for v, n in was.items()) + ". Sign balance (mirror above / below "
+            f"the real mean, every comparison): {now['above']} / {now['below']} (at the profile's speed "
+            f"{old['above']} / {old['below']}).", ""]
 
 
 def contention_lines(doc: dict[str, Any]) -> list[str]:

@@ -14,7 +14,9 @@ Order per setting, all in one process and close in time (machines drift: docs/fi
    b. each load level: the shape's requests (the study's seed) with their arrival times scaled so
       that their mean rate is `load x capacity`; the mirror simulates them (deterministic: once);
    c. the repetitions: for rep in 1..R, for each load: an open-loop replay of the same requests,
-      fingerprinted before and after (`real.load_generator.replay`).
+      fingerprinted before and after (`real.load_generator.replay`);
+   d. the mirror again at the speed the machine ran each case's replays (their reference steps
+      against the profile's: `_follow_the_machine`), the case's simulation from then on.
 A replay the engine cannot finish as recorded (a soft reset drops token stamps) is kept as a
 failed run with its reason; the comparison uses the runs that finished.
 
@@ -74,14 +76,18 @@ class CaseResult:
     runs: list[dict[str, Any]] = field(default_factory=list)
     run_samples: list[dict[str, np.ndarray]] = field(default_factory=list)
     fixed: bool = False  # the workload's own arrivals (a fixed case), not a load level
+    speed_factor: float | None = None  # cost.step_table_speed of sim_stats (None: as profiled)
+    sim_as_profiled: dict[str, dict[str, float]] | None = None  # the mirror at the profile's speed
 
     @property
     def name(self) -> str:
         return case_name(self.setting, self.shape, self.load, self.fixed)
 
-    def comparison(self) -> dict[str, dict[str, Comparison]] | None:
+    def comparison(self, sim: dict[str, dict[str, float]] | None = None) -> dict[str, dict[str, Comparison]] | None:
+        """The real runs against the mirror (`sim`, default the case's simulation: at the machine's
+        speed once the runs are in)."""
         finished = [run["stats"] for run in self.runs if run["error"] is None]
-        return compare(finished, self.sim_stats, self.load) if len(finished) >= 2 else None
+        return compare(finished, sim or self.sim_stats, self.load) if len(finished) >= 2 else None
 
 
 def case_name(setting: str, shape: str, load: float, fixed: bool = False) -> str:
@@ -249,12 +255,17 @@ def _run_shape(study: FidelityStudy, setting: Setting, shape: Shape, engine: Rea
         sim = simulate_mirror(doc, evaluated, rate_scale, folder)
         cases.append(CaseResult(setting.name, shape.name, load, natural * rate_scale, rate_scale, len(evaluated),
                                 latency_stats(sim), latency_samples(sim), fixed=shape.fixed))
+    # The profile's own speed: its reference steps' mean of before and after (it drifts while it runs).
+    profiled = dataclasses.replace(measured.before, forward_s=tuple(
+        (b + a) / 2 for b, a in zip(measured.before.forward_s, measured.after.forward_s)))
     for rep in range(study.repetitions):
         for case in cases:
             say(f"{case.name}: real run {rep + 1}/{study.repetitions} ({case.requests} requests at "
                 f"{case.rate_rps:.2f} req/s) ...")
-            _real_run(study, engine, case, evaluated, measured.before, folder, rep,
+            _real_run(study, engine, case, evaluated, profiled, folder, rep,
                       lambda result: _step_checks(result, profile_csv, engine, host))
+    for case in cases:
+        _follow_the_machine(case, doc, evaluated, folder)
     record = {"capacity_rps": capacity, "capacity_burst": {"requests": len(burst),
                                                             "makespan_s": saturated.wall_s,
                                                             "steps": len(saturated.steps),
@@ -262,6 +273,22 @@ def _run_shape(study: FidelityStudy, setting: Setting, shape: Shape, engine: Rea
               "host_per_step_s": host, "mean_rate_at_scale_1_rps": natural, "requests": len(evaluated),
               "mirror_config": doc}
     return record, cases
+
+
+def _follow_the_machine(case: CaseResult, doc: dict[str, Any], requests: list[ReplayRequest], folder: Path) -> None:
+    """The mirror again at the speed the machine ran the case's replays (`cost.step_table_speed` =
+    1 + the mean over its finished runs of `speed_vs_profile`: the reference steps timed around each
+    replay against the profile's), kept as the case's simulation; the one at the profile's speed is
+    kept beside it (`sim_as_profiled`). The reference steps are not the evaluated replay's steps, so
+    no evaluated figure feeds the correction."""
+    speeds = [run["speed_vs_profile"] for run in case.runs if run["error"] is None]
+    if not speeds:
+        return
+    factor = 1.0 + sum(speeds) / len(speeds)
+    scaled = {**doc, "cost": {**doc["cost"], "step_table_speed": factor}}
+    sim = simulate_mirror(scaled, requests, case.rate_scale, folder)
+    case.sim_as_profiled, case.speed_factor = case.sim_stats, factor
+    case.sim_stats, case.sim_samples = latency_stats(sim), latency_samples(sim)
 
 
 def _real_run(study: FidelityStudy, engine: RealEngine, case: CaseResult, requests: list[ReplayRequest],
@@ -309,7 +336,8 @@ def _step_checks(result: Replay, profile_csv: Path, engine: RealEngine, host: fl
 
 def _run_facts(result: Replay, reference: Fingerprint) -> dict[str, Any]:
     """The run's wall time, the generator's lag and the step speed around it, relative to the
-    profile's fingerprint (0.1 = the reference steps ran 10 % slower than when profiled)."""
+    profile's fingerprint (`reference`: the mean of the profile's before and after; 0.1 = the
+    reference steps ran 10 % slower than when profiled)."""
     mid = [(b + a) / 2 for b, a in zip(result.before.forward_s, result.after.forward_s)]
     return {"wall_s": result.wall_s, "max_submit_lag_s": result.max_submit_lag_s, "steps": len(result.steps),
             "busy_fraction": sum(s.duration_s for s in result.steps) / result.wall_s if result.wall_s > 0 else 0.0,

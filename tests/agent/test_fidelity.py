@@ -201,6 +201,13 @@ def test_a_minimal_study_runs_end_to_end(tmp_path, capsys, monkeypatch):
             assert c["real_min"] <= c["real_mean"] <= c["real_max"]
             assert c["error"] == pytest.approx(c["sim"] / c["real_mean"] - 1)
     assert sum(doc["counts"].values()) == len(METRICS) * len(STATS)
+    # The mirror at the machine's speed: the runs' reference steps against the profile's, kept beside
+    # the mirror at the profile's speed; the sign balance counts every comparison.
+    speed = 1 + np.mean([run["speed_vs_profile"] for run in case["runs"]])
+    assert case["speed_factor"] == pytest.approx(speed) and case["sim_as_profiled"] is not None
+    assert case["comparison_as_profiled"]["ttft"]["mean"]["sim"] == case["sim_as_profiled"]["ttft"]["mean"]
+    assert sum(doc["sign_balance"].values()) == sum(doc["counts"].values()) == sum(doc["counts_as_profiled"].values())
+    assert "The mirror follows the machine" in table and f"x{case['speed_factor']:.3f}" in table
     assert "| tiny-chat-load50 | TTFT |" in table
     assert sorted(doc["figures"]) == ["figures/cdf-tiny-chat-load50.png", "figures/parity.png"]
     assert all((out / f).stat().st_size > 0 for f in doc["figures"])
