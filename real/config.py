@@ -108,6 +108,7 @@ class LoadedRealConfig:
     source: str
     base_dir: Path
     not_read: tuple[str, ...]
+    slo_set: bool = True  # whether the file has an [slo] table (else goodput is not printed)
 
 
 def load_real_config(path: str | Path, overrides: Sequence[str] = ()) -> LoadedRealConfig:
@@ -128,7 +129,7 @@ def real_config_from_doc(doc: dict[str, Any], source: str, base_dir: Path) -> Lo
         read["engine"] = {key: value for key, value in engine.items() if key not in SIM_ONLY_ENGINE_FIELDS}
     cfg = validate(RealRunConfig, read, source=source)
     check_real_config(cfg, source, base_dir)
-    return LoadedRealConfig(cfg, source, base_dir, tuple(not_read))
+    return LoadedRealConfig(cfg, source, base_dir, tuple(not_read), "slo" in doc)
 
 
 def _check_one_instance(cluster: Any, source: str) -> None:

@@ -183,5 +183,5 @@ def run_real_config_file(config_path: str | Path, out_dir: str | Path, overrides
           f"{run['max_submit_lag_s'] * 1e3:.1f} ms behind its arrival", file=out)
     if result.contention is not None:
         print(f"contention: {result.contention.line()}", file=out)
-    print_summary(summary, file=out, title="Real Engine Serving Benchmark Result")
+    print_summary(summary, file=out, title="Real Engine Serving Benchmark Result", slo_set=prepared.loaded.slo_set)
     return summary

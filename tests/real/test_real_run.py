@@ -342,7 +342,9 @@ def test_a_real_run_beside_cpu_hogs_says_so_in_its_summary(hogs: list[subprocess
     are named. The hogs hold every core whatever the machine's speed, so this holds anywhere."""
     config = write_config(tmp_path, **{"num_requests = 6": "num_requests = 30", "fingerprint_repeats = 1": "fingerprint_repeats = 5"})
     assert main(["real", "run", str(config), "--out", str(tmp_path / "run")]) == 0
-    assert "contention: YES" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "contention: YES" in printed
+    assert "n/a (no [slo] table in the config)" in printed  # the config sets no targets
     seen = json.loads((tmp_path / "run" / "summary.json").read_text())["run"]["contention"]
     assert seen["flagged"] and seen["other_share"] >= OTHER_SHARE_LIMIT and seen["cores"] == machine_cores()
     assert {p.pid for p in hogs} & {p["pid"] for p in seen["processes"]}

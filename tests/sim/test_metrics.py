@@ -132,6 +132,20 @@ def test_print_summary_looks_like_vllm_table():
     assert "P99 TPOT (ms):" in text and "Median ITL (ms):" in text and "Saturated:" in text
 
 
+def test_print_summary_calls_a_run_busy_all_through_saturated_and_leaves_unset_slos_out():
+    run = two_request_run()
+    run.intervals.append(Interval("instance/colocated-0", "batch", 1.5, 3.0))  # busy 0.2 .. 3.0 of 3 s: 93 %
+    buf = io.StringIO()
+    print_summary(summarize(run, SLOConfig()), file=buf)
+    assert "Saturated:                              no" in buf.getvalue()
+    run.intervals.append(Interval("instance/colocated-0", "batch", 0.0, 0.2))  # now 100 %
+    buf = io.StringIO()
+    print_summary(summarize(run, SLOConfig()), file=buf, slo_set=False)
+    text = buf.getvalue()
+    assert "YES (an instance busy 100% of the run)" in text and "n/a (no [slo] table in the config)" in text
+    assert "SLOs: TTFT, TPOT" not in text
+
+
 def test_busy_time_merges_overlaps_and_clips():
     assert busy_time_s([(0, 2), (1, 3), (5, 6)], 0, 10) == 4
     assert busy_time_s([(0, 2), (1, 3), (5, 6)], 1.5, 5.5) == 2.0
