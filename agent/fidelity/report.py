@@ -28,14 +28,14 @@ def _comparison_json(comparison: dict[str, dict[str, Any]] | None) -> dict[str, 
 
 
 def case_json(case: CaseResult) -> dict[str, Any]:
-    """A case's record: its simulation (at the machine's speed when its runs measured one,
-    `speed_factor`) and comparisons, and the same at the profile's speed (`..._as_profiled`)."""
-    as_profiled = case.comparison(case.sim_as_profiled) if case.sim_as_profiled is not None else None
+    """A case's record: its simulation and comparisons, and the same with the step times at the
+    machine's speed by the reference steps (`speed_factor`, `..._machine_speed`)."""
+    machine = case.comparison(case.sim_machine_speed) if case.sim_machine_speed is not None else None
     return {"name": case.name, "setting": case.setting, "shape": case.shape, "load": case.load, "fixed": case.fixed,
             "rate_rps": case.rate_rps, "rate_scale": case.rate_scale, "requests": case.requests,
-            "sim": case.sim_stats, "speed_factor": case.speed_factor, "sim_as_profiled": case.sim_as_profiled,
+            "sim": case.sim_stats, "speed_factor": case.speed_factor, "sim_machine_speed": case.sim_machine_speed,
             "runs": case.runs, "comparison": _comparison_json(case.comparison()),
-            "comparison_as_profiled": _comparison_json(as_profiled)}
+            "comparison_machine_speed": _comparison_json(machine)}
 
 
 def sign_balance(cases: list[dict[str, Any]], key: str = "comparison") -> dict[str, int]:
@@ -69,8 +69,8 @@ def fidelity_json(result: StudyResult) -> dict[str, Any]:
                 for stats in case["comparison"].values() for c in stats.values()]
     return {"schema": SCHEMA, **result.facts, "targets": {"relative_error": TARGETS, "below_load": TARGET_MAX_LOAD},
             "cases": cases, "counts": {v: verdicts.count(v) for v in ("met", "missed", "in range", "out of range")},
-            "counts_as_profiled": _counts(cases, "comparison_as_profiled"),
-            "sign_balance": sign_balance(cases), "sign_balance_as_profiled": sign_balance(cases, "comparison_as_profiled"),
+            "counts_machine_speed": _counts(cases, "comparison_machine_speed"),
+            "sign_balance": sign_balance(cases), "sign_balance_machine_speed": sign_balance(cases, "comparison_machine_speed"),
             "failures": failures(cases)}
 
 
@@ -105,7 +105,7 @@ def markdown(doc: dict[str, Any]) -> str:
             lines.append(f"| {s['name']} | {s['engine']['max_batch_tokens']} | {s['engine']['cache_tokens']} "
                          f"| {s['profile']['points']} | {_pct(s['profile']['drift'])} | {shape} "
                          f"| {facts['capacity_rps']:.2f} | {facts['host_per_step_s'] * 1e3:.2f} |")
-    lines += ["", *headline(doc)]
+    lines += ["", *step_time_lines(doc), *headline(doc)]
     lines += ["", "Per case (load = fraction of the measured capacity; a `given` case replays its workload's own "
               "arrivals, its load is their rate against the capacity) and metric, ms: real mean ± std over the "
               "runs [min, max], simulated, error = sim / real - 1 and its verdict (met / MISSED: the target, "
@@ -145,19 +145,53 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def step_time_lines(doc: dict[str, Any]) -> list[str]:
+    """Per setting and shape: which step times the mirror charged (`step_times`: the profile, the
+    profile scaled per kind, or the fitted model), the errors that chose it, and every candidate's
+    on the evaluated replays' steps (predicted / measured total time - 1, steps with prompt tokens /
+    decode-only, mean over runs)."""
+    lines = []
+    for setting in doc["settings"]:
+        for shape, facts in setting["shapes"].items():
+            choice = facts.get("step_times")
+            if not choice:
+                continue
+            runs = [r for case in doc["cases"] if case["setting"] == setting["name"] and case["shape"] == shape
+                    for r in case["runs"] if r.get("error") is None and r.get("step_models")]
+
+            def on_runs(name: str) -> str:
+                kinds = [[r["step_models"][name][k] for r in runs if name in r["step_models"]]
+                         for k in ("prefill_total", "decode_total")]
+                return " / ".join(_pct(_nanmean(v)) for v in kinds) if runs else "-"
+
+            names = [k for k in ("profile", "scaled", "fitted") if k == "profile" or choice.get(k)]
+            cal = {k: choice[k] if k == "profile" else choice[k]["cross_validated"] for k in names}
+            text = (f"Step times, {setting['name']}/{shape}: the mirror charged the **{choice['chosen']}** ("
+                    f"{choice['why']}). Total time by kind (prompt / decode-only), predicted / measured - 1, on the "
+                    f"{choice['calibration_steps']} calibration steps: "
+                    + ", ".join(f"{k} {_pct(cal[k]['prefill_total'])} / {_pct(cal[k]['decode_total'])}" for k in names)
+                    + "; on the evaluated replays' steps: " + ", ".join(f"{k} {on_runs(k)}" for k in names) + ".")
+            lines += [text, ""]
+    return lines
+
+
+def _nanmean(values: list[float]) -> float:
+    kept = [v for v in values if not math.isnan(v)]
+    return sum(kept) / len(kept) if kept else math.nan
+
+
 def speed_lines(doc: dict[str, Any]) -> list[str]:
-    """The mirror's correction to the machine's speed per case, and what the verdicts and the sign
-    balance were at the profile's speed."""
+    """The errors' sign balance, and what the verdicts would be with the mirror's step times at the
+    machine's speed by the reference steps (kept beside, not trusted: `_follow_the_machine`)."""
+    now = doc["sign_balance"]
+    lines = [f"Sign balance (mirror above / below the real mean, every comparison): {now['above']} / {now['below']}.", ""]
     factors = [f"{case['name']} x{case['speed_factor']:.3f}" for case in doc["cases"] if case.get("speed_factor")]
-    if not factors:
-        return []
-    was, now = doc["counts_as_profiled"], doc["sign_balance"]
-    old = doc["sign_balance_as_profiled"]
-    return [f"The mirror follows the machine: each case is simulated with the profiled step times x the speed its "
-            f"replays' reference steps ran at against the profile's ({', '.join(factors)}). At the profile's speed the "
-            f"verdicts were " + ", ".join(f"{n} {v}" for v, n in was.items()) + ". Sign balance (mirror above / below "
-            f"the real mean, every comparison): {now['above']} / {now['below']} (at the profile's speed "
-            f"{old['above']} / {old['below']}).", ""]
+    if factors:
+        alt, alt_sign = doc["counts_machine_speed"], doc["sign_balance_machine_speed"]
+        lines += [f"With the step times at the machine's speed by the reference steps around each replay "
+                  f"({', '.join(factors)}; reported, not used): verdicts " + ", ".join(f"{n} {v}" for v, n in alt.items())
+                  + f", sign balance {alt_sign['above']} / {alt_sign['below']}.", ""]
+    return lines
 
 
 def contention_lines(doc: dict[str, Any]) -> list[str]:

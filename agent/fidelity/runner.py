@@ -7,16 +7,18 @@ Order per setting, all in one process and close in time (machines drift: docs/fi
 3. start the engine's loop and warm it up; per workload shape:
    a. capacity: a burst of up to `capacity.requests` other requests of the shape (a synthetic
       shape drawn with seed + 1, a trace's requests after the evaluated ones), as many as the KV
-      cache holds at once, all queued at 0 s; capacity =
-      requests / the burst's makespan (req/s). Its
-      steps also give the host time per step outside the forward and the profiled batch building
-      (calibration of `[cost.host] per_step_s`, on data that is not evaluated);
+      cache holds at once, all queued at 0 s; capacity = requests / the burst's makespan (req/s);
+      then a calibration replay of the same requests at their drawn pattern, at CALIBRATION_LOAD
+      of the capacity. Their steps choose the mirror's step times (`step_times`: the profile or
+      the model fitted on them, whichever predicts held-apart calibration steps better) and give
+      the host time per step outside the forward and the batch building (calibration of
+      `[cost.host] per_step_s`, on data that is not evaluated);
    b. each load level: the shape's requests (the study's seed) with their arrival times scaled so
       that their mean rate is `load x capacity`; the mirror simulates them (deterministic: once);
    c. the repetitions: for rep in 1..R, for each load: an open-loop replay of the same requests,
       fingerprinted before and after (`real.load_generator.replay`);
-   d. the mirror again at the speed the machine ran each case's replays (their reference steps
-      against the profile's: `_follow_the_machine`), the case's simulation from then on.
+   d. the mirror again at the speed the reference steps say the machine ran each case's replays
+      (`_follow_the_machine`), kept beside the case's simulation.
 A replay the engine cannot finish as recorded (a soft reset drops token stamps) is kept as a
 failed run with its reason; the comparison uses the runs that finished.
 
@@ -50,6 +52,7 @@ from infralab.agent.fidelity.sim_side import (
 )
 from infralab.agent.fidelity.schedule_check import loop_gaps, schedule_vs_mirror
 from infralab.agent.fidelity.spec import FidelityStudy, Setting, Shape
+from infralab.agent.fidelity.step_times import choose_step_times, score_on
 from infralab.errors import InputError
 from infralab.real.engine import RealEngine
 from infralab.real.fingerprint import Fingerprint, drift
@@ -59,6 +62,10 @@ from infralab.real.profile import Profile, profile, write_profile
 from infralab.results import dump_json
 
 Say = Callable[[str], None]
+
+CALIBRATION_LOAD = 0.6
+"""The calibration replay's load (a fraction of the measured capacity): between the study's usual
+levels, so its steps mix prefill and decode with a queue that forms and drains."""
 
 
 @dataclass
@@ -76,8 +83,8 @@ class CaseResult:
     runs: list[dict[str, Any]] = field(default_factory=list)
     run_samples: list[dict[str, np.ndarray]] = field(default_factory=list)
     fixed: bool = False  # the workload's own arrivals (a fixed case), not a load level
-    speed_factor: float | None = None  # cost.step_table_speed of sim_stats (None: as profiled)
-    sim_as_profiled: dict[str, dict[str, float]] | None = None  # the mirror at the profile's speed
+    speed_factor: float | None = None  # the machine's speed by the reference steps (cost.step_table_speed)
+    sim_machine_speed: dict[str, dict[str, float]] | None = None  # the mirror at that speed (kept beside)
 
     @property
     def name(self) -> str:
@@ -209,14 +216,15 @@ def _burst_candidates(study: FidelityStudy, shape: Shape, context: int, evaluate
 
 
 def _burst(drawn: list[ReplayRequest], engine: RealEngine) -> list[ReplayRequest]:
-    """The capacity burst: the longest prefix of `drawn` whose requests fit the KV cache all at
-    once (whole blocks), all arriving at 0 s, so that the engine never preempts one."""
+    """The capacity burst's requests: the longest prefix of `drawn` whose requests fit the KV cache
+    all at once (whole blocks), so that the engine never preempts one; their drawn arrivals kept
+    (the burst queues them all at 0 s; the calibration replay uses the pattern)."""
     page, blocks, burst = engine.settings.page_size, engine.resolved()["num_blocks"], []
     for request in drawn:
         blocks -= -(-(request.prompt_tokens + request.output_tokens) // page)
         if blocks < 0:
             break
-        burst.append(ReplayRequest(request.id, 0.0, request.prompt_tokens, request.output_tokens))
+        burst.append(request)
     return burst
 
 
@@ -243,10 +251,18 @@ def _run_shape(study: FidelityStudy, setting: Setting, shape: Shape, engine: Rea
                measured: Profile, profile_csv: Path, evaluated: list[ReplayRequest], burst: list[ReplayRequest],
                folder: Path, say: Say) -> tuple[dict[str, Any], list[CaseResult]]:
     say(f"{setting.name}/{shape.name}: capacity burst of {len(burst)} requests ...")
-    saturated = replay(engine, burst, seed=study.seed + 1)
+    saturated = replay(engine, [dataclasses.replace(r, arrival_s=0.0) for r in burst], seed=study.seed + 1)
     capacity = len(burst) / saturated.wall_s
-    host = host_per_step_s(profile_csv, saturated.steps, engine.settings.dtype, engine.settings.device)
-    doc = mirror_config_doc(model, engine.resolved(), study.scheduler, profile_csv, host)
+    calibration_steps, calibration = list(saturated.steps), None
+    if len(burst) >= 2 and max(r.arrival_s for r in burst) > 0:  # the same requests, now at their own pattern
+        rate_scale = CALIBRATION_LOAD * capacity / mean_rate(burst)
+        say(f"{setting.name}/{shape.name}: calibration replay of those requests at {CALIBRATION_LOAD:.0%} of capacity ...")
+        calibration = replay(engine, burst, rate_scale=rate_scale, seed=study.seed + 1)
+        calibration_steps += calibration.steps
+    table, host, choice, predictors = choose_step_times(
+        engine, measured, profile_csv, calibration_steps, folder / "profiles", f"{setting.name}-{shape.name}",
+        f"the capacity burst and a calibration replay of shape {shape.name!r}, setting {setting.name!r}")
+    doc = mirror_config_doc(model, engine.resolved(), study.scheduler, table, host)
     natural = mean_rate(evaluated)
     cases = []
     # A fixed case replays the workload's own arrivals; its load is what they offer, against the capacity.
@@ -263,32 +279,36 @@ def _run_shape(study: FidelityStudy, setting: Setting, shape: Shape, engine: Rea
             say(f"{case.name}: real run {rep + 1}/{study.repetitions} ({case.requests} requests at "
                 f"{case.rate_rps:.2f} req/s) ...")
             _real_run(study, engine, case, evaluated, profiled, folder, rep,
-                      lambda result: _step_checks(result, profile_csv, engine, host))
+                      lambda result: {**_step_checks(result, table, engine, host),
+                                      "step_models": score_on(predictors, result.steps)})
     for case in cases:
         _follow_the_machine(case, doc, evaluated, folder)
     record = {"capacity_rps": capacity, "capacity_burst": {"requests": len(burst),
                                                             "makespan_s": saturated.wall_s,
                                                             "steps": len(saturated.steps),
                                                             "drift": drift(saturated.before, saturated.after)},
+              "calibration_replay": None if calibration is None else {
+                  "requests": len(burst), "rate_rps": CALIBRATION_LOAD * capacity, "steps": len(calibration.steps),
+                  "wall_s": calibration.wall_s},
+              "step_times": choice,
               "host_per_step_s": host, "mean_rate_at_scale_1_rps": natural, "requests": len(evaluated),
               "mirror_config": doc}
     return record, cases
 
 
 def _follow_the_machine(case: CaseResult, doc: dict[str, Any], requests: list[ReplayRequest], folder: Path) -> None:
-    """The mirror again at the speed the machine ran the case's replays (`cost.step_table_speed` =
-    1 + the mean over its finished runs of `speed_vs_profile`: the reference steps timed around each
-    replay against the profile's), kept as the case's simulation; the one at the profile's speed is
-    kept beside it (`sim_as_profiled`). The reference steps are not the evaluated replay's steps, so
-    no evaluated figure feeds the correction."""
+    """The mirror again at the speed the reference steps say the machine ran the case's replays
+    (`cost.step_table_speed` = 1 + the mean over its finished runs of `speed_vs_profile`), kept
+    beside the case's simulation (`sim_machine_speed`), not in place of it: on this machine the
+    reference steps moved 10-14 % while the replays' own steps did not (docs/fidelity.md), so the
+    correction is reported, not trusted. The reference steps are not the evaluated replay's steps."""
     speeds = [run["speed_vs_profile"] for run in case.runs if run["error"] is None]
     if not speeds:
         return
     factor = 1.0 + sum(speeds) / len(speeds)
     scaled = {**doc, "cost": {**doc["cost"], "step_table_speed": factor}}
-    sim = simulate_mirror(scaled, requests, case.rate_scale, folder)
-    case.sim_as_profiled, case.speed_factor = case.sim_stats, factor
-    case.sim_stats, case.sim_samples = latency_stats(sim), latency_samples(sim)
+    case.speed_factor, case.sim_machine_speed = factor, latency_stats(simulate_mirror(scaled, requests, case.rate_scale,
+                                                                                         folder))
 
 
 def _real_run(study: FidelityStudy, engine: RealEngine, case: CaseResult, requests: list[ReplayRequest],

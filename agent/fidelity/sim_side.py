@@ -9,7 +9,7 @@ Units: seconds, tokens.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -84,6 +84,20 @@ def host_per_step_s(profile_csv: Path, steps: Sequence[StepRecord], dtype: str, 
     extra = [step.host_s - table.lookup(PREPARE_KERNEL, dtype, device, _shape(step), grid=True)
              for step in steps if not step.batch.missing]
     return max(0.0, sum(extra) / len(extra)) if extra else 0.0
+
+
+def table_predictor(profile_csv: Path, dtype: str, device: str, host_per_step: float) -> Callable[[int, int, int], tuple[float, float]]:
+    """What the mirror charges a step of (q query tokens, k keys, s sequences) from a step table:
+    (the `engine_step` time, the `engine_prepare` time + `host_per_step`), seconds."""
+    table = load_calibration(profile_csv)
+    assert table is not None
+
+    def predict(q: int, k: int, s: int) -> tuple[float, float]:
+        shape = {"q_tokens": q, "kv_tokens": k, "seqs": s}
+        return (table.lookup(STEP_KERNEL, dtype, device, shape, grid=True),
+                table.lookup(PREPARE_KERNEL, dtype, device, shape, grid=True) + host_per_step)
+
+    return predict
 
 
 def steps_vs_profile(profile_csv: Path, steps: Sequence[StepRecord], dtype: str, host_per_step: float,

@@ -201,13 +201,21 @@ def test_a_minimal_study_runs_end_to_end(tmp_path, capsys, monkeypatch):
             assert c["real_min"] <= c["real_mean"] <= c["real_max"]
             assert c["error"] == pytest.approx(c["sim"] / c["real_mean"] - 1)
     assert sum(doc["counts"].values()) == len(METRICS) * len(STATS)
-    # The mirror at the machine's speed: the runs' reference steps against the profile's, kept beside
-    # the mirror at the profile's speed; the sign balance counts every comparison.
+    # The mirror at the machine's speed by the reference steps (the runs' against the profile's),
+    # kept beside the case's simulation; the sign balance counts every comparison.
     speed = 1 + np.mean([run["speed_vs_profile"] for run in case["runs"]])
-    assert case["speed_factor"] == pytest.approx(speed) and case["sim_as_profiled"] is not None
-    assert case["comparison_as_profiled"]["ttft"]["mean"]["sim"] == case["sim_as_profiled"]["ttft"]["mean"]
-    assert sum(doc["sign_balance"].values()) == sum(doc["counts"].values()) == sum(doc["counts_as_profiled"].values())
-    assert "The mirror follows the machine" in table and f"x{case['speed_factor']:.3f}" in table
+    assert case["speed_factor"] == pytest.approx(speed) and case["sim_machine_speed"] is not None
+    assert case["comparison_machine_speed"]["ttft"]["mean"]["sim"] == case["sim_machine_speed"]["ttft"]["mean"]
+    assert sum(doc["sign_balance"].values()) == sum(doc["counts"].values()) == sum(doc["counts_machine_speed"].values())
+    assert "Sign balance" in table and f"x{case['speed_factor']:.3f}" in table
+    # The step times the mirror charged, chosen on the calibration replays, both scored on the runs.
+    choice = chat["step_times"]
+    assert choice["chosen"] in ("profile", "scaled", "fitted") and choice["calibration_steps"] > 0
+    candidates = {k for k in ("profile", "scaled", "fitted") if k == "profile" or choice[k]}
+    assert all(set(run["step_models"]) == candidates for run in case["runs"])
+    assert doc["settings"][0]["shapes"]["chat"]["mirror_config"]["cost"]["step_table"].endswith(
+        "tiny.csv" if choice["chosen"] == "profile" else f"tiny-chat-{choice['chosen']}.csv")
+    assert f"Step times, tiny/chat: the mirror charged the **{choice['chosen']}**" in table
     assert "| tiny-chat-load50 | TTFT |" in table
     assert sorted(doc["figures"]) == ["figures/cdf-tiny-chat-load50.png", "figures/parity.png"]
     assert all((out / f).stat().st_size > 0 for f in doc["figures"])

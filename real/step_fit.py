@@ -1,0 +1,149 @@
+"""A step-time model fitted on the steps of real replays: its form, the fit, its cross-validated
+error, and the step table it writes for the mirror.
+
+The synthetic step profile (`real.profile`) times steps alone, on an engine whose cache holds only
+that step's keys; in a replay the same shapes run interleaved with other work, on a warm allocator
+and a cache at its real occupancy, and took 3-44 % longer than the profile said (docs/fidelity.md).
+This model is fitted on a replay's own steps instead.
+
+Form (seconds; of one step: q = query tokens, s = sequences, k = keys attended, past + query):
+
+    forward_s = b0 + b1 q + b2 s + b3 k + b4 q k
+    host_s    = c0 + c1 q + c2 s + c3 k + c4 q k        (the step's duration minus its forward)
+
+Why these terms: the layers' GEMMs are per query token (q); each sequence adds a row of logits,
+sampling and its own bookkeeping (s); attention reads the cache (k); the engine's general path
+builds an additive mask of query tokens x keys and applies it (q k). Every term is multilinear in
+(q, k, s), so the step table written on the profile's grid (`table_rows`) interpolates the fitted
+model exactly (`CalibrationTable.lookup(grid=True)` is multilinear in the box around a step).
+
+Fit: non-negative least squares in seconds (no coefficient is negative, so no term makes a step
+faster; squared errors in seconds, so the fitted steps' total time is the measured total, the sum a
+latency is made of). Error: k-fold cross-validation over the steps (folds by index modulo k, so each
+fold spans the replays), reported as `step_errors` does: the held-out steps' total time against
+the measured total, apart for steps that carry prompt tokens (what a TTFT waits on) and decode-only
+steps (what a TPOT is), and the median |predicted / measured - 1| of single steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import nnls
+
+from infralab.kernels.calibration import write_table
+from infralab.real.engine import RealEngine
+from infralab.real.profile import Profile, calibration_rows, comments
+from infralab.real.synthetic_step import StepTiming
+
+TERMS = ("1", "q", "s", "k", "q*k")
+FOLDS = 5
+MIN_STEPS = 2 * len(TERMS)  # fewer steps than this cannot be fitted and cross-validated
+
+
+@dataclass(frozen=True, slots=True)
+class StepFit:
+    """Coefficients (seconds per unit of each TERMS entry) of forward and host time, the steps it
+    was fitted on and its cross-validated errors (`step_errors` of the held-out predictions)."""
+
+    forward: tuple[float, ...]
+    host: tuple[float, ...]
+    steps: int
+    cv: dict[str, float]
+
+    def predict(self, q: float, k: float, s: float) -> tuple[float, float]:
+        """(forward_s, host_s) of a step of q query tokens, k keys attended, s sequences."""
+        t = terms(q, k, s)
+        return float(np.dot(self.forward, t)), float(np.dot(self.host, t))
+
+    def as_dict(self) -> dict[str, object]:
+        return {"form": "seconds = sum(coef x term), terms " + ", ".join(TERMS) + " (q query tokens, s sequences, "
+                        "k keys attended)", "forward": dict(zip(TERMS, self.forward)), "host": dict(zip(TERMS, self.host)),
+                "steps": self.steps, "cross_validated": self.cv}
+
+
+def terms(q: float, k: float, s: float) -> np.ndarray:
+    """The form's terms of one step (module docstring)."""
+    return np.array([1.0, q, s, k, q * k])
+
+
+def observed(steps: Sequence[object]) -> list[object]:
+    """The `StepRecord`s whose batch shape was observed."""
+    return [st for st in steps if not st.batch.missing]
+
+
+def _columns(steps: Sequence[object]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(terms matrix, forward seconds, host seconds: the step's duration minus its forward)."""
+    x = np.array([terms(st.batch.q_tokens, st.batch.kv_tokens, st.batch.seqs) for st in steps]).reshape(-1, len(TERMS))
+    return x, np.array([st.forward_s for st in steps]), np.array([max(st.duration_s - st.forward_s, 0.0) for st in steps])
+
+
+def _nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    coef, _ = nnls(x, y, maxiter=50 * x.shape[1])
+    return coef
+
+
+def step_errors(predicted: Sequence[float], steps: Sequence[object]) -> dict[str, float]:
+    """Predicted step durations (s) against the measured ones: the total time of the steps that
+    carry prompt tokens and of the decode-only ones (predicted / measured - 1; nan where a kind has
+    no step), the worse of the two in absolute value, and the median |error| of single steps."""
+    predicted = np.asarray(predicted, dtype=float)
+    measured = np.array([st.duration_s for st in steps])
+    prefill = np.array([bool(st.batch.prefill_tokens) for st in steps], dtype=bool)
+    out = {"steps": len(steps)}
+    for kind, mask in (("prefill_total", prefill), ("decode_total", ~prefill)):
+        out[kind] = float(predicted[mask].sum() / measured[mask].sum() - 1.0) if mask.any() else math.nan
+    kinds = [abs(out[k]) for k in ("prefill_total", "decode_total") if not math.isnan(out[k])]
+    out["worst_total"] = max(kinds) if kinds else math.nan
+    out["median_step"] = float(np.median(np.abs(predicted / measured - 1.0))) if len(steps) else math.nan
+    return out
+
+
+def predict_steps(predict: object, steps: Sequence[object]) -> list[float]:
+    """`predict(q, k, s)` -> (forward_s, host_s) summed, for each step."""
+    return [sum(predict(st.batch.q_tokens, st.batch.kv_tokens, st.batch.seqs)) for st in steps]
+
+
+def fit_steps(steps: Sequence[object], folds: int = FOLDS) -> StepFit:
+    """Fit the form on `steps` (`StepRecord`s of replays; unobserved ones left out) and
+    cross-validate it; ValueError when fewer than MIN_STEPS steps were observed."""
+    kept = observed(steps)
+    if len(kept) < max(MIN_STEPS, folds):
+        raise ValueError(f"{len(kept)} observed steps: at least {max(MIN_STEPS, folds)} are needed to fit and "
+                         "cross-validate")
+    x, forward, host = _columns(kept)
+    held_out = np.empty(len(kept))
+    fold_of = np.arange(len(kept)) % folds
+    for fold in range(folds):
+        test = fold_of == fold
+        held_out[test] = x[test] @ _nnls(x[~test], forward[~test]) + x[test] @ _nnls(x[~test], host[~test])
+    return StepFit(tuple(_nnls(x, forward)), tuple(_nnls(x, host)), len(kept), step_errors(held_out, kept))
+
+
+def fitted_profile(fit: StepFit, measured: Profile) -> Profile:
+    """`measured` (the synthetic profile) with every point's times replaced by the fit's: the same
+    grid, so the mirror's coverage check and lookup are unchanged; forward -> `engine_step`, host
+    (batch building and update) -> `engine_prepare`."""
+    medians = []
+    for point in measured.points:
+        forward, host = fit.predict(point.q_tokens, point.kv_tokens, point.seqs)
+        medians.append(StepTiming(prepare_s=host, forward_s=forward))
+    return dataclasses.replace(measured, medians=tuple(medians))
+
+
+def write_step_table(engine: RealEngine, times: Profile, path: str | Path, notes: Sequence[str]) -> Path:
+    """`times` (a profile whose medians a model gave) as a step table at `path`, atomically; the
+    comment lines start with `notes` (what made the times) and then say what engine ran."""
+    return write_table(calibration_rows(engine, times), path, [*notes, *comments(engine, times)[1:4]])
+
+
+def fit_notes(fit: StepFit, fitted_on: str) -> list[str]:
+    """The comment lines of a table written from `fit`."""
+    return [f"infralab step table FITTED on replay steps ({fitted_on}), not timed point by point (real/step_fit.py)",
+            f"form: seconds = sum(coef x term), terms {', '.join(TERMS)}; forward {list(fit.forward)}, "
+            f"host {list(fit.host)}; {fit.steps} steps, cross-validated: {fit.cv}"]
