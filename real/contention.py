@@ -14,8 +14,9 @@ not the engine's (docs/fidelity.md). Nothing in a run's output used to say so. T
   class (prefill or decode; query tokens, sequences and KV tokens read in power-of-two buckets); a
   step over SLOW_FACTOR x its class's median (classes of at least MIN_CLASS steps) is slow.
 
-A replay is flagged when other processes held at least WINDOW_SHARE_LIMIT of the cores in any
-window, OTHER_SHARE_LIMIT over the whole replay, or more than SLOW_STEP_SHARE_LIMIT of its steps
+A replay is flagged when other processes held at least WINDOW_SHARE_LIMIT of the cores over any
+SPAN_S of it (a 0.25 s blip of a kernel thread is not contention), OTHER_SHARE_LIMIT over the whole
+replay, or more than SLOW_STEP_SHARE_LIMIT of its steps
 were slow. The limits are set from first principles, not fitted: on 2 cores a process that holds
 a fifth of the machine is 40 % of a core, enough to displace one of the engine's two threads for
 whole steps; one step in fifty at 3x is the tail a p90 or p99 reads. A flagged replay's latencies
@@ -32,7 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-WINDOW_SHARE_LIMIT = 0.2  # other processes' share of the machine's cores in one sampling window
+WINDOW_SHARE_LIMIT = 0.2  # other processes' share of the machine's cores over any SPAN_S of the replay
+SPAN_S = 1.0  # a kernel thread's blip (kdamond: 0.15 s of CPU in a 0.25 s window) is not contention
 OTHER_SHARE_LIMIT = 0.1  # ... over the whole replay
 SLOW_FACTOR = 3.0  # a step this many times its shape class's median forward is slow
 MIN_CLASS = 5  # steps a shape class needs before its median is trusted
@@ -92,7 +94,7 @@ class Contention:
                 "slow_step_indices": list(self.slow_steps), "processes": list(self.processes),
                 "windows": [{"start_s": w.start_s, "end_s": w.end_s, "other_share": w.other_share,
                              "steal_share": w.steal_share} for w in self.windows],
-                "limits": {"window_other_share": WINDOW_SHARE_LIMIT, "other_share": OTHER_SHARE_LIMIT,
+                "limits": {"window_other_share": WINDOW_SHARE_LIMIT, "window_s": SPAN_S, "other_share": OTHER_SHARE_LIMIT,
                            "slow_factor": SLOW_FACTOR, "slow_step_share": SLOW_STEP_SHARE_LIMIT}}
 
     def line(self) -> str:
@@ -181,6 +183,22 @@ def windows(samples: Sequence[CpuSample], origin: float) -> tuple[Window, ...]:
     return tuple(out)
 
 
+def sustained(samples: Sequence[CpuSample], origin: float, span_s: float = SPAN_S) -> tuple[Window, ...]:
+    """From each sample, the shortest run of samples covering at least `span_s` seconds, as one
+    window: other processes' share over that span (overlapping; what the rule judges)."""
+    out = []
+    for i, a in enumerate(samples):
+        j = next((j for j in range(i + 1, len(samples)) if samples[j].t_s - a.t_s >= span_s), None)
+        if j is None:
+            break
+        b = samples[j]
+        if b.total_s - a.total_s > 0:
+            other = max(0.0, (b.busy_s - a.busy_s) - (b.own_s - a.own_s))
+            out.append(Window(a.t_s - origin, b.t_s - origin, min(1.0, other / (b.total_s - a.total_s)),
+                              (b.steal_s - a.steal_s) / (b.total_s - a.total_s)))
+    return tuple(out)
+
+
 def busiest(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]],
             top: int = TOP_PROCESSES, min_cpu_s: float = 0.01) -> tuple[dict[str, Any], ...]:
     """The `top` processes by CPU seconds between two `process_cpu()` reads (new ones from 0)."""
@@ -224,10 +242,11 @@ def judge(samples: Sequence[CpuSample], steps: Sequence[Any], origin: float, cor
         steal = (samples[-1].steal_s - samples[0].steal_s) / span
     slow = slow_steps(steps)
     reasons = []
-    if wins and max(w.other_share for w in wins) >= WINDOW_SHARE_LIMIT:
-        worst = max(wins, key=lambda w: w.other_share)
+    spans = sustained(samples, origin)
+    if spans and max(w.other_share for w in spans) >= WINDOW_SHARE_LIMIT:
+        worst = max(spans, key=lambda w: w.other_share)
         reasons.append(f"other processes held {worst.other_share:.0%} of the cores in "
-                       f"{worst.start_s:.2f}-{worst.end_s:.2f} s (limit {WINDOW_SHARE_LIMIT:.0%} in a window)")
+                       f"{worst.start_s:.2f}-{worst.end_s:.2f} s (limit {WINDOW_SHARE_LIMIT:.0%} over {SPAN_S:g} s)")
     if other >= OTHER_SHARE_LIMIT:
         reasons.append(f"other processes held {other:.0%} of the cores over the replay (limit {OTHER_SHARE_LIMIT:.0%})")
     if steps and len(slow) / len(steps) > SLOW_STEP_SHARE_LIMIT:

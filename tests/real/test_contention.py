@@ -38,7 +38,14 @@ def test_one_busy_window_flags_the_replay_and_says_when() -> None:
     seen = judge(samples([0.0, 0.0, 0.6, 0.0, 0.0, 0.0]), [], origin=0.0, cores=2)
     assert seen.flagged and seen.max_window_share == pytest.approx(0.6)
     assert [round(w.other_share, 6) for w in seen.windows] == [0.0, 0.0, 0.6, 0.0, 0.0, 0.0]
-    assert "2.00-3.00 s" in seen.reasons[0] and seen.line().startswith("YES")
+    assert "2.00-3.00 s" in seen.reasons[0] and "over 1 s" in seen.reasons[0] and seen.line().startswith("YES")
+
+
+def test_a_blip_shorter_than_the_span_does_not_flag_it() -> None:
+    """A kernel thread's 0.25 s burst at 60 % of the cores, in an otherwise quiet replay sampled
+    every 0.25 s: no 1 s span reaches the limit (0.6 / 4 = 15 %)."""
+    seen = judge(samples([0.0] * 8 + [0.6] + [0.0] * 8, dt=0.25), [], origin=0.0, cores=2)
+    assert not seen.flagged and seen.max_window_share == pytest.approx(0.6)
 
 
 def test_a_steady_share_over_the_limit_flags_it_though_no_window_does() -> None:
