@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -212,3 +213,44 @@ def _parse_float(raw: str, where: str, positive: bool) -> float:
     if not math.isfinite(value) or value < 0 or (positive and value == 0):
         raise InputError(where, f"bad value {raw!r}", "a positive number" if positive else "a number >= 0")
     return value
+
+
+# ---- provenance: what produced a table, as one JSON comment line -------------------------------
+
+PROVENANCE = "provenance: "
+
+
+def provenance_line(facts: dict[str, object]) -> str:
+    """A comment line (without '# ') that `read_provenance` reads back: `facts` as one JSON object."""
+    return PROVENANCE + json.dumps(facts, sort_keys=True)
+
+
+def read_provenance(path: str | Path) -> dict[str, object] | None:
+    """The facts of a table's provenance comment line, or None when it has none (tables written
+    before it existed, kernel benches); a provenance line that is not a JSON object is an
+    InputError naming the file and line."""
+    text = read_text(Path(path), "table", _FILE_EXPECTED)
+    for number, line in enumerate(text.splitlines(), start=1):
+        body = line.lstrip().removeprefix("#").strip()
+        if line.lstrip().startswith("#") and body.startswith(PROVENANCE):
+            try:
+                facts = json.loads(body[len(PROVENANCE):])
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{path}:{number}", f"provenance is not JSON ({exc.msg})", "a JSON object") from None
+            if not isinstance(facts, dict):
+                raise InputError(f"{path}:{number}", "provenance is not a JSON object", "a JSON object")
+            return facts
+    return None
+
+
+def check_provenance(source: str, facts: dict[str, object] | None, wanted: dict[str, object]) -> None:
+    """InputError at `source: provenance.<field>` when a step table's provenance
+    (`infralab.real.profile` writes it) names another value of a field the step times depend on
+    than the run's `wanted` (a simulation checks model, dtype and cache_tokens; a real run also
+    threads and device); a table without provenance, or without the field, passes."""
+    for field, want in wanted.items():
+        have = (facts or {}).get(field)
+        if have is not None and want is not None and have != want:
+            raise InputError(f"{source}: provenance.{field}", f"{have!r}, but this run's is {want!r}",
+                             "a step table profiled for this run's model, dtype, KV cache (the engine's attention "
+                             "mask spans the whole cache) and threads: infralab real profile of this config")

@@ -109,6 +109,7 @@ class LoadedRealConfig:
     base_dir: Path
     not_read: tuple[str, ...]
     slo_set: bool = True  # whether the file has an [slo] table (else goodput is not printed)
+    step_table: Path | None = None  # the mirror's `cost.step_table`, resolved: its provenance is checked
 
 
 def load_real_config(path: str | Path, overrides: Sequence[str] = ()) -> LoadedRealConfig:
@@ -129,7 +130,10 @@ def real_config_from_doc(doc: dict[str, Any], source: str, base_dir: Path) -> Lo
         read["engine"] = {key: value for key, value in engine.items() if key not in SIM_ONLY_ENGINE_FIELDS}
     cfg = validate(RealRunConfig, read, source=source)
     check_real_config(cfg, source, base_dir)
-    return LoadedRealConfig(cfg, source, base_dir, tuple(not_read), "slo" in doc)
+    cost = doc.get("cost")
+    table = cost.get("step_table") if isinstance(cost, dict) else None
+    step_table = locations.resolve_path(table, base_dir) if isinstance(table, str) else None
+    return LoadedRealConfig(cfg, source, base_dir, tuple(not_read), "slo" in doc, step_table)
 
 
 def _check_one_instance(cluster: Any, source: str) -> None:

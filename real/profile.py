@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from infralab.calibration_table import CalibrationRow, Shape
+from infralab.calibration_table import CalibrationRow, Shape, provenance_line
 from infralab.kernels.calibration import write_table
 from infralab.real.engine import RealEngine
 from infralab.real.fingerprint import Fingerprint, drift, fingerprint
@@ -112,14 +112,29 @@ def calibration_rows(engine: RealEngine, result: Profile) -> list[CalibrationRow
     return rows
 
 
+def provenance(engine: RealEngine) -> dict[str, object]:
+    """What a step table's times depend on besides the step's shape: the model, the engine's cache
+    (its attention mask spans it), dtype, device, torch threads and the versions. `infralab sim
+    run` and `infralab real run` compare a table's against their own (one line where they differ)."""
+    resolved = engine.resolved()
+    return {"model": engine.shape.name, "dtype": engine.settings.dtype, "device": engine.settings.device,
+            "threads": engine.settings.threads, "cache_tokens": resolved["num_blocks"] * resolved["page_size"],
+            "transformers": transformers.__version__, "torch": torch.__version__, "machine": platform.machine()}
+
+
+def engine_comments(engine: RealEngine) -> list[str]:
+    """The comment lines that say which engine a table's times are of (its provenance line first)."""
+    return [provenance_line(provenance(engine)), f"model {engine.shape.name}: {engine.shape}",
+            f"engine: {engine.resolved()}",
+            f"transformers {transformers.__version__}, torch {torch.__version__}, {platform.machine()}, "
+            f"{engine.settings.threads} torch threads"]
+
+
 def comments(engine: RealEngine, result: Profile) -> list[str]:
     """The comment lines that say what the table measured and where."""
     return [
         "infralab real-engine step profile (docs/fidelity.md): one row pair per (q_tokens, kv_tokens, seqs)",
-        f"model {engine.shape.name}: {engine.shape}",
-        f"engine: {engine.resolved()}",
-        f"transformers {transformers.__version__}, torch {torch.__version__}, {platform.machine()}, "
-        f"{engine.settings.threads} torch threads",
+        *engine_comments(engine),
         f"median of {result.repeats} synthetic steps per point, passes interleaved over the grid",
         f"fingerprint before {[round(t, 6) for t in result.before.forward_s]} s, "
         f"after {[round(t, 6) for t in result.after.forward_s]} s (drift {drift(result.before, result.after):+.1%})",

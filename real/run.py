@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from infralab.calibration_table import check_provenance, read_provenance
 from infralab.errors import InputError
 from infralab.metrics.requests_csv import write_requests_csv
 from infralab.metrics.run_metrics import print_summary, summarize
@@ -69,6 +70,10 @@ def prepare_real_run(loaded: LoadedRealConfig) -> PreparedRealRun:
     shape = model_shape(cfg.model, loaded.base_dir, f"{source}: model")
     settings = engine_settings(cfg)
     check_fits_machine(shape, settings, f"{source}: model", device_where=f"{source}: real.device")
+    if loaded.step_table is not None and loaded.step_table.is_file():  # the mirror's table: profiled like this run?
+        check_provenance(str(loaded.step_table), read_provenance(loaded.step_table),
+                         {"model": shape.name, "dtype": settings.dtype, "device": settings.device,
+                          "threads": settings.threads, "cache_tokens": settings.num_blocks * settings.page_size})
     table = _config_fields_of(source, lambda: build_workload(cfg.workload, loaded.base_dir, cfg.run.seed,
                                                              shape.context_length))
     requests = tuple(ReplayRequest(r.id, r.arrival_s, r.prompt_tokens, r.output_tokens) for r in table)

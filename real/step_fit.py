@@ -38,7 +38,7 @@ from scipy.optimize import nnls
 
 from infralab.kernels.calibration import write_table
 from infralab.real.engine import RealEngine
-from infralab.real.profile import Profile, calibration_rows, comments
+from infralab.real.profile import Profile, calibration_rows, engine_comments
 from infralab.real.synthetic_step import StepTiming
 
 TERMS = ("1", "q", "s", "k", "q*k")
@@ -139,7 +139,7 @@ def fitted_profile(fit: StepFit, measured: Profile) -> Profile:
 def write_step_table(engine: RealEngine, times: Profile, path: str | Path, notes: Sequence[str]) -> Path:
     """`times` (a profile whose medians a model gave) as a step table at `path`, atomically; the
     comment lines start with `notes` (what made the times) and then say what engine ran."""
-    return write_table(calibration_rows(engine, times), path, [*notes, *comments(engine, times)[1:4]])
+    return write_table(calibration_rows(engine, times), path, [*notes, *engine_comments(engine)])
 
 
 def fit_notes(fit: StepFit, fitted_on: str) -> list[str]:

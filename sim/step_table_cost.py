@@ -26,7 +26,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
+from infralab.calibration_table import check_provenance, read_provenance
 from infralab.errors import InputError
 from infralab.sim.calibration import CalibrationTable
 from infralab.sim.config import HostOverheadConfig, SimConfig
@@ -133,13 +135,18 @@ class StepTableCost:
         return seconds
 
 
-def run_step_table_cost(table: CalibrationTable, cfg: SimConfig, requests: Sequence[ServedRequest]) -> StepTableCost:
+def run_step_table_cost(table: CalibrationTable, cfg: SimConfig, requests: Sequence[ServedRequest],
+                        model: str | None = None) -> StepTableCost:
     """The cost model of a run with `cost.step_table` (its rows in `table`), checked to cover every
     step the run can have: up to the token budget, min(KV cache, the workload's tokens) keys and
-    min(request cap, requests) sequences (unset limits filled in as the cluster fills them)."""
+    min(request cap, requests) sequences (unset limits filled in as the cluster fills them), and to
+    have been profiled for the run's model (`model`, its name), dtype and KV cache."""
     if cfg.engine.num_blocks is None:
         raise InputError("engine.num_blocks", "unset with cost.step_table", "the real engine's KV cache in blocks")
     kv_tokens = cfg.engine.num_blocks * cfg.engine.block_size
+    if Path(table.source).is_file():
+        check_provenance(table.source, read_provenance(table.source),
+                         {"model": model, "dtype": cfg.cost.dtype, "cache_tokens": kv_tokens})
     cost = StepTableCost(table, cfg.cost.dtype, kv_tokens, cfg.cost.host, cfg.cost.step_table_speed)
     engine = cfg.engine.with_vllm_defaults()  # a cost model without an accelerator: the cluster does the same
     assert engine.max_batched_tokens is not None and engine.max_num_seqs is not None

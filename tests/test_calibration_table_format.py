@@ -46,3 +46,22 @@ def test_not_utf8_is_an_input_error(tmp_path) -> None:
     path.write_bytes(b"\xff\xfe" + HEADER.encode())
     with pytest.raises(InputError, match="not UTF-8"):
         fmt.read_table(path)
+
+
+def test_a_tables_provenance_line_reads_back_and_is_checked(tmp_path):
+    from infralab.calibration_table import check_provenance, provenance_line, read_provenance, render_table
+
+    path = tmp_path / "t.csv"
+    path.write_text(render_table([], ["made by a test", provenance_line({"model": "m", "threads": 1})]))
+    facts = read_provenance(path)
+    assert facts == {"model": "m", "threads": 1}
+    check_provenance(str(path), facts, {"model": "m", "threads": 1, "dtype": "fp32"})  # a field it lacks passes
+    with pytest.raises(InputError) as err:
+        check_provenance(str(path), facts, {"threads": 2})
+    assert err.value.where == f"{path}: provenance.threads" and "1, but this run's is 2" in str(err.value)
+    path.write_text(render_table([], ["no provenance here"]))
+    assert read_provenance(path) is None
+    path.write_text("# provenance: {not json\n" + render_table([]))
+    with pytest.raises(InputError, match="provenance is not JSON") as err:
+        read_provenance(path)
+    assert err.value.where == f"{path}:1"

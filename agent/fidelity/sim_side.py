@@ -167,7 +167,8 @@ def simulate_mirror(doc: dict[str, Any], requests: Sequence[ReplayRequest], rate
     table = load_calibration(Path(doc["cost"]["step_table"]))
     assert table is not None
     served = [Request(r.id, r.arrival_s / rate_scale, r.prompt_tokens, r.output_tokens) for r in requests]
-    record = simulate(cfg, served, run_step_table_cost(table, cfg, served))
+    model = Path(doc["model"]).stem if doc["model"].endswith(".toml") else doc["model"]  # `model_for_sim`'s name
+    record = simulate(cfg, served, run_step_table_cost(table, cfg, served, model))
     return sorted(record.requests, key=lambda r: r.id)
 
 

@@ -281,6 +281,28 @@ def test_a_request_over_the_engine_cache_is_refused(tmp_path: Path, capsys) -> N
              "KV cache 128 tokens")
 
 
+@pytest.mark.parametrize("old, new, rung, field", [
+    ("threads = 1", "threads = 2", "real", "threads"),  # [real] has no threads line: added below
+    ("num_blocks = 24", "num_blocks = 23", "sim", "cache_tokens"),
+    ("num_blocks = 24", "num_blocks = 23", "real", "cache_tokens"),
+    ('dtype = "fp32"', 'dtype = "bf16"', "real", "dtype"),
+])
+def test_a_step_table_profiled_for_another_engine_is_refused_by_its_provenance(
+        profiled: Path, tmp_path: Path, capsys, old: str, new: str, rung: str, field: str) -> None:
+    """The table's provenance line (model, dtype, device, threads, KV cache) against the run's: one
+    line naming the table and the field, before anything is built or written."""
+    text = (profiled / "tiny.toml").read_text().replace("[real]\n", "[real]\nthreads = 1\n")
+    if field == "dtype":  # the real side's dtype lives under [real]
+        text = text.replace("[real]\n", '[real]\ndtype = "fp32"\n')
+    config = profiled / f"other-{rung}-{field}.toml"
+    config.write_text(text.replace(old, new))
+    out = tmp_path / "out"
+    assert main([rung, "run", str(config), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"step_table.csv: provenance.{field}: " in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
 def test_a_profile_that_does_not_cover_the_run_stops_the_simulation(profiled: Path, tmp_path: Path, capsys) -> None:
     # The profile spans a 48-token budget; the same config with a 96-token budget has larger steps.
     config = write_config(tmp_path, **{"max_batched_tokens = 48": "max_batched_tokens = 96",
