@@ -55,7 +55,9 @@ class HardwareConfig:
     """One instance's accelerators and how the model is split over them. The GLM-class knobs
     (docs/sim.md, "GLM-class techniques") default to None: off, the instance as before."""
 
-    accelerator: str  # catalog name (e.g. "H100") or a path to a TOML file
+    # catalog name (e.g. "H100") or a path to a TOML file; None only for a run timed by a real
+    # engine's cost.step_table (a CPU run has no accelerator the simulator could read)
+    accelerator: str | None = None
     tp: Degree = 1  # tensor-parallel degree of one instance
     tp_link: str = "nvlink4"  # link used by TP collectives inside an instance
     # Parallel degree per layer class (None: tp). Linear-attention (KDA) heads and the LM head's
@@ -290,8 +292,8 @@ class ClusterConfig:
 @dataclass(frozen=True, config=STRICT)
 class SimConfig:
     model: str  # catalog name (e.g. "llama-3-8b") or a path to a TOML file
-    hardware: HardwareConfig
     workload: WorkloadSpec
+    hardware: HardwareConfig = HardwareConfig()  # required, but for a run timed by cost.step_table
     run: RunConfig = RunConfig()
     cost: CostConfig = CostConfig()
     engine: EngineConfig = EngineConfig()
@@ -502,6 +504,10 @@ def check_config(cfg: SimConfig, source: str, base_dir: Path) -> None:
         require_file(cfg.cost.calibration, base_dir, f"{source}: cost.calibration", "calibration CSV")
     if cfg.cost.vidur_profile is not None:
         _require_folder(cfg.cost.vidur_profile, base_dir, f"{source}: cost.vidur_profile", "Vidur profile")
+    if cfg.hardware.accelerator is None and cfg.cost.step_table is None:
+        raise InputError(f"{source}: hardware.accelerator", "missing",
+                         'a catalog name (e.g. "H100") or a path to an accelerator TOML (only a run timed by a '
+                         "real engine's cost.step_table may leave it out)")
     check_engine_mirror(cfg, source, base_dir)
     check_epd_fields(cfg, source, lambda value, where: looks_like_path(value) and require_file(
         value, base_dir, f"{source}: {where}", "spec TOML"))

@@ -121,7 +121,8 @@ def prepare_run(cfg: SimConfig, base_dir: Path, source: str = "<config>") -> Pre
     # Inputs are read (specs, workload) before anything is built, so that every input error
     # surfaces before any work is done.
     model = _load_spec(load_model, cfg.model, base_dir, source, "model")
-    accel = _load_spec(load_accelerator, cfg.hardware.accelerator, base_dir, source, "hardware.accelerator")
+    accel = None if cfg.hardware.accelerator is None else _load_spec(  # None: timed by a step table
+        load_accelerator, cfg.hardware.accelerator, base_dir, source, "hardware.accelerator")
     tp_link = _load_spec(load_link, cfg.hardware.tp_link, base_dir, source, "hardware.tp_link")
     transfer_link = None
     if cfg.cluster.layout != "colocated":

@@ -148,7 +148,6 @@ def mirror_config_doc(model: str, resolved: dict[str, Any], scheduler: str, prof
     (`RealEngine.resolved()`), timed from `profile_csv` plus `host_per_step` s per step."""
     return {
         "model": model,
-        "hardware": {"accelerator": "H100"},  # required by the schema; a step table does not read it
         # The requests are passed in (the replayed ones): this table is never built.
         "workload": {"kind": "synthetic", "num_requests": 1, "arrival": {"kind": "poisson", "rate": 1.0},
                      "prompt": {"kind": "fixed", "value": 1}, "output": {"kind": "fixed", "value": 1}},

@@ -263,7 +263,7 @@ def unreadable_cases() -> Iterator[Case]:
             return sim_run(folder, cfg), [_needle(path)]
 
         yield Case("unreadable", f"calibration-{how}", calibration)
-        for fmt in ("mooncake", "azure", "vidur"):
+        for fmt in ("mooncake", "azure", "vidur", "csv"):
             def trace(folder: Path, make=make, fmt=fmt) -> tuple[list[str], list[str]]:
                 path = make(folder / "t.trace")
                 cfg = write(folder, "cfg.toml", to_toml(trace_config(path, fmt)))

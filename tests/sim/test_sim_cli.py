@@ -242,7 +242,7 @@ def test_trace_format_names_are_one_tuple():
     from infralab.workload import schema as config
     from infralab.workload.traces import parse_trace
 
-    assert workloads.TRACE_FORMATS is config.TRACE_FORMATS == ("mooncake", "azure", "vidur")
+    assert workloads.TRACE_FORMATS is config.TRACE_FORMATS == ("mooncake", "azure", "vidur", "csv")
     with pytest.raises(InputError) as err:
         parse_trace(Path("x"), "bogus")
     assert err.value.expected == " / ".join(config.TRACE_FORMATS)

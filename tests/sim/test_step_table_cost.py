@@ -214,3 +214,20 @@ def test_a_slower_machine_gives_longer_latencies_and_the_speed_needs_a_table(tmp
         load_config(_config(tmp_path, **{'step_table = "profile.csv"': "step_table_speed = 1.2",
                                          "num_blocks = 32\n": ""}))
     assert info.value.where.endswith("cost.step_table_speed")
+
+
+def test_a_run_timed_by_a_step_table_needs_no_accelerator(tmp_path: Path) -> None:
+    """A CPU engine's mirror reads no accelerator: [hardware] may be left out; without a step table
+    it is still required, by name."""
+    text = _config(tmp_path).read_text()
+    start = text.index("[hardware]")
+    no_hardware = text[:start] + text[text.index("[", start + 1):]
+    path = tmp_path / "cpu.toml"
+    path.write_text(no_hardware)
+    out = tmp_path / "res"
+    assert main(["sim", "run", str(path), "--out", str(out)]) == 0
+    assert json.loads((out / "summary.json").read_text())["requests"]["completed"] == 12
+    path.write_text(no_hardware.replace('step_table = "profile.csv"\n', "").replace("num_blocks = 32\n", ""))
+    with pytest.raises(InputError) as info:
+        load_config(path)
+    assert info.value.where.endswith("hardware.accelerator") and "step_table" in str(info.value)
