@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from infralab.agent.progress import progress
+from infralab.progress import progress
 from infralab.agent.rate_grid import (
     RateConfig,
     RatePoint,

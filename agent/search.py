@@ -29,7 +29,7 @@ from pydantic.dataclasses import dataclass
 
 from infralab.agent import figure_style
 from infralab.agent.acceptance import Criterion, evaluate, parse_criterion, shortfall
-from infralab.agent.progress import progress
+from infralab.progress import progress
 from infralab.agent.sim_pool import (
     Execution,
     SimJob,
@@ -252,7 +252,7 @@ def run_points(
 ) -> list[dict[str, Any] | None]:
     """Every point's METRICS in point order, None for a pruned point (never simulated); `jobs`
     workers of `execution`'s backend (local processes, 1: in this process; or the CPUs of the
-    local Ray cluster started for the run). Progress: agent/progress.py."""
+    local Ray cluster started for the run). Progress: infralab/progress.py."""
     kept = [i for i in range(len(space.points)) if not space.pruned(i)]
     sims = [SimJob(config=space.points[i], base_dir=str(space.base_dir), source=space.source) for i in kept]
     with progress(len(sims), f"search {space.info.name}", "config", enabled=show_progress) as tick:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from infralab.agent import figure_style
-from infralab.agent.progress import progress
+from infralab.progress import progress
 from infralab.agent.rate_grid import (ATTAINMENT, RUN_METRICS, RateConfig, RatePoint, load_rate_configs, rate_field_text,
                                       run_rates)
 from infralab.agent.sim_pool import Execution

@@ -205,6 +205,7 @@ COMMANDS: tuple[Command, ...] = (
                 arg("--out", required=True, metavar="DIR", help="results folder: step_table.csv, profile.json"),
                 arg("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="set a config key before validation (repeatable), e.g. real.profile.repeats=5"),
+                arg("--no-progress", action="store_true", help="no progress on stderr"),
             )),
     Command(("test",), "decide a hypothesis file with the cheapest validator that can (docs/agent.md)",
             "infralab.agent.cli:test", (

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import platform
+from collections.abc import Callable
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,8 +77,9 @@ class Profile:
     repeats: int
 
 
-def profile(engine: RealEngine, grid: ProfileGrid) -> Profile:
-    """Time every runnable point of `grid` on `engine` (its loop quiet or stopped)."""
+def profile(engine: RealEngine, grid: ProfileGrid, tick: Callable[[], None] = lambda: None) -> Profile:
+    """Time every runnable point of `grid` on `engine` (its loop quiet or stopped); `tick` is called
+    after each of the (repeats + 1) x points steps (a progress bar)."""
     points = grid.points(engine)
     if not points:
         raise ValueError("no point of the grid fits this engine")
@@ -86,9 +88,11 @@ def profile(engine: RealEngine, grid: ProfileGrid) -> Profile:
     with engine.quiet():
         for point in points:  # one untimed pass: first calls of a shape allocate
             time_step(engine, point)
+            tick()
         for _ in range(grid.repeats):
             for point, column in zip(points, timings):
                 column.append(time_step(engine, point))
+                tick()
     after = fingerprint(engine)
     medians = tuple(StepTiming(statistics.median(t.prepare_s for t in column),
                                statistics.median(t.forward_s for t in column)) for column in timings)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TextIO
 
 from infralab.errors import InputError
+from infralab.progress import progress
 from infralab.real.config import ProfileGridConfig, load_real_config, resolved_config_text
 from infralab.real.engine import EngineSettings, RealEngine
 from infralab.real.fingerprint import drift
@@ -59,9 +60,10 @@ def profile_grid(grid: ProfileGridConfig, prepared: PreparedRealRun) -> ProfileG
 
 
 def profile_config_file(config_path: str | Path, out_dir: str | Path, overrides: Sequence[str] = (),
-                        stdout: TextIO | None = None) -> Path:
+                        stdout: TextIO | None = None, show_progress: bool = True) -> Path:
     """Profile the engine of the config at `config_path` over its grid; write the folder; returns
-    the step table's final path."""
+    the step table's final path. Progress goes to stderr (`infralab.progress`: a bar on a
+    terminal, a line per 10 % elsewhere)."""
     config_path = Path(config_path)
     prepared = prepare_real_run(load_real_config(config_path, overrides))
     grid = profile_grid(prepared.loaded.cfg.real.profile, prepared)
@@ -71,7 +73,10 @@ def profile_config_file(config_path: str | Path, out_dir: str | Path, overrides:
             if not grid.points(engine):
                 raise InputError(f"{prepared.loaded.source}: real.profile", "no point of the grid fits this engine",
                                  "q_tokens <= the token budget, seqs <= q_tokens <= kv_tokens, within the KV cache")
-            measured = profile(engine, grid)
+            steps = len(grid.points(engine)) * (grid.repeats + 1)
+            with progress(steps, f"real profile ({len(grid.points(engine))} step shapes x {grid.repeats + 1})",
+                          "step", enabled=show_progress) as tick:
+                measured = profile(engine, grid, tick)
             write_profile(engine, measured, tmp / STEP_TABLE)
             facts = {
                 "grid": {"q_tokens": list(grid.q_tokens), "kv_tokens": list(grid.kv_tokens),

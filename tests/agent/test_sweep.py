@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infralab.agent.capacity import Bisection, meets, run_capacity
-from infralab.agent.progress import progress
+from infralab.progress import progress
 from infralab.agent.rate_grid import ATTAINMENT, RatePoint, parse_numbers
 from infralab.agent.sweep import FIGURES, STATS_COLUMNS, run_sweep, spread
 from infralab.cli import main

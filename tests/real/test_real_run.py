@@ -371,3 +371,12 @@ def test_a_real_run_beside_cpu_hogs_says_so_in_its_summary(hogs: list[subprocess
     assert seen["flagged"] and seen["other_share"] >= OTHER_SHARE_LIMIT and seen["cores"] == machine_cores()
     assert {p.pid for p in hogs} & {p["pid"] for p in seen["processes"]}
     assert json.loads((tmp_path / "run" / "replay.json").read_text())["contention"]["flagged"]
+
+
+def test_real_profile_shows_its_progress_on_stderr(tmp_path: Path, capsys) -> None:
+    config = write_config(tmp_path)
+    assert main(["real", "profile", str(config), "--out", str(tmp_path / "p")]) == 0
+    err = capsys.readouterr().err
+    assert "real profile (" in err and "100% (" in err  # a line per 10 % off a terminal, the last at 100 %
+    assert main(["real", "profile", str(config), "--out", str(tmp_path / "q"), "--no-progress"]) == 0
+    assert "real profile (" not in capsys.readouterr().err
