@@ -158,7 +158,7 @@ class TestOnOneRayConnection:
     def test_a_failed_job_raises_its_own_error_on_either_backend(self, tmp_path):
         bad = SimJob(config={"model": "no-such-model"}, base_dir=str(tmp_path), source="bad.toml")
         for backend in BACKENDS:
-            with pytest.raises(InputError, match="bad.toml: hardware"):
+            with pytest.raises(InputError, match="bad.toml: workload"):
                 run_pool([bad, bad], workers=2, execution=Execution(backend))
         assert run_pool([], execution=Execution("ray")) == []
 

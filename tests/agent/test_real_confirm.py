@@ -12,6 +12,7 @@ import pytest
 
 pytest.importorskip("transformers", reason="the real engine needs transformers (the extra infralab[real])")
 
+from infralab.calibration_table import read_provenance
 from infralab.cli import main
 
 MODEL = """\
@@ -148,8 +149,11 @@ def test_the_ladder_says_whether_the_real_effect_has_the_predicted_direction_and
 def test_a_model_the_machine_cannot_run_gives_cannot_confirm_here(tmp_path: Path, capsys) -> None:
     hypothesis = _study(tmp_path)
     assert main(["real", "profile", str(tmp_path / "tiny.toml"), "--out", str(tmp_path / "profile")]) == 0
-    # The simulator times steps from the step table whatever the model; the machine cannot hold this one.
-    (tmp_path / "tiny-model.toml").write_text(HUGE_MODEL)
+    # The simulator times steps from the step table whatever the model's dimensions (the table's
+    # provenance names the model, so the huge one takes the profiled model's name); the machine
+    # cannot hold it.
+    profiled_name = read_provenance(tmp_path / "profile" / "step_table.csv")["model"]
+    (tmp_path / "tiny-model.toml").write_text(HUGE_MODEL.replace('name = "huge-llama"', f'name = "{profiled_name}"'))
     capsys.readouterr()
     main(["test", str(hypothesis), "--confirm", "--json"])
     doc = json.loads(capsys.readouterr().out)
