@@ -259,6 +259,7 @@ def _run_shape(study: FidelityStudy, setting: Setting, shape: Shape, engine: Rea
         say(f"{setting.name}/{shape.name}: calibration replay of those requests at {CALIBRATION_LOAD:.0%} of capacity ...")
         calibration = replay(engine, burst, rate_scale=rate_scale, seed=study.seed + 1)
         calibration_steps += calibration.steps
+    kept = _keep_calibration(folder, f"{setting.name}-{shape.name}", saturated, calibration)
     table, host, choice, predictors = choose_step_times(
         engine, measured, profile_csv, calibration_steps, folder / "profiles", f"{setting.name}-{shape.name}",
         f"the capacity burst and a calibration replay of shape {shape.name!r}, setting {setting.name!r}")
@@ -290,10 +291,23 @@ def _run_shape(study: FidelityStudy, setting: Setting, shape: Shape, engine: Rea
               "calibration_replay": None if calibration is None else {
                   "requests": len(burst), "rate_rps": CALIBRATION_LOAD * capacity, "steps": len(calibration.steps),
                   "wall_s": calibration.wall_s},
-              "step_times": choice,
+              "step_times": choice, "calibration_files": kept,
               "host_per_step_s": host, "mean_rate_at_scale_1_rps": natural, "requests": len(evaluated),
               "mirror_config": doc}
     return record, cases
+
+
+def _keep_calibration(folder: Path, name: str, burst: Replay, calibration: Replay | None) -> list[str]:
+    """The calibration replays written beside the evaluated ones (`replays/calibration-<name>-*.json`),
+    so that the step-time choice can be re-examined; returns their paths relative to `folder`."""
+    paths = []
+    for kind, replayed in (("burst", burst), ("replay", calibration)):
+        if replayed is not None:
+            path = folder / "replays" / f"calibration-{name}-{kind}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            dump_json(replayed.as_dict(), path)
+            paths.append(str(path.relative_to(folder)))
+    return paths
 
 
 def _follow_the_machine(case: CaseResult, doc: dict[str, Any], requests: list[ReplayRequest], folder: Path) -> None:
