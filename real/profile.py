@@ -126,9 +126,16 @@ def provenance(engine: RealEngine) -> dict[str, object]:
             "transformers": transformers.__version__, "torch": torch.__version__, "machine": platform.machine()}
 
 
-def engine_comments(engine: RealEngine) -> list[str]:
-    """The comment lines that say which engine a table's times are of (its provenance line first)."""
-    return [provenance_line(provenance(engine)), f"model {engine.shape.name}: {engine.shape}",
+def engine_comments(engine: RealEngine, measured: Profile | None = None) -> list[str]:
+    """The comment lines that say which engine a table's times are of (its provenance line first;
+    with `measured`, a timed profile, the provenance also holds its reference steps' speed: the
+    mean of the fingerprints before and after, which a later run compares its own with)."""
+    facts = provenance(engine)
+    if measured is not None:
+        facts["fingerprint"] = {"steps": [[s.q_tokens, s.kv_tokens, s.seqs] for s in measured.before.shapes],
+                                "forward_s": [(b + a) / 2 for b, a in zip(measured.before.forward_s,
+                                                                          measured.after.forward_s)]}
+    return [provenance_line(facts), f"model {engine.shape.name}: {engine.shape}",
             f"engine: {engine.resolved()}",
             f"transformers {transformers.__version__}, torch {torch.__version__}, {platform.machine()}, "
             f"{engine.settings.threads} torch threads"]
@@ -138,7 +145,7 @@ def comments(engine: RealEngine, result: Profile) -> list[str]:
     """The comment lines that say what the table measured and where."""
     return [
         "infralab real-engine step profile (docs/fidelity.md): one row pair per (q_tokens, kv_tokens, seqs)",
-        *engine_comments(engine),
+        *engine_comments(engine, result),
         f"median of {result.repeats} synthetic steps per point, passes interleaved over the grid",
         f"fingerprint before {[round(t, 6) for t in result.before.forward_s]} s, "
         f"after {[round(t, 6) for t in result.after.forward_s]} s (drift {drift(result.before, result.after):+.1%})",

@@ -138,10 +138,25 @@ def real_run_facts(prepared: PreparedRealRun, config_path: Path, result: Replay,
         "fingerprint_before": result.before.as_dict(),
         "fingerprint_after": result.after.as_dict(),
         "fingerprint_drift": drift(result.before, result.after),
+        "speed_vs_step_table": speed_vs_table(prepared.loaded.step_table, result),
         "contention": None if result.contention is None else result.contention.as_dict(),
         "not_observed": list(NOT_OBSERVED),
         "not_read": list(prepared.loaded.not_read),
     }
+
+
+def speed_vs_table(step_table: Path | None, result: Replay) -> float | None:
+    """How much slower (+) or faster (-) the reference steps ran around this replay than around the
+    profile of the config's `[cost] step_table` (the mean of each side's before and after; None when
+    the table records no fingerprint of the same steps): the machine's speed against the one the
+    simulator's step times were measured at."""
+    facts = read_provenance(step_table) if step_table is not None and step_table.is_file() else None
+    reference = (facts or {}).get("fingerprint")
+    steps = [[s.q_tokens, s.kv_tokens, s.seqs] for s in result.before.shapes]
+    if not isinstance(reference, dict) or reference.get("steps") != steps:
+        return None
+    now = sum((b + a) / 2 for b, a in zip(result.before.forward_s, result.after.forward_s))
+    return now / sum(reference["forward_s"]) - 1.0
 
 
 def real_run_summary(prepared: PreparedRealRun, config_path: Path, result: Replay,
@@ -186,6 +201,9 @@ def run_real_config_file(config_path: str | Path, out_dir: str | Path, overrides
     print(f"real engine: {run['steps_observed']} steps observed, replay {run['replay_wall_s']:.2f} s, "
           f"fingerprint drift {run['fingerprint_drift']:+.1%}, latest submission "
           f"{run['max_submit_lag_s'] * 1e3:.1f} ms behind its arrival", file=out)
+    if run.get("speed_vs_step_table") is not None:
+        print(f"machine speed: the reference steps ran {run['speed_vs_step_table']:+.1%} against the profile of "
+              f"{prepared.loaded.step_table.name} (a simulation with its times is off by about that much)", file=out)
     if result.contention is not None:
         print(f"contention: {result.contention.line()}", file=out)
     print_summary(summary, file=out, title="Real Engine Serving Benchmark Result", slo_set=prepared.loaded.slo_set)

@@ -25,6 +25,7 @@ from infralab.metrics.requests_csv import DERIVED_FIELDS, REQUEST_FIELDS
 from infralab.metrics.run_metrics import summarize
 from infralab.metrics.schema import SLOConfig
 from infralab.metrics.summary import RunSummary
+from infralab.calibration_table import read_provenance
 from infralab.real.config import load_real_config, resolved_config_text
 from infralab.real.contention import OTHER_SHARE_LIMIT, machine_cores
 
@@ -216,6 +217,14 @@ def test_explain_compares_a_real_run_with_a_simulation_of_its_config(profiled: P
     doc = json.loads(capsys.readouterr().out)
     assert doc["baseline"]["requests"] == doc["run"]["requests"] == 6
     assert doc["metric"]["baseline"] is not None and doc["metric"]["run"] is not None
+    # The machine's speed against the profile the simulation's step times came from: the reference
+    # steps around this replay against those around the profile (both recorded, so it is exact).
+    run = json.loads((profiled / "real" / "summary.json").read_text())["run"]
+    replay = json.loads((profiled / "real" / "replay.json").read_text())
+    table = read_provenance(profiled / "profile" / "step_table.csv")["fingerprint"]
+    now = sum((b["forward_s"] + a["forward_s"]) / 2 for b, a in zip(replay["fingerprint_before"]["steps"],
+                                                                      replay["fingerprint_after"]["steps"]))
+    assert run["speed_vs_step_table"] == pytest.approx(now / sum(table["forward_s"]) - 1)
 
 
 # ---- the profile ------------------------------------------------------------------------------
