@@ -203,6 +203,9 @@ COMMANDS: tuple[Command, ...] = (
             "infralab.real.cli:profile", (
                 arg("config", metavar="CONFIG.toml", help="the config whose engine (and run's steps) to profile"),
                 arg("--out", required=True, metavar="DIR", help="results folder: step_table.csv, profile.json"),
+                arg("--also", action="append", default=[], metavar="OTHER.toml",
+                    help="another config of the same model and engine whose run's steps the grid also spans "
+                         "(repeatable: one table for a set of workloads)"),
                 arg("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="set a config key before validation (repeatable), e.g. real.profile.repeats=5"),
                 arg("--no-progress", action="store_true", help="no progress on stderr"),

@@ -14,8 +14,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def profile(args: argparse.Namespace) -> int:
-    """`infralab real profile CONFIG.toml --out DIR [--set KEY=VALUE ...] [--no-progress]`."""
+    """`infralab real profile CONFIG.toml --out DIR [--also OTHER.toml ...] [--set KEY=VALUE ...] [--no-progress]`."""
     from infralab.real.profile_run import profile_config_file
 
-    profile_config_file(args.config, args.out, overrides=args.set, show_progress=not args.no_progress)
+    profile_config_file(args.config, args.out, overrides=args.set, show_progress=not args.no_progress,
+                        also=args.also)
     return 0

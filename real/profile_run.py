@@ -15,6 +15,7 @@ and resolved_config.toml. Bad input (config, memory, workload) stops it before a
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -51,22 +52,42 @@ def step_bounds(settings: EngineSettings, requests: Sequence) -> tuple[int, int,
     return settings.max_batch_tokens, min(cache_tokens, tokens), seqs
 
 
-def profile_grid(grid: ProfileGridConfig, prepared: PreparedRealRun) -> ProfileGrid:
-    """The grid to time: the config's axes, unset ones spanning the run's steps."""
-    q_bound, kv_bound, seq_bound = step_bounds(prepared.settings, prepared.requests)
+def profile_grid(grid: ProfileGridConfig, prepared: PreparedRealRun, also: Sequence[PreparedRealRun] = ()) -> ProfileGrid:
+    """The grid to time: the config's axes, unset ones spanning the steps of its run and of the
+    runs in `also` (other configs of the same engine)."""
+    bounds = [step_bounds(p.settings, p.requests) for p in (prepared, *also)]
+    q_bound, kv_bound, seq_bound = (max(b[i] for b in bounds) for i in range(3))
     return ProfileGrid(q_tokens=grid.q_tokens or powers_up_to(q_bound),
                        kv_tokens=grid.kv_tokens or powers_up_to(kv_bound),
                        seqs=grid.seqs or powers_up_to(seq_bound), repeats=grid.repeats)
 
 
+def same_engine(prepared: PreparedRealRun, other: PreparedRealRun) -> None:
+    """InputError naming `other`'s config and the first field where its model or engine settings
+    differ from `prepared`'s (the run seed aside: it only seeds the random weights)."""
+    if other.shape != prepared.shape:
+        raise InputError(f"{other.loaded.source}: model", f"{other.shape.name!r} is not {prepared.shape.name!r}",
+                         f"the model of {prepared.loaded.source} (one step table is one engine's)")
+    mine, theirs = dataclasses.asdict(prepared.settings), dataclasses.asdict(other.settings)
+    for field, value in theirs.items():
+        if field != "seed" and value != mine[field]:
+            raise InputError(f"{other.loaded.source}: engine settings ({field})", f"{value!r}, not {mine[field]!r}",
+                             f"the engine settings of {prepared.loaded.source} (one step table is one engine's)")
+
+
 def profile_config_file(config_path: str | Path, out_dir: str | Path, overrides: Sequence[str] = (),
-                        stdout: TextIO | None = None, show_progress: bool = True) -> Path:
-    """Profile the engine of the config at `config_path` over its grid; write the folder; returns
-    the step table's final path. Progress goes to stderr (`infralab.progress`: a bar on a
-    terminal, a line per 10 % elsewhere)."""
+                        stdout: TextIO | None = None, show_progress: bool = True,
+                        also: Sequence[str | Path] = ()) -> Path:
+    """Profile the engine of the config at `config_path` over its grid, spanning also the runs of
+    the configs in `also` (the same model and engine); write the folder; returns the step table's
+    final path. Progress goes to stderr (`infralab.progress`: a bar on a terminal, a line per 10 %
+    elsewhere)."""
     config_path = Path(config_path)
     prepared = prepare_real_run(load_real_config(config_path, overrides))
-    grid = profile_grid(prepared.loaded.cfg.real.profile, prepared)
+    others = [prepare_real_run(load_real_config(Path(path), overrides)) for path in also]
+    for other in others:
+        same_engine(prepared, other)
+    grid = profile_grid(prepared.loaded.cfg.real.profile, prepared, others)
     with atomic_output_dir(out_dir) as tmp:
         engine = RealEngine(prepared.shape, prepared.settings)
         try:
@@ -84,6 +105,7 @@ def profile_config_file(config_path: str | Path, out_dir: str | Path, overrides:
                 "points": [[p.q_tokens, p.kv_tokens, p.seqs] for p in measured.points],
                 "engine_settings": engine.resolved(),
                 "model": prepared.loaded.cfg.model,
+                "also_spans": [str(path) for path in also],
                 "fingerprint_before": measured.before.as_dict(),
                 "fingerprint_after": measured.after.as_dict(),
                 "fingerprint_drift": drift(measured.before, measured.after),

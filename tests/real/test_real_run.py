@@ -389,3 +389,20 @@ def test_real_profile_shows_its_progress_on_stderr(tmp_path: Path, capsys) -> No
     assert "real profile (" in err and "100% (" in err  # a line per 10 % off a terminal, the last at 100 %
     assert main(["real", "profile", str(config), "--out", str(tmp_path / "q"), "--no-progress"]) == 0
     assert "real profile (" not in capsys.readouterr().err
+
+
+def test_one_profile_spans_a_set_of_configs_of_the_same_engine(tmp_path: Path, capsys) -> None:
+    """--also: the grid spans the other configs' runs too (longer prompts: more keys); a config of
+    another engine is refused by name before anything is built."""
+    small, large = write_config(tmp_path / "small"), write_config(tmp_path / "large", prompt_high=200)
+    assert main(["real", "profile", str(small), "--out", str(tmp_path / "one"), "--no-progress"]) == 0
+    assert main(["real", "profile", str(small), "--also", str(large), "--out", str(tmp_path / "both"),
+                 "--no-progress"]) == 0
+    one, both = (json.loads((tmp_path / d / "profile.json").read_text()) for d in ("one", "both"))
+    assert max(both["grid"]["kv_tokens"]) > max(one["grid"]["kv_tokens"])
+    assert both["also_spans"] == [str(large)]
+    other = write_config(tmp_path / "other", **{"num_blocks = 24": "num_blocks = 30"})
+    capsys.readouterr()
+    assert main(["real", "profile", str(small), "--also", str(other), "--out", str(tmp_path / "no")]) == 2
+    err = capsys.readouterr().err
+    assert f"{other}: engine settings (num_blocks): 30, not 24" in err and not (tmp_path / "no").exists()
