@@ -168,18 +168,24 @@ class CpuSampler:
         self.processes_after = process_cpu()
 
 
+def window(a: CpuSample, b: CpuSample, origin: float) -> Window | None:
+    """What other work held between two samples (seconds from `origin`, a perf_counter value), or
+    None when the machine's CPU total did not advance between them (its clock tick is coarser)."""
+    total = b.total_s - a.total_s
+    if total <= 0:
+        return None
+    other = max(0.0, (b.busy_s - a.busy_s) - (b.own_s - a.own_s))
+    return Window(a.t_s - origin, b.t_s - origin, min(1.0, other / total), (b.steal_s - a.steal_s) / total)
+
+
 def windows(samples: Sequence[CpuSample], origin: float) -> tuple[Window, ...]:
-    """Consecutive samples as windows (seconds from `origin`, a perf_counter value); a window whose
-    machine total did not advance (clock tick coarser than the window) is merged into the next."""
+    """Consecutive samples as windows; a window whose machine total did not advance is merged into
+    the next."""
     out, start = [], 0
     for i in range(1, len(samples)):
-        a, b = samples[start], samples[i]
-        if b.total_s - a.total_s <= 0:
-            continue
-        other = max(0.0, (b.busy_s - a.busy_s) - (b.own_s - a.own_s))
-        out.append(Window(a.t_s - origin, b.t_s - origin, min(1.0, other / (b.total_s - a.total_s)),
-                          (b.steal_s - a.steal_s) / (b.total_s - a.total_s)))
-        start = i
+        if (w := window(samples[start], samples[i], origin)) is not None:
+            out.append(w)
+            start = i
     return tuple(out)
 
 
@@ -191,11 +197,8 @@ def sustained(samples: Sequence[CpuSample], origin: float, span_s: float = SPAN_
         j = next((j for j in range(i + 1, len(samples)) if samples[j].t_s - a.t_s >= span_s), None)
         if j is None:
             break
-        b = samples[j]
-        if b.total_s - a.total_s > 0:
-            other = max(0.0, (b.busy_s - a.busy_s) - (b.own_s - a.own_s))
-            out.append(Window(a.t_s - origin, b.t_s - origin, min(1.0, other / (b.total_s - a.total_s)),
-                              (b.steal_s - a.steal_s) / (b.total_s - a.total_s)))
+        if (w := window(a, samples[j], origin)) is not None:
+            out.append(w)
     return tuple(out)
 
 
@@ -233,18 +236,12 @@ def judge(samples: Sequence[CpuSample], steps: Sequence[Any], origin: float, cor
           processes: tuple[dict[str, Any], ...] = ()) -> Contention:
     """The replay's contention from its CPU samples and its steps (module docstring's rule)."""
     wins = windows(samples, origin)
-    span = samples[-1].total_s - samples[0].total_s if len(samples) > 1 else 0.0
-    other = steal = 0.0
-    if span > 0:
-        busy = samples[-1].busy_s - samples[0].busy_s
-        own = samples[-1].own_s - samples[0].own_s
-        other = min(1.0, max(0.0, busy - own) / span)
-        steal = (samples[-1].steal_s - samples[0].steal_s) / span
+    whole = window(samples[0], samples[-1], origin) if len(samples) > 1 else None
+    other, steal = (whole.other_share, whole.steal_share) if whole is not None else (0.0, 0.0)
     slow = slow_steps(steps)
     reasons = []
-    spans = sustained(samples, origin)
-    if spans and max(w.other_share for w in spans) >= WINDOW_SHARE_LIMIT:
-        worst = max(spans, key=lambda w: w.other_share)
+    worst = max(sustained(samples, origin), key=lambda w: w.other_share, default=None)
+    if worst is not None and worst.other_share >= WINDOW_SHARE_LIMIT:
         reasons.append(f"other processes held {worst.other_share:.0%} of the cores in "
                        f"{worst.start_s:.2f}-{worst.end_s:.2f} s (limit {WINDOW_SHARE_LIMIT:.0%} over {SPAN_S:g} s)")
     if other >= OTHER_SHARE_LIMIT:

@@ -62,6 +62,13 @@ def fingerprint(engine: RealEngine, repeats: int = 9) -> Fingerprint:
     return Fingerprint(shapes, tuple(statistics.median(column) for column in times), repeats)
 
 
+def midpoint(before: Fingerprint, after: Fingerprint) -> Fingerprint:
+    """The reference steps' speed over a span: the mean of the times `before` and `after` it (a
+    profile or a replay drifts while it runs)."""
+    return Fingerprint(before.shapes, tuple((b + a) / 2 for b, a in zip(before.forward_s, after.forward_s)),
+                       before.repeats)
+
+
 def drift(before: Fingerprint, after: Fingerprint) -> float:
     """Relative change of the reference steps' total time from `before` to `after` (0.1 = 10 % slower)."""
     return sum(after.forward_s) / sum(before.forward_s) - 1.0

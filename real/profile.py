@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import itertools
 import platform
-from collections.abc import Callable
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +33,7 @@ import transformers
 from infralab.calibration_table import CalibrationRow, Shape, provenance_line
 from infralab.kernels.calibration import write_table
 from infralab.real.engine import RealEngine
-from infralab.real.fingerprint import Fingerprint, drift, fingerprint
+from infralab.real.fingerprint import Fingerprint, drift, fingerprint, midpoint
 from infralab.real.step_shape import StepShape
 from infralab.real.step_work import step_bytes, step_flops
 from infralab.real.synthetic_step import StepTiming, fits, time_step
@@ -133,8 +133,7 @@ def engine_comments(engine: RealEngine, measured: Profile | None = None) -> list
     facts = provenance(engine)
     if measured is not None:
         facts["fingerprint"] = {"steps": [[s.q_tokens, s.kv_tokens, s.seqs] for s in measured.before.shapes],
-                                "forward_s": [(b + a) / 2 for b, a in zip(measured.before.forward_s,
-                                                                          measured.after.forward_s)]}
+                                "forward_s": list(midpoint(measured.before, measured.after).forward_s)}
     return [provenance_line(facts), f"model {engine.shape.name}: {engine.shape}",
             f"engine: {engine.resolved()}",
             f"transformers {transformers.__version__}, torch {torch.__version__}, {platform.machine()}, "

@@ -91,11 +91,11 @@ def profile_config_file(config_path: str | Path, out_dir: str | Path, overrides:
     with atomic_output_dir(out_dir) as tmp:
         engine = RealEngine(prepared.shape, prepared.settings)
         try:
-            if not grid.points(engine):
+            points = len(grid.points(engine))
+            if not points:
                 raise InputError(f"{prepared.loaded.source}: real.profile", "no point of the grid fits this engine",
                                  "q_tokens <= the token budget, seqs <= q_tokens <= kv_tokens, within the KV cache")
-            steps = len(grid.points(engine)) * (grid.repeats + 1)
-            with progress(steps, f"real profile ({len(grid.points(engine))} step shapes x {grid.repeats + 1})",
+            with progress(points * (grid.repeats + 1), f"real profile ({points} step shapes x {grid.repeats + 1})",
                           "step", enabled=show_progress) as tick:
                 measured = profile(engine, grid, tick)
             write_profile(engine, measured, tmp / STEP_TABLE)

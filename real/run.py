@@ -40,7 +40,7 @@ from infralab.metrics.summary import RunSummary
 from infralab.metrics.timeline import DEFAULT_MAX_EVENTS, SUMMARY_FACTS, save_trace
 from infralab.real.config import LoadedRealConfig, engine_settings, load_real_config, resolved_config_text, with_seed
 from infralab.real.engine import EngineSettings, RealEngine
-from infralab.real.fingerprint import drift
+from infralab.real.fingerprint import drift, midpoint
 from infralab.real.load_generator import Replay, ReplayRequest, SoftResetError, check_replayable, replay, warm_up
 from infralab.real.machine import check_fits_machine
 from infralab.real.model_shape import ModelShape, model_shape
@@ -60,6 +60,7 @@ class PreparedRealRun:
     shape: ModelShape
     settings: EngineSettings
     requests: tuple[ReplayRequest, ...]
+    table_provenance: dict[str, Any] | None = None  # of the config's `[cost] step_table`, checked against this run
 
 
 def prepare_real_run(loaded: LoadedRealConfig) -> PreparedRealRun:
@@ -70,8 +71,10 @@ def prepare_real_run(loaded: LoadedRealConfig) -> PreparedRealRun:
     shape = model_shape(cfg.model, loaded.base_dir, f"{source}: model")
     settings = engine_settings(cfg)
     check_fits_machine(shape, settings, f"{source}: model", device_where=f"{source}: real.device")
+    provenance = None
     if loaded.step_table is not None and loaded.step_table.is_file():  # the mirror's table: profiled like this run?
-        check_provenance(str(loaded.step_table), read_provenance(loaded.step_table),
+        provenance = read_provenance(loaded.step_table)
+        check_provenance(str(loaded.step_table), provenance,
                          {"model": shape.name, "dtype": settings.dtype, "device": settings.device,
                           "threads": settings.threads, "cache_tokens": settings.num_blocks * settings.page_size})
     table = _config_fields_of(source, lambda: build_workload(cfg.workload, loaded.base_dir, cfg.run.seed,
@@ -81,7 +84,7 @@ def prepare_real_run(loaded: LoadedRealConfig) -> PreparedRealRun:
         raise InputError(f"{source}: workload", "holds no request", "at least one request to replay")
     check_replayable(requests, shape.context_length, settings.num_blocks * settings.page_size,
                      where=f"{source}: workload")
-    return PreparedRealRun(loaded, shape, settings, requests)
+    return PreparedRealRun(loaded, shape, settings, requests, provenance)
 
 
 def _config_fields_of(source: str, build: Any) -> Any:
@@ -138,25 +141,23 @@ def real_run_facts(prepared: PreparedRealRun, config_path: Path, result: Replay,
         "fingerprint_before": result.before.as_dict(),
         "fingerprint_after": result.after.as_dict(),
         "fingerprint_drift": drift(result.before, result.after),
-        "speed_vs_step_table": speed_vs_table(prepared.loaded.step_table, result),
+        "speed_vs_step_table": speed_vs_table(prepared.table_provenance, result),
         "contention": None if result.contention is None else result.contention.as_dict(),
         "not_observed": list(NOT_OBSERVED),
         "not_read": list(prepared.loaded.not_read),
     }
 
 
-def speed_vs_table(step_table: Path | None, result: Replay) -> float | None:
+def speed_vs_table(provenance: dict[str, Any] | None, result: Replay) -> float | None:
     """How much slower (+) or faster (-) the reference steps ran around this replay than around the
-    profile of the config's `[cost] step_table` (the mean of each side's before and after; None when
-    the table records no fingerprint of the same steps): the machine's speed against the one the
-    simulator's step times were measured at."""
-    facts = read_provenance(step_table) if step_table is not None and step_table.is_file() else None
-    reference = (facts or {}).get("fingerprint")
+    profile of the config's `[cost] step_table` (its `provenance`; the mean of each side's before
+    and after; None when the table records no fingerprint of the same steps): the machine's speed
+    against the one the simulator's step times were measured at."""
+    reference = (provenance or {}).get("fingerprint")
     steps = [[s.q_tokens, s.kv_tokens, s.seqs] for s in result.before.shapes]
     if not isinstance(reference, dict) or reference.get("steps") != steps:
         return None
-    now = sum((b + a) / 2 for b, a in zip(result.before.forward_s, result.after.forward_s))
-    return now / sum(reference["forward_s"]) - 1.0
+    return sum(midpoint(result.before, result.after).forward_s) / sum(reference["forward_s"]) - 1.0
 
 
 def real_run_summary(prepared: PreparedRealRun, config_path: Path, result: Replay,

@@ -14,8 +14,8 @@ Form (seconds; of one step: q = query tokens, s = sequences, k = keys attended, 
 Why these terms: the layers' GEMMs are per query token (q); each sequence adds a row of logits,
 sampling and its own bookkeeping (s); attention reads the cache (k); the engine's general path
 builds an additive mask of query tokens x keys and applies it (q k). Every term is multilinear in
-(q, k, s), so the step table written on the profile's grid (`table_rows`) interpolates the fitted
-model exactly (`CalibrationTable.lookup(grid=True)` is multilinear in the box around a step).
+(q, k, s), so the step table written on the profile's grid (`fitted_profile`, `write_step_table`)
+interpolates the fitted model exactly (`CalibrationTable.lookup(grid=True)` is multilinear in the box around a step).
 
 Fit: non-negative least squares in seconds (no coefficient is negative, so no term makes a step
 faster; squared errors in seconds, so the fitted steps' total time is the measured total, the sum a
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,6 +109,18 @@ def predict_steps(predict: object, steps: Sequence[object]) -> list[float]:
     return [sum(predict(st.batch.q_tokens, st.batch.kv_tokens, st.batch.seqs)) for st in steps]
 
 
+def held_out(n: int, predict_fold: Callable[[np.ndarray], np.ndarray], folds: int = FOLDS) -> np.ndarray:
+    """k-fold cross-validation over `n` steps, folds by index modulo `folds` (so each spans the
+    replays): `predict_fold(test)` fits on the steps outside the boolean mask `test` and returns its
+    predictions for the steps inside; the held-out predictions of all the steps."""
+    out = np.empty(n)
+    fold_of = np.arange(n) % folds
+    for fold in range(folds):
+        test = fold_of == fold
+        out[test] = predict_fold(test)
+    return out
+
+
 def fit_steps(steps: Sequence[object], folds: int = FOLDS) -> StepFit:
     """Fit the form on `steps` (`StepRecord`s of replays; unobserved ones left out) and
     cross-validate it; ValueError when fewer than MIN_STEPS steps were observed."""
@@ -117,12 +129,11 @@ def fit_steps(steps: Sequence[object], folds: int = FOLDS) -> StepFit:
         raise ValueError(f"{len(kept)} observed steps: at least {max(MIN_STEPS, folds)} are needed to fit and "
                          "cross-validate")
     x, forward, host = _columns(kept)
-    held_out = np.empty(len(kept))
-    fold_of = np.arange(len(kept)) % folds
-    for fold in range(folds):
-        test = fold_of == fold
-        held_out[test] = x[test] @ _nnls(x[~test], forward[~test]) + x[test] @ _nnls(x[~test], host[~test])
-    return StepFit(tuple(_nnls(x, forward)), tuple(_nnls(x, host)), len(kept), step_errors(held_out, kept))
+    def predict_fold(test: np.ndarray) -> np.ndarray:
+        return x[test] @ _nnls(x[~test], forward[~test]) + x[test] @ _nnls(x[~test], host[~test])
+
+    predicted = held_out(len(kept), predict_fold, folds)
+    return StepFit(tuple(_nnls(x, forward)), tuple(_nnls(x, host)), len(kept), step_errors(predicted, kept))
 
 
 def fitted_profile(fit: StepFit, measured: Profile) -> Profile:

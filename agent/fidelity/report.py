@@ -41,7 +41,7 @@ def case_json(case: CaseResult) -> dict[str, Any]:
 def sign_balance(cases: list[dict[str, Any]], key: str = "comparison") -> dict[str, int]:
     """How many comparisons (every metric and statistic of every compared case) have the mirror
     above the real mean, below it, or equal: errors of one sign are a finding of their own."""
-    errors = [c["error"] for case in cases if case.get(key) for stats in case[key].values() for c in stats.values()]
+    errors = [c["error"] for c in _comparisons(cases, key)]
     return {"above": sum(e > 0 for e in errors), "below": sum(e < 0 for e in errors), "equal": sum(e == 0 for e in errors)}
 
 
@@ -65,17 +65,20 @@ def failures(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def fidelity_json(result: StudyResult) -> dict[str, Any]:
     cases = [case_json(case) for case in result.cases]
-    verdicts = [c["verdict"] for case in cases if case["comparison"]
-                for stats in case["comparison"].values() for c in stats.values()]
     return {"schema": SCHEMA, **result.facts, "targets": {"relative_error": TARGETS, "below_load": TARGET_MAX_LOAD},
-            "cases": cases, "counts": {v: verdicts.count(v) for v in ("met", "missed", "in range", "out of range")},
+            "cases": cases, "counts": _counts(cases, "comparison"),
             "counts_machine_speed": _counts(cases, "comparison_machine_speed"),
             "sign_balance": sign_balance(cases), "sign_balance_machine_speed": sign_balance(cases, "comparison_machine_speed"),
             "failures": failures(cases)}
 
 
+def _comparisons(cases: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    """Every metric and statistic's comparison of every compared case, under `key`."""
+    return [c for case in cases if case.get(key) for stats in case[key].values() for c in stats.values()]
+
+
 def _counts(cases: list[dict[str, Any]], key: str) -> dict[str, int]:
-    verdicts = [c["verdict"] for case in cases if case.get(key) for stats in case[key].values() for c in stats.values()]
+    verdicts = [c["verdict"] for c in _comparisons(cases, key)]
     return {v: verdicts.count(v) for v in ("met", "missed", "in range", "out of range")}
 
 

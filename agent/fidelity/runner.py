@@ -55,7 +55,7 @@ from infralab.agent.fidelity.spec import FidelityStudy, Setting, Shape
 from infralab.agent.fidelity.step_times import choose_step_times, score_on
 from infralab.errors import InputError
 from infralab.real.engine import RealEngine
-from infralab.real.fingerprint import Fingerprint, drift
+from infralab.real.fingerprint import Fingerprint, drift, midpoint
 from infralab.real.load_generator import Replay, ReplayRequest, check_replayable, replay, warm_up
 from infralab.real.machine import check_fits_machine
 from infralab.real.profile import Profile, profile, write_profile
@@ -91,8 +91,7 @@ class CaseResult:
         return case_name(self.setting, self.shape, self.load, self.fixed)
 
     def comparison(self, sim: dict[str, dict[str, float]] | None = None) -> dict[str, dict[str, Comparison]] | None:
-        """The real runs against the mirror (`sim`, default the case's simulation: at the machine's
-        speed once the runs are in)."""
+        """The real runs against the mirror (`sim`, default the case's simulation)."""
         finished = [run["stats"] for run in self.runs if run["error"] is None]
         return compare(finished, sim or self.sim_stats, self.load) if len(finished) >= 2 else None
 
@@ -272,9 +271,7 @@ def _run_shape(study: FidelityStudy, setting: Setting, shape: Shape, engine: Rea
         sim = simulate_mirror(doc, evaluated, rate_scale, folder)
         cases.append(CaseResult(setting.name, shape.name, load, natural * rate_scale, rate_scale, len(evaluated),
                                 latency_stats(sim), latency_samples(sim), fixed=shape.fixed))
-    # The profile's own speed: its reference steps' mean of before and after (it drifts while it runs).
-    profiled = dataclasses.replace(measured.before, forward_s=tuple(
-        (b + a) / 2 for b, a in zip(measured.before.forward_s, measured.after.forward_s)))
+    profiled = midpoint(measured.before, measured.after)  # the profile's own speed
     for rep in range(study.repetitions):
         for case in cases:
             say(f"{case.name}: real run {rep + 1}/{study.repetitions} ({case.requests} requests at "
@@ -372,8 +369,7 @@ def _run_facts(result: Replay, reference: Fingerprint) -> dict[str, Any]:
     """The run's wall time, the generator's lag and the step speed around it, relative to the
     profile's fingerprint (`reference`: the mean of the profile's before and after; 0.1 = the
     reference steps ran 10 % slower than when profiled)."""
-    mid = [(b + a) / 2 for b, a in zip(result.before.forward_s, result.after.forward_s)]
     return {"wall_s": result.wall_s, "max_submit_lag_s": result.max_submit_lag_s, "steps": len(result.steps),
             "busy_fraction": sum(s.duration_s for s in result.steps) / result.wall_s if result.wall_s > 0 else 0.0,
             "drift": drift(result.before, result.after),
-            "speed_vs_profile": sum(mid) / sum(reference.forward_s) - 1.0}
+            "speed_vs_profile": drift(reference, midpoint(result.before, result.after))}

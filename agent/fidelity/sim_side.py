@@ -109,21 +109,20 @@ def steps_vs_profile(profile_csv: Path, steps: Sequence[StepRecord], dtype: str,
     ("prefill_step", what a TTFT waits on) and the decode-only ones ("decode_step"): an aggregate
     match can hide one kind charged too much and the other too little; None for a kind the run had
     no step of. Says whether an error comes from step speed or from scheduling."""
-    table = load_calibration(profile_csv)
-    assert table is not None
+    charge = table_predictor(profile_csv, dtype, device, 0.0)
     observed = [step for step in steps if not step.batch.missing]
     nan = math.nan
 
-    def charged(step: StepRecord, kernel: str) -> float:
-        return table.lookup(kernel, dtype, device, _shape(step), grid=True)
+    def charged(step: StepRecord) -> tuple[float, float]:
+        return charge(step.batch.q_tokens, step.batch.kv_tokens, step.batch.seqs)
 
     def ratio(kept: list[StepRecord]) -> float | None:
-        cost = sum(charged(s, STEP_KERNEL) + charged(s, PREPARE_KERNEL) + host_per_step for s in kept)
+        cost = sum(forward + prepare + host_per_step for forward, prepare in map(charged, kept))
         return sum(s.duration_s for s in kept) / cost - 1.0 if kept else None
 
     if not observed:
         return {"forward": nan, "step": nan, "prefill_step": None, "decode_step": None}
-    forward = sum(charged(s, STEP_KERNEL) for s in observed)
+    forward = sum(charged(s)[0] for s in observed)
     return {"forward": sum(s.forward_s for s in observed) / forward - 1.0, "step": ratio(observed),
             "prefill_step": ratio([s for s in observed if s.batch.prefill_seqs]),
             "decode_step": ratio([s for s in observed if not s.batch.prefill_seqs])}

@@ -58,7 +58,7 @@ from infralab.errors import InputError
 from infralab.field_types import Int, Number, PositiveInt
 from infralab.overrides import set_path
 from infralab.real.engine import EngineSettings
-from infralab.real.model_shape import SHAPES, ModelShape, catalog_shape, is_model_path, model_shape
+from infralab.real.model_shape import SHAPES, ModelShape, is_model_path, model_shape
 from infralab.real.profile import ProfileGrid
 
 Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,39}$")]
@@ -182,17 +182,15 @@ def load_study(path: str | Path, quick: bool = False) -> FidelityStudy:
 def _model(name: str, source: str, base_dir: Path) -> ModelShape:
     """A catalog name, a test shape, or a path (relative to the study file) to a model TOML or a
     transformers config.json (`real.model_shape.model_shape`)."""
-    if is_model_path(name):
-        return model_shape(name, base_dir, f"{source}: study.model")
-    if name in SHAPES:
-        return SHAPES[name]
+    where = f"{source}: study.model"
     try:
-        return catalog_shape(name)
+        return model_shape(name, base_dir, where)
     except InputError as exc:
-        raise InputError(f"{source}: study.model", f"{name!r}: {exc.problem}",
+        if is_model_path(name):  # the file's own error names it and its field
+            raise
+        raise InputError(where, f"{name!r}: {exc.problem}",
                          f"a model of the catalog, one of {', '.join(SHAPES)}, or a path to a model TOML or "
                          "a transformers config.json") from None
-
 
 def _settings(spec: StudyFile, source: str) -> tuple[Setting, ...]:
     _unique([s.name for s in spec.setting], f"{source}: setting", "name")

@@ -20,6 +20,7 @@ All candidates are also scored on every evaluated replay's steps, as evaluation.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,8 +31,8 @@ import numpy as np
 from infralab.agent.fidelity.sim_side import host_per_step_s, table_predictor
 from infralab.real.engine import RealEngine
 from infralab.real.profile import Profile
-from infralab.real.step_fit import (FOLDS, StepFit, fit_notes, fit_steps, fitted_profile, observed, predict_steps,
-                                    step_errors, write_step_table)
+from infralab.real.step_fit import (FOLDS, StepFit, fit_notes, fit_steps, fitted_profile, held_out, observed,
+                                    predict_steps, step_errors, write_step_table)
 from infralab.real.synthetic_step import StepTiming
 
 Predictor = Callable[[int, int, int], tuple[float, float]]
@@ -53,14 +54,12 @@ def kind_factors(predicted: np.ndarray, steps: Sequence[Any]) -> tuple[float, fl
 def scaled_cv(predicted: np.ndarray, steps: Sequence[Any], folds: int = FOLDS) -> dict[str, float]:
     """`step_errors` of the scaled profile, each fold's factors from the other folds."""
     prefill = np.array([_is_prefill(st) for st in steps], dtype=bool)
-    held_out = np.empty(len(steps))
-    fold_of = np.arange(len(steps)) % folds
-    for fold in range(folds):
-        test = fold_of == fold
-        train = [st for st, t in zip(steps, test) if not t]
-        fp, fd = kind_factors(predicted[~test], train)
-        held_out[test] = predicted[test] * np.where(prefill[test], fp, fd)
-    return step_errors(held_out, steps)
+
+    def predict_fold(test: np.ndarray) -> np.ndarray:
+        fp, fd = kind_factors(predicted[~test], [st for st, t in zip(steps, test) if not t])
+        return predicted[test] * np.where(prefill[test], fp, fd)
+
+    return step_errors(held_out(len(steps), predict_fold, folds), steps)
 
 
 def scaled_profile(measured: Profile, host: float, factors: tuple[float, float]) -> Profile:
@@ -70,7 +69,7 @@ def scaled_profile(measured: Profile, host: float, factors: tuple[float, float])
     for point, timing in zip(measured.points, measured.medians):
         f = factors[0] if point.q_tokens > point.seqs else factors[1]
         medians.append(StepTiming(prepare_s=f * (timing.prepare_s + host), forward_s=f * timing.forward_s))
-    return type(measured)(measured.points, tuple(medians), measured.before, measured.after, measured.repeats)
+    return dataclasses.replace(measured, medians=tuple(medians))
 
 
 def choose_step_times(engine: RealEngine, measured: Profile, profile_csv: Path, steps: Sequence[Any],
