@@ -8,7 +8,9 @@ correct and serve as the oracle in `tests/kernels/test_fp_formats.py`.
 
 FP8 e4m3fn: 1 sign bit, 4 exponent bits (bias 7), 3 mantissa bits, no infinities; 0x7F / 0xFF are NaN.
 Largest finite value 448 (0x7E), smallest normal 2^-6 (0x08), subnormals are multiples of 2^-9
-(0x01..0x07). Encoding rules used here (they match torch's CPU conversion on every non-NaN input):
+(0x01..0x07). Encoding rules used here (they match torch 2.13's CPU conversion on every non-NaN
+input; torch 2.11's returns NaN for some inputs beyond the range, seen on an H200 image, so the tests
+ask torch only inside it and check saturation against the rule below):
 
 * round to nearest, ties to even, on the value (subnormals included);
 * saturating: any finite value beyond +-448 after rounding, and +-inf, become +-448;

@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infralab.errors import InputError
+from infralab.kernels.check import fp32_level_rel_fro
 from infralab.kernels.compare import NAN_MISMATCH_ULP, bitwise_equal, compare, ulp_distance
 from infralab.kernels.ops.kda_decode import KdaDecodePartition
 from infralab.kernels.ops.matmul import MatmulPartition
@@ -49,8 +50,10 @@ def test_row_split_is_not_bitwise_equal_but_stays_accurate(precision):
     assert not kernel.expects_bitwise(task.split, task.dims)
     vs_unsplit = result.split_vs_unsplit["C"]
     assert not vs_unsplit.bitwise_equal  # ((b0+..+b3) + (b4+..+b7)) vs (((b0+b1)+..)+b7)
-    assert 0 < vs_unsplit.max_abs < 1e-4
-    assert result.split_vs_float64["C"].rel_fro < 1e-6
+    # FP32-level both ways (the compiled fp32 kernel on an H200 drifted 1.07e-4 absolute, 5.6e-7
+    # relative, from its unsplit result at K = 1024: docs/gpu.md)
+    assert 0 < vs_unsplit.rel_fro <= fp32_level_rel_fro(1024)
+    assert result.split_vs_float64["C"].rel_fro <= fp32_level_rel_fro(1024)
     assert len(vs_unsplit.worst_index) == 2
 
 
