@@ -4,7 +4,6 @@ and the written table is the documented format (the simulator's reader accepts i
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from infralab.kernels.bench import all_cases, main, parse_grid, parse_kernels, r
 from infralab.kernels.bench_cases import KERNELS, SMALL, ShapeGrid, attention, bhkv, mnk, tokens
 from infralab.cli import parse
 from infralab.kernels.calibration import COLUMNS, read_table
+from support.scripts import load_benchmark
 
 TINY = ShapeGrid(
     name="tiny",
@@ -176,22 +176,11 @@ def test_gpu_callables_compute_what_the_cpu_references_compute(case) -> None:
     torch.testing.assert_close(got.float(), expected.float(), rtol=1e-4, atol=1e-4)
 
 
-def _load_gpu_targets():
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_targets.py"
-    spec = importlib.util.spec_from_file_location("gpu_targets_under_test", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the file executes
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_gpu_targets_script_runs_end_to_end_in_the_interpreter() -> None:
     """benchmarks/gpu_targets.py on tiny shapes (in Triton's interpreter on a CPU) with a fake timer:
     every target produces a row (no part errors out); the figures themselves mean nothing here."""
     device = _triton_device()
-    targets = _load_gpu_targets()
+    targets = load_benchmark("gpu_targets")
     calls = iter(range(1, 1000))
 
     def fake_timer(fn) -> float:

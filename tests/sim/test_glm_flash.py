@@ -4,29 +4,18 @@ fail clearly when inconsistent."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from infralab.errors import InputError
 from infralab.sim.specs import load_model
+from support.scripts import load_benchmark
 
-ROOT = Path(__file__).resolve().parents[2]
 GLM = load_model("glm-5.3-flash")
-
-
-def _check_module():
-    spec = importlib.util.spec_from_file_location("glm_catalog_check", ROOT / "benchmarks" / "glm_catalog_check.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_catalog_entry_matches_the_transformers_config():
     pytest.importorskip("transformers")
-    assert _check_module().mismatches() == []
+    assert load_benchmark("glm_catalog_check").mismatches() == []
 
 
 def test_the_check_catches_a_drifted_field():
@@ -34,7 +23,7 @@ def test_the_check_catches_a_drifted_field():
     import dataclasses
 
     drifted = dataclasses.replace(GLM, index_topk=1024)
-    assert any(line.startswith("index_topk") for line in _check_module().mismatches(drifted))
+    assert any(line.startswith("index_topk") for line in load_benchmark("glm_catalog_check").mismatches(drifted))
 
 
 def test_layer_schedule_and_counts_by_hand():
