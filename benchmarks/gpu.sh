@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # One command for a GPU machine (written for an H200): every kernel check natively (compiled
 # Triton, TRITON_INTERPRET unset), the GPU targets of issue 3 side by side, the full benchmark grid
-# (calibration table), and the kernel test suite with the GPU present, in under 5 minutes.
+# (calibration table), whole-model step times, the kernel test suite with the GPU present and the
+# real engine on CUDA, in about 5 minutes (251 s on an H200 on 2026-12-04, before the model steps).
 #
 #   benchmarks/gpu.sh [OUT_DIR]      OUT_DIR defaults to $OUT if set, else results/gpu-<UTC timestamp>
+#   ILAB_SKIP="bench real" benchmarks/gpu.sh OUT_DIR     leave steps out (keys below)
 #
-# It writes at most 8 files into OUT_DIR (what the device tool brings back):
+# It writes into OUT_DIR (more than the device tool's 8 files: tar the folder into $OUT, docs/gpu.md):
 #   env.log          nvidia-smi, python/torch/triton versions
 #   targets.log      the verdict table (benchmarks/gpu_targets.py)   targets.json  its numbers
 #   check.log        `infralab kernels check` (verdict per kernel, partition checks)
 #   bench.log        benchmark summary and progress               calibration-full.csv  the table
+#   model-steps.log  model_steps.json: device time of whole Llama-3-8B steps (benchmarks/gpu_model_steps.py)
 #   pytest.log       tests/kernels with the GPU present
 #   summary.log      exit status and wall time of each step
 # and, when CUDA and the real side's packages are there (step 5; else one SKIPPED line in summary.log):
@@ -36,11 +39,12 @@ set -u -o pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT_DIR="${1:-${OUT:-$REPO/results/gpu-$(date -u +%Y%m%dT%H%M%SZ)}}"
-# Worst case 60 + 50 + 110 + 70 = 290 s of steps (Triton's compile cache is shared between them).
+# Worst case 60 + 50 + 110 + 90 + 70 = 380 s of steps (Triton's compile cache is shared between them).
 LIMIT_TARGETS="${ILAB_LIMIT_TARGETS:-60}"
 LIMIT_CHECK="${ILAB_LIMIT_CHECK:-50}"
 LIMIT_BENCH="${ILAB_LIMIT_BENCH:-110}"
 LIMIT_PYTEST="${ILAB_LIMIT_PYTEST:-70}"
+LIMIT_MODEL="${ILAB_LIMIT_MODEL:-90}"
 # The real engine on CUDA (step 5): 60 + 60 + 180 s more when it runs.
 LIMIT_REAL_PROFILE="${ILAB_LIMIT_REAL_PROFILE:-60}"
 LIMIT_REAL_RUN="${ILAB_LIMIT_REAL_RUN:-60}"
@@ -54,6 +58,9 @@ SUMMARY="$OUT_DIR/summary.log"
 unset TRITON_INTERPRET
 export PYTHONUNBUFFERED=1
 export PYTHONDONTWRITEBYTECODE=1
+# `python -m`/`-c` put the working directory (the repo root) first on sys.path, where `infralab/`
+# lacks kernels/, sim/, agent/ and real/: the import tree below must win (first device run, 2026-12-04).
+export PYTHONSAFEPATH=1
 
 # ---- import tree: infralab without installing it ------------------------------------------------
 ILAB="$(mktemp -d /tmp/ilab.XXXXXX)"
@@ -71,11 +78,16 @@ fi
 FAILED=0
 START_ALL=$SECONDS
 
-# run_step NAME LIMIT LOG COMMAND...: run with a time limit, log stdout+stderr, record the status.
+# run_step KEY NAME LIMIT LOG COMMAND...: run with a time limit, log stdout+stderr, record the status;
+# skipped (one line) when KEY is in ILAB_SKIP (space-separated: targets check bench model pytest real).
 run_step() {
-    local name="$1" limit="$2" log="$3"
-    shift 3
+    local key="$1" name="$2" limit="$3" log="$4"
+    shift 4
     local start=$SECONDS status
+    if [[ " ${ILAB_SKIP:-} " == *" $key "* ]]; then
+        echo "$name: SKIPPED (ILAB_SKIP)" | tee -a "$SUMMARY"
+        return
+    fi
     echo "== $name (limit ${limit}s) ==" | tee -a "$SUMMARY"
     (cd "$REPO" && timeout --kill-after=5 "$limit" "$@") >"$log" 2>&1
     status=$?
@@ -107,23 +119,28 @@ except Exception as exc:
 cat "$OUT_DIR/env.log"
 
 # 1. The targets first: the figures that matter most if time runs short.
-run_step "gpu targets" "$LIMIT_TARGETS" "$OUT_DIR/targets.log" \
+run_step targets "gpu targets" "$LIMIT_TARGETS" "$OUT_DIR/targets.log" \
     "$PYTHON" benchmarks/gpu_targets.py --out "$OUT_DIR"
 
 # 2. `infralab kernels check` (the command table imports only the kernels' handler).
-run_step "kernels check" "$LIMIT_CHECK" "$OUT_DIR/check.log" "$PYTHON" -m infralab kernels check
+run_step check "kernels check" "$LIMIT_CHECK" "$OUT_DIR/check.log" "$PYTHON" -m infralab kernels check
 
 # 3. The full benchmark grid -> calibration table.
-run_step "kernels bench --grid full" "$LIMIT_BENCH" "$OUT_DIR/bench.log" \
+run_step bench "kernels bench --grid full" "$LIMIT_BENCH" "$OUT_DIR/bench.log" \
     "$PYTHON" -m infralab.kernels.bench --grid full --out "$OUT_DIR/calibration-full.csv"
+
+# 3b. Device time of whole Llama-3-8B steps (decode and prefill, CUDA graphs): the cost model's TP1
+#     steps, measured; `benchmarks/gpu_model_steps.py --points` turns them into fidelity-public points.
+run_step model "model steps (llama-3-8b, cuda graphs)" "$LIMIT_MODEL" "$OUT_DIR/model-steps.log" \
+    "$PYTHON" benchmarks/gpu_model_steps.py --out "$OUT_DIR"
 
 # 4. The kernel tests with the GPU present (parallel when pytest-xdist is there: compiling dominates).
 XDIST=()
 if "$PYTHON" -c 'import xdist' 2>/dev/null; then XDIST=(-n 8); fi
-run_step "pytest tests/kernels" "$LIMIT_PYTEST" "$OUT_DIR/pytest.log" \
+run_step pytest "pytest tests/kernels" "$LIMIT_PYTEST" "$OUT_DIR/pytest.log" \
     "$PYTHON" -m pytest -q -p no:cacheprovider ${XDIST[@]+"${XDIST[@]}"} tests/kernels
 
-# 5. The real engine on CUDA (issue 9; never checked on the project's machines, which have no GPU):
+# 5. The real engine on CUDA (issue 9; first run on an H200 on 2026-12-04, docs/gpu.md):
 #    the Llama-3-8B shape with random weights, bf16 (experiments/real/llama3_8b_cuda.toml), profiled
 #    and replayed, then a small fidelity study (experiments/fidelity/cuda_small.toml). Skipped, with
 #    the reason, when CUDA or the real side's packages (transformers, psutil, pydantic, simpy: carry
@@ -138,11 +155,11 @@ if [ -n "$REAL_SKIP" ]; then
     echo "real engine on CUDA: SKIPPED ($REAL_SKIP)" | tee -a "$SUMMARY"
 else
     mkdir -p "$OUT_DIR/real"
-    run_step "real profile (llama-3-8b, cuda)" "$LIMIT_REAL_PROFILE" "$OUT_DIR/real-profile.log" \
+    run_step real "real profile (llama-3-8b, cuda)" "$LIMIT_REAL_PROFILE" "$OUT_DIR/real-profile.log" \
         "$PYTHON" -m infralab real profile experiments/real/llama3_8b_cuda.toml --out "$OUT_DIR/real/profile"
-    run_step "real run (llama-3-8b, cuda)" "$LIMIT_REAL_RUN" "$OUT_DIR/real-run.log" \
+    run_step real "real run (llama-3-8b, cuda)" "$LIMIT_REAL_RUN" "$OUT_DIR/real-run.log" \
         "$PYTHON" -m infralab real run experiments/real/llama3_8b_cuda.toml --out "$OUT_DIR/real/run"
-    run_step "fidelity run (cuda_small)" "$LIMIT_FIDELITY" "$OUT_DIR/fidelity.log" \
+    run_step real "fidelity run (cuda_small)" "$LIMIT_FIDELITY" "$OUT_DIR/fidelity.log" \
         "$PYTHON" -m infralab fidelity run experiments/fidelity/cuda_small.toml --out "$OUT_DIR/real/fidelity" --no-progress
 fi
 

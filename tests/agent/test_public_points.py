@@ -3,6 +3,7 @@ metrics per family, unknown labels), what a point simulates, and the statistics 
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from infralab.agent.public_points.score import FamilyStats, Scored, family_stats
 from infralab.agent.public_points.simulate import Simulated, config_of, simulate
 from infralab.agent.public_points.spec import Point, load_points, role_of
 from infralab.errors import InputError
+from support.scripts import load_benchmark
 
 SHIPPED = Path(__file__).resolve().parents[2] / "experiments" / "fidelity_public" / "points.toml"
 
@@ -123,3 +125,25 @@ def test_the_report_names_the_worst_points_of_a_family_that_misses():
     assert all(r.point.scored for r in rows)  # both ids are evaluation points by the rule
     text = markdown(rows, family_stats(rows))
     assert "Families that miss a target" in text and "| decode | bad | +60.0% | dense_gemm 75 %" in text
+
+
+# ------------------------------------------------------------------- the H200 model steps (docs/gpu.md)
+
+MEASURED = SHIPPED.parents[2] / "benchmarks" / "measured" / "h200-2026-12-04" / "model_steps.json"
+H200_POINTS = SHIPPED.parent / "h200_model_steps.toml"
+
+
+def test_h200_points_are_derived_from_the_measured_steps_not_edited():
+    module = load_benchmark("gpu_model_steps")
+    source = "this repository: benchmarks/measured/h200-2026-12-04/model_steps.json (docs/gpu.md), benchmarks/gpu_model_steps.py"
+    assert module.points_toml(json.loads(MEASURED.read_text()), source) == H200_POINTS.read_text()
+
+
+def test_h200_points_load_as_device_time_points_with_a_pure_decode_batch():
+    points = load_points(H200_POINTS)
+    assert len(points) == 12 and {p.accelerator for p in points} == {"H200"}
+    assert all(p.engine_profile == "none" and p.includes == () and p.tp == 1 for p in points)
+    for p in points:
+        if p.family == "decode":  # every prompt of the batch prefilled in one step: TPOT is pure decode
+            assert p.max_batched_tokens == p.batch * p.input_tokens and p.output_tokens == 33
+            assert p.input_tokens + p.output_tokens <= 8192
