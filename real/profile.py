@@ -137,7 +137,12 @@ def engine_comments(engine: RealEngine, measured: Profile | None = None) -> list
     return [provenance_line(facts), f"model {engine.shape.name}: {engine.shape}",
             f"engine: {engine.resolved()}",
             f"transformers {transformers.__version__}, torch {torch.__version__}, {platform.machine()}, "
-            f"{engine.settings.threads} torch threads"]
+            f"{engine.settings.threads} torch threads{_gpu_name(engine)}"]
+
+
+def _gpu_name(engine: RealEngine) -> str:
+    """`, on NVIDIA H200` for a CUDA engine (the rows' device column says only `cuda`)."""
+    return f", on {torch.cuda.get_device_name()}" if engine.settings.device == "cuda" else ""
 
 
 def comments(engine: RealEngine, result: Profile) -> list[str]:

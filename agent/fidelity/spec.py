@@ -6,7 +6,7 @@
                                   # (relative to this file) to a model TOML or a transformers config.json
     scheduler = "fifo"            # the engine's scheduler; the mirror is hf_fifo / hf_prefill_first
     threads = 1                   # torch intra-op threads of the engine
-    device = "cpu"                # or "cuda" (a GPU machine; unchecked here: docs/fidelity.md)
+    device = "cpu"                # or "cuda" (a GPU machine; run once on an H200: docs/gpu.md)
     dtype = "fp32"                # the model's weights: "fp32" or "bf16"
     loads = [0.3, 0.6, 0.85]      # arrival rate as a fraction of the capacity measured in the run
     repetitions = 3               # real runs per case (>= 2)

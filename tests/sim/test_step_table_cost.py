@@ -231,3 +231,16 @@ def test_a_run_timed_by_a_step_table_needs_no_accelerator(tmp_path: Path) -> Non
     with pytest.raises(InputError) as info:
         load_config(path)
     assert info.value.where.endswith("hardware.accelerator") and "step_table" in str(info.value)
+
+
+def test_the_shipped_h200_step_table_simulates_its_config(tmp_path, capsys):
+    """experiments/real/llama3_8b_cuda.toml with the profile measured on an H200 (docs/gpu.md): the
+    table covers every step the config allows, its provenance matches the config's [real] settings,
+    and the run's decode steps cost what the table measured (25-32 ms at one sequence)."""
+    config = Path(__file__).resolve().parents[2] / "experiments" / "real" / "llama3_8b_cuda.toml"
+    assert main(["sim", "run", str(config), "--out", str(tmp_path / "run")]) == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    tpot = summary["tpot_s"]["mean"]
+    assert 0.025 < tpot < 0.1, tpot
+    table = load_calibration(config.parent / "llama3_8b_cuda_steps.csv")
+    assert table is not None and len(table.rows) == 68
