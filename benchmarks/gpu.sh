@@ -45,10 +45,11 @@ LIMIT_CHECK="${ILAB_LIMIT_CHECK:-50}"
 LIMIT_BENCH="${ILAB_LIMIT_BENCH:-110}"
 LIMIT_PYTEST="${ILAB_LIMIT_PYTEST:-70}"
 LIMIT_MODEL="${ILAB_LIMIT_MODEL:-90}"
-# The real engine on CUDA (step 5): 60 + 60 + 180 s more when it runs.
+# The real engine on CUDA (step 5): 60 + 60 + 180 + 150 s more when it runs.
 LIMIT_REAL_PROFILE="${ILAB_LIMIT_REAL_PROFILE:-60}"
 LIMIT_REAL_RUN="${ILAB_LIMIT_REAL_RUN:-60}"
 LIMIT_FIDELITY="${ILAB_LIMIT_FIDELITY:-180}"
+LIMIT_CONDITIONS="${ILAB_LIMIT_CONDITIONS:-150}"
 PYTHON="${PYTHON:-python3}"
 
 mkdir -p "$OUT_DIR"
@@ -79,7 +80,8 @@ FAILED=0
 START_ALL=$SECONDS
 
 # run_step KEY NAME LIMIT LOG COMMAND...: run with a time limit, log stdout+stderr, record the status;
-# skipped (one line) when KEY is in ILAB_SKIP (space-separated: targets check bench model pytest real).
+# skipped (one line) when KEY is in ILAB_SKIP (space-separated: targets check bench model pytest real
+# conditions).
 run_step() {
     local key="$1" name="$2" limit="$3" log="$4"
     shift 4
@@ -161,6 +163,11 @@ else
         "$PYTHON" -m infralab real run experiments/real/llama3_8b_cuda.toml --out "$OUT_DIR/real/run"
     run_step real "fidelity run (cuda_small)" "$LIMIT_FIDELITY" "$OUT_DIR/fidelity.log" \
         "$PYTHON" -m infralab fidelity run experiments/fidelity/cuda_small.toml --out "$OUT_DIR/real/fidelity" --no-progress
+    # Why a replay's steps take longer than the profile's (docs/gpu.md): one step shape alone, on a
+    # worker thread, beside a pure-Python thread (one step: it took 35 s on the H200), in a replay.
+    run_step conditions "step conditions (llama-3-8b, cuda)" "$LIMIT_CONDITIONS" "$OUT_DIR/step-conditions.log" \
+        "$PYTHON" benchmarks/step_conditions.py --device cuda --model llama-3-8b --dtype bf16 --repeats 20 \
+        --contended-repeats 1 --poll-output 4 --out "$OUT_DIR/real"
 fi
 
 echo "total: $((SECONDS - START_ALL))s; results in $OUT_DIR" | tee -a "$SUMMARY"
