@@ -11,6 +11,7 @@ import pytest
 
 from infralab.agent.public_points.score import FamilyStats, Scored, family_stats, verdict
 from infralab.agent.public_points.simulate import Simulated, config_of, simulate
+from infralab.sim import api
 from infralab.agent.public_points.spec import Point, load_points, role_of
 from infralab.errors import InputError
 from support.scripts import load_benchmark
@@ -87,6 +88,17 @@ def test_a_latency_point_simulates_a_batch_arriving_together():
     ttft = simulate(point("lat3", family="prefill", metric="ttft_s", batch=8, input_tokens=32, output_tokens=1)).value
     # the batch's latency is its prefill plus 127 decode steps of about one TPOT each
     assert e2e == pytest.approx(ttft + 127 * tpot, rel=0.02)
+
+
+def test_a_decode_step_point_reads_the_median_request_not_the_first_arrival():
+    """The first request of a batch starts a step alone and decodes through the others' prefill: the
+    mean TPOT carries that step, the median request's TPOT is a decode step."""
+    fields = dict(batch=32, input_tokens=1008, output_tokens=33, max_batched_tokens=32 * 1008, accelerator="H200")
+    step = simulate(point("step", metric="decode_step_s", **fields)).value
+    mean = simulate(point("mean", metric="tpot_s", **fields)).value
+    assert step < mean  # the mean carries the straddling request
+    result = api.run(config_of(point("step", metric="decode_step_s", **fields)))
+    assert step == pytest.approx(result.metrics["tpot_p50_s"])
 
 
 def test_family_statistics_score_only_evaluation_points():
