@@ -7,10 +7,11 @@ Calibration points are simulated and shown (as fit residuals) but never enter th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-
 import math
+import os
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -68,17 +69,34 @@ class FamilyStats:
         return self.n > 0 and self.median_abs <= MEDIAN_TARGET and self.worst_abs <= WORST_TARGET
 
 
-def score(points: Sequence[Point], progress: Callable[[str], None] | None = None) -> list[Scored]:
-    """Simulate every point (calibration ones too, as fit residuals)."""
+def score(points: Sequence[Point], progress: Callable[[str], None] | None = None,
+          workers: int | None = None) -> list[Scored]:
+    """Simulate every point (calibration ones too, as fit residuals), in point order, over `workers`
+    processes (default: the machine's CPUs; 1: in this process). Each point is deterministic, so
+    the result does not depend on the number of workers."""
+    workers = (os.cpu_count() or 1) if workers is None else workers
+    if workers <= 1 or len(points) <= 1:
+        return _in_order(map(score_one, points), len(points), progress)
+    with ProcessPoolExecutor(max_workers=min(workers, len(points))) as pool:
+        return _in_order(pool.map(score_one, points, chunksize=4), len(points), progress)
+
+
+def _in_order(scored: Iterable[Scored], total: int, progress: Callable[[str], None] | None) -> list[Scored]:
     out = []
-    for i, p in enumerate(points, 1):
-        if progress is not None and (i == 1 or i % 10 == 0 or i == len(points)):
-            progress(f"point {i}/{len(points)}: {p.id}")
-        try:
-            out.append(Scored(p, simulate(p), step_terms(p)))
-        except InputError as exc:  # a setting the simulator refuses (e.g. weights that do not fit): shown, not scored
-            out.append(Scored(p, Simulated(math.nan, f"not simulated: {exc}")))
+    for i, s in enumerate(scored, 1):
+        if progress is not None and (i == 1 or i % 10 == 0 or i == total):
+            progress(f"point {i}/{total}: {s.point.id}")
+        out.append(s)
     return out
+
+
+def score_one(p: Point) -> Scored:
+    """One point simulated; a setting the simulator refuses (e.g. weights that do not fit) is shown,
+    not scored."""
+    try:
+        return Scored(p, simulate(p), step_terms(p))
+    except InputError as exc:
+        return Scored(p, Simulated(math.nan, f"not simulated: {exc}"))
 
 
 def family_stats(scored: Sequence[Scored]) -> list[FamilyStats]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from infralab.agent.public_points.score import FamilyStats, Scored, family_stats, verdict
+from infralab.agent.public_points.score import FamilyStats, Scored, family_stats, score, verdict
 from infralab.agent.public_points.simulate import Simulated, config_of, simulate
 from infralab.sim import api
 from infralab.agent.public_points.spec import Point, load_points, role_of
@@ -159,3 +159,8 @@ def test_h200_points_load_as_device_time_points_with_a_pure_decode_batch():
         if p.family == "decode":  # every prompt of the batch prefilled in one step: TPOT is pure decode
             assert p.max_batched_tokens == p.batch * p.input_tokens and p.output_tokens == 33
             assert p.input_tokens + p.output_tokens <= 8192
+
+
+def test_scoring_over_processes_equals_scoring_in_this_process():
+    points = load_points(H200_POINTS)[:4]
+    assert score(points, workers=2) == score(points, workers=1)
