@@ -11,7 +11,7 @@ A `PooledSample` is the sample in two forms:
   order. numpy sums a float64 array pairwise: an array longer than its block is split at
   n2 = n // 2 rounded down to a multiple of 8, and the halves summed alone and added. Summing each
   half with numpy, recursively, down to chunks of at most `CHUNK` values, gives the same bits while
-  holding one chunk at a time (`tests/sim/test_pooled_stats.py` checks this against numpy).
+  holding one chunk at a time (`tests/metrics/test_pooled_stats.py` checks this against numpy).
 
 The ITL of a run is such a sample: few distinct gaps (one per engine step), each shared by every
 request decoding across that step, and many values (one per output token).

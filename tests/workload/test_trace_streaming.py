@@ -35,7 +35,7 @@ def test_window_by_bisection_is_the_scan(times, start, length, most):
     first, stop = times[0], math.inf if end is None else end
     scanned = [i for i, t in enumerate(times) if start <= t - first < stop][:most]
     if not scanned:
-        return  # an empty window is an InputError (tests/sim/test_traces.py)
+        return  # an empty window is an InputError (tests/workload/test_traces.py)
     assert list(_window(Path("t.csv"), array("d", times), start, end, most)) == scanned
 
 
