@@ -16,9 +16,10 @@ submit (`submitted_s`): a late submission is the generator's delay, and the reco
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,8 +180,10 @@ def replay(engine: RealEngine, requests: Sequence[ReplayRequest], *, rate_scale:
     return Replay(timings, steps, before, after, rate_scale, wall, contention)
 
 
-def _collect(engine: RealEngine, ids: set[str], deadline: float) -> dict[str, Any]:
-    """The engine's output for each of `ids` (RuntimeError on a failed request or past `deadline`)."""
+def _collect(engine: RealEngine, ids: set[str], deadline: float,
+             on_result: Callable[[], None] | None = None) -> dict[str, Any]:
+    """The engine's output for each of `ids` (RuntimeError on a failed request or past `deadline`);
+    `on_result` is called after each one arrives (a closed loop submits the next request there)."""
     outputs: dict[str, Any] = {}
     while len(outputs) < len(ids):
         if time.perf_counter() > deadline:
@@ -191,7 +194,73 @@ def _collect(engine: RealEngine, ids: set[str], deadline: float) -> dict[str, An
         if output.error is not None:
             raise RuntimeError(f"the engine failed request {output.request_id}: {output.error}")
         outputs[output.request_id] = output
+        if on_result is not None:
+            on_result()
     return outputs
+
+
+@dataclass(frozen=True, slots=True)
+class SteadyState:
+    """A closed-loop run's throughput while the engine held `concurrency` requests: the completions
+    after the first `concurrency` (the first wave turned over) up to the one that triggered the last
+    submission (after it the engine drains), over the time between them. Seconds, req/s."""
+
+    concurrency: int
+    requests: int
+    window_s: tuple[float, float]
+    completed: int
+
+    @property
+    def rate_rps(self) -> float:
+        return self.completed / (self.window_s[1] - self.window_s[0])
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"concurrency": self.concurrency, "requests": self.requests, "window_s": list(self.window_s),
+                "completed": self.completed, "rate_rps": self.rate_rps}
+
+
+def closed_loop(engine: RealEngine, requests: Sequence[ReplayRequest], concurrency: int, *, seed: int = 0,
+                timeout_s: float = 600.0, fingerprint_repeats: int = 9) -> tuple[Replay, SteadyState]:
+    """Keep `concurrency` of `requests` in the running `engine`: the first `concurrency` submitted at
+    0 s, the next one each time one finishes, in order, until all are submitted (their `arrival_s`
+    is ignored: a request arrives when it is submitted). Recorded as `replay` records, with the
+    steady-state rate (`SteadyState`). Needs at least 2 x `concurrency` + 1 requests, so that the
+    window holds completions of requests submitted into a full engine."""
+    order = list(requests)
+    if not 1 <= concurrency or len(order) < 2 * concurrency + 1:
+        raise ValueError(f"a closed loop of concurrency {concurrency} needs at least {2 * concurrency + 1} "
+                         f"requests, not {len(order)}")
+    check_replayable(order, engine.shape.context_length, engine.cache_tokens)
+    prompts = {r.id: prompt_ids(r.id, r.prompt_tokens, engine.shape.vocab_size, seed) for r in order}
+    waiting = iter(order)
+    submitted: dict[int, float] = {}
+    with CpuSampler() as sampler:
+        before = fingerprint(engine, fingerprint_repeats)
+        origin = time.perf_counter()
+
+        def submit_next() -> None:
+            request = next(waiting, None)
+            if request is not None:
+                submitted[request.id] = time.perf_counter() - origin
+                engine.submit(str(request.id), prompts[request.id], request.output_tokens)
+
+        for _ in range(concurrency):
+            submit_next()
+        outputs = _collect(engine, {str(r.id) for r in order}, origin + timeout_s, submit_next)
+        after = fingerprint(engine, fingerprint_repeats)
+    timings = tuple(_timing(dataclasses.replace(r, arrival_s=submitted[r.id]), 1.0, submitted[r.id],
+                            outputs[str(r.id)], origin) for r in sorted(order, key=lambda r: r.id))
+    steps = tuple(engine.trace.steps_since(origin))
+    finishes = sorted(t.finish_s for t in timings)
+    last_submission = len(order) - concurrency  # the completion that submitted the last request (1-based)
+    window = (finishes[concurrency - 1], finishes[last_submission - 1])
+    completed = sum(window[0] < f <= window[1] for f in finishes)
+    if window[1] <= window[0]:
+        raise RuntimeError(f"the closed loop's steady window is empty ({window}): more requests")
+    contention = judge(sampler.samples, steps, origin, machine_cores(),
+                       busiest(sampler.processes_before, sampler.processes_after))
+    replayed = Replay(timings, steps, before, after, 1.0, finishes[-1], contention)
+    return replayed, SteadyState(concurrency, len(order), window, completed)
 
 
 def _timing(request: ReplayRequest, rate_scale: float, submitted_s: float, output: Any, origin: float) -> RequestTiming:

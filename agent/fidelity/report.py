@@ -15,7 +15,7 @@ import numpy as np
 
 from infralab.agent import figure_style
 from infralab.agent.fidelity.compare import METRICS, STATS, TARGET_MAX_LOAD, TARGETS
-from infralab.agent.fidelity.runner import CaseResult, StudyResult
+from infralab.agent.fidelity.runner import CALIBRATION_LOAD, CaseResult, StudyResult
 from infralab.results import dump_json
 
 SCHEMA = "infralab.fidelity/1"
@@ -99,8 +99,9 @@ def markdown(doc: dict[str, Any]) -> str:
              f"`{doc['scheduler']}`, {doc['repetitions']} real runs per case; machine: {m['cpus']} CPUs, load "
              f"average {m['load_average_before'][0]:.2f} before and {m['load_average_after'][0]:.2f} after "
              f"(1 min); {doc['wall_s']:.0f} s in all.", "",
-             "Calibration: the step profile (synthetic steps) and, per shape, a saturating burst (another seed) "
-             "that gives the capacity and the host time per step. Evaluation: open-loop replays of the cases.", "",
+             "Calibration: the step profile (synthetic steps) and, per shape, a closed loop of other requests "
+             "(another seed) keeping as many in the engine as its KV cache holds, whose steady-state rate is the "
+             f"capacity, and a replay of them at {CALIBRATION_LOAD:.0%} of it. Evaluation: open-loop replays of the cases.", "",
              "| setting | token budget | KV cache tokens | profile points | profile drift | shape | capacity req/s "
              "| host ms/step |", "|---|---:|---:|---:|---:|---|---:|---:|"]
     for s in doc["settings"]:

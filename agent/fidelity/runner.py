@@ -5,10 +5,12 @@ Order per setting, all in one process and close in time (machines drift: docs/fi
 1. build the engine and check every shape's requests can be replayed on it;
 2. profile its step over the study's grid (synthetic steps: the calibration table);
 3. start the engine's loop and warm it up; per workload shape:
-   a. capacity: a burst of up to `capacity.requests` other requests of the shape (a synthetic
-      shape drawn with seed + 1, a trace's requests after the evaluated ones), as many as the KV
-      cache holds at once, all queued at 0 s; capacity = requests / the burst's makespan (req/s);
-      then a calibration replay of the same requests at their drawn pattern, at CALIBRATION_LOAD
+   a. capacity: up to `capacity.requests` other requests of the shape (a synthetic shape drawn
+      with seed + 1, a trace's requests after the evaluated ones), as many as the KV cache holds at
+      once (the burst), kept in the engine by a closed loop going round them 3 times (a new
+      request each time one finishes); capacity = the steady-state completion rate (req/s,
+      `real.load_generator.SteadyState`); then a calibration replay of the burst's requests at
+      their drawn pattern, at CALIBRATION_LOAD
       of the capacity. Their steps choose the mirror's step times (`step_times`: the profile or
       the model fitted on them, whichever predicts held-apart calibration steps better) and give
       the host time per step outside the forward and the batch building (calibration of
@@ -56,12 +58,16 @@ from infralab.agent.fidelity.step_times import choose_step_times, score_on
 from infralab.errors import InputError
 from infralab.real.engine import RealEngine
 from infralab.real.fingerprint import Fingerprint, drift, midpoint
-from infralab.real.load_generator import Replay, ReplayRequest, check_replayable, replay, warm_up
+from infralab.real.load_generator import Replay, ReplayRequest, check_replayable, closed_loop, replay, warm_up
 from infralab.real.machine import check_fits_machine
 from infralab.real.profile import Profile, profile, write_profile
 from infralab.results import dump_json
 
 Say = Callable[[str], None]
+
+CLOSED_LOOP_WAVES = 3
+"""The capacity run submits this many times the concurrency of requests: the first wave fills the
+engine, the second is the steady window, the third keeps the engine full while the second finishes."""
 
 CALIBRATION_LOAD = 0.6
 """The calibration replay's load (a fraction of the measured capacity): between the study's usual
@@ -214,6 +220,12 @@ def _burst_candidates(study: FidelityStudy, shape: Shape, context: int, evaluate
     return build_requests(shape.workload, study.base_dir, study.seed + 1, context)[: study.capacity_requests]
 
 
+def cycled(requests: Sequence[ReplayRequest], total: int) -> list[ReplayRequest]:
+    """`total` requests going round `requests` in order, with new ids (1, 2, ...; a new id draws a
+    new prompt of the same length)."""
+    return [dataclasses.replace(requests[i % len(requests)], id=i + 1) for i in range(total)]
+
+
 def _burst(drawn: list[ReplayRequest], engine: RealEngine) -> list[ReplayRequest]:
     """The capacity burst's requests: the longest prefix of `drawn` whose requests fit the KV cache
     all at once (whole blocks), so that the engine never preempts one; their drawn arrivals kept
@@ -249,9 +261,11 @@ def _check_grid_covers(study: FidelityStudy, engine: RealEngine, workloads: list
 def _run_shape(study: FidelityStudy, setting: Setting, shape: Shape, engine: RealEngine, model: str,
                measured: Profile, profile_csv: Path, evaluated: list[ReplayRequest], burst: list[ReplayRequest],
                folder: Path, say: Say) -> tuple[dict[str, Any], list[CaseResult]]:
-    say(f"{setting.name}/{shape.name}: capacity burst of {len(burst)} requests ...")
-    saturated = replay(engine, [dataclasses.replace(r, arrival_s=0.0) for r in burst], seed=study.seed + 1)
-    capacity = len(burst) / saturated.wall_s
+    loop_requests = cycled(burst, CLOSED_LOOP_WAVES * len(burst))
+    say(f"{setting.name}/{shape.name}: capacity, a closed loop of {len(loop_requests)} requests, "
+        f"{len(burst)} at a time ...")
+    saturated, steady = closed_loop(engine, loop_requests, len(burst), seed=study.seed + 1)
+    capacity = steady.rate_rps
     calibration_steps, calibration = list(saturated.steps), None
     if len(burst) >= 2 and max(r.arrival_s for r in burst) > 0:  # the same requests, now at their own pattern
         rate_scale = CALIBRATION_LOAD * capacity / mean_rate(burst)
@@ -281,10 +295,10 @@ def _run_shape(study: FidelityStudy, setting: Setting, shape: Shape, engine: Rea
                                       "step_models": score_on(predictors, result.steps)})
     for case in cases:
         _follow_the_machine(case, doc, evaluated, folder)
-    record = {"capacity_rps": capacity, "capacity_burst": {"requests": len(burst),
-                                                            "makespan_s": saturated.wall_s,
-                                                            "steps": len(saturated.steps),
-                                                            "drift": drift(saturated.before, saturated.after)},
+    record = {"capacity_rps": capacity, "capacity_run": {**steady.as_dict(), "makespan_s": saturated.wall_s,
+                                                          "burst_rate_rps": len(loop_requests) / saturated.wall_s,
+                                                          "steps": len(saturated.steps),
+                                                          "drift": drift(saturated.before, saturated.after)},
               "calibration_replay": None if calibration is None else {
                   "requests": len(burst), "rate_rps": CALIBRATION_LOAD * capacity, "steps": len(calibration.steps),
                   "wall_s": calibration.wall_s},
@@ -298,7 +312,7 @@ def _keep_calibration(folder: Path, name: str, burst: Replay, calibration: Repla
     """The calibration replays written beside the evaluated ones (`replays/calibration-<name>-*.json`),
     so that the step-time choice can be re-examined; returns their paths relative to `folder`."""
     paths = []
-    for kind, replayed in (("burst", burst), ("replay", calibration)):
+    for kind, replayed in (("closed-loop", burst), ("replay", calibration)):
         if replayed is not None:
             path = folder / "replays" / f"calibration-{name}-{kind}.json"
             path.parent.mkdir(parents=True, exist_ok=True)

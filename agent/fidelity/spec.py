@@ -10,11 +10,12 @@
     dtype = "fp32"                # the model's weights: "fp32" or "bf16"
     loads = [0.3, 0.6, 0.85]      # arrival rate as a fraction of the capacity measured in the run
     repetitions = 3               # real runs per case (>= 2)
-    seed = 0                      # the workloads' seed (the capacity burst uses seed + 1)
+    seed = 0                      # the workloads' seed (the capacity run uses seed + 1)
     warmup_requests = 4
 
     [capacity]
-    requests = 12                 # burst size: this many requests of a shape, all queued at 0 s
+    requests = 12                 # the capacity run's requests: as many as the KV cache holds at once,
+                                  # kept in the engine by a closed loop going round them 3 times
 
     [profile]                     # the calibration grid (synthetic steps; real.profile)
     q_tokens = [1, 2, 4, ...]

@@ -211,7 +211,7 @@ def test_a_minimal_study_runs_end_to_end(tmp_path, capsys, monkeypatch):
     # The step times the mirror charged, chosen on the calibration replays, both scored on the runs.
     choice = chat["step_times"]
     kept = [json.loads((out / f).read_text()) for f in chat["calibration_files"]]  # the calibration replays, kept
-    assert [Path(f).name for f in chat["calibration_files"]] == ["calibration-tiny-chat-burst.json",
+    assert [Path(f).name for f in chat["calibration_files"]] == ["calibration-tiny-chat-closed-loop.json",
                                                                   "calibration-tiny-chat-replay.json"]
     assert sum(len(k["steps"]) for k in kept) == choice["calibration_steps"]
     assert choice["chosen"] in ("profile", "scaled", "fitted") and choice["calibration_steps"] > 0

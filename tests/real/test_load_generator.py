@@ -98,3 +98,31 @@ def test_a_prompt_depends_only_on_its_seed_id_and_length(request_id: int, length
     assert ids == prompt_ids(request_id, length, 1000, seed)
     assert len(ids) == length and all(0 <= t < 1000 for t in ids)
     assert prompt_ids(request_id, length + 5, 1000, seed)[:length] == ids
+
+
+# ------------------------------------------------------------------------------------- closed loop
+
+
+def test_a_closed_loop_keeps_its_concurrency_and_measures_the_steady_window(engine: RealEngine,
+                                                                            workload: Workload) -> None:
+    from infralab.real.load_generator import closed_loop
+
+    requests = [ReplayRequest(i + 1, 0.0, 8 + 4 * (i % 3), 2 + i % 3) for i in range(7)]
+    with engine:
+        replayed, steady = closed_loop(engine, requests, 3, seed=1, timeout_s=120, fingerprint_repeats=1)
+    records = sorted(replayed.requests, key=lambda r: r.submitted_s)
+    assert [r.id for r in records] == [1, 2, 3, 4, 5, 6, 7]  # submitted in order
+    finishes = sorted(r.finish_s for r in records)
+    for k, record in enumerate(records[3:]):  # each later request went in when the k-th one finished
+        assert record.submitted_s >= finishes[k] and record.arrival_s == record.submitted_s
+    in_flight = [sum(r.submitted_s <= t < r.finish_s for r in records) for t in (r.submitted_s for r in records)]
+    assert max(in_flight) <= 3
+    assert steady.window_s == (finishes[2], finishes[3]) and steady.completed == 1
+    assert steady.rate_rps == pytest.approx(1 / (finishes[3] - finishes[2]))
+
+
+def test_a_closed_loop_refuses_too_few_requests(engine: RealEngine) -> None:
+    from infralab.real.load_generator import closed_loop
+
+    with pytest.raises(ValueError, match="needs at least 7 requests, not 6"):
+        closed_loop(engine, [ReplayRequest(i, 0.0, 8, 2) for i in range(6)], 3)
