@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from infralab.agent.hypothesis import find_line, load_hypothesis
+from infralab.agent.studies import discover_studies
 from infralab.errors import InputError
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
@@ -38,10 +39,18 @@ def write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("name", ["partition_correctness", "gil_kv_transfer/hypothesis", "kda_tuning",
-                                  "whatif_mooncake_pd"])
-def test_shipped_studies_parse(name):
-    hyp = load_hypothesis(EXPERIMENTS / f"{name}.toml")
+SHIPPED_HYPOTHESES = [path for study in discover_studies() for path in study.hypotheses]
+
+
+def test_every_study_keeps_its_hypothesis_files_in_its_folder():
+    assert len(SHIPPED_HYPOTHESES) >= 8
+    for study in discover_studies():
+        assert all(path.parent == study.folder for path in study.hypotheses), study.name
+
+
+@pytest.mark.parametrize("path", SHIPPED_HYPOTHESES, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_shipped_studies_parse(path):
+    hyp = load_hypothesis(path)
     assert hyp.arms[0].name == "baseline" and len(hyp.arms) >= 2
     assert all(a.change is not None for a in hyp.arms[1:])
     assert hyp.acceptance
@@ -134,9 +143,9 @@ def test_unknown_top_level_key_and_bad_toml(tmp_path):
 
 
 def test_cluster_knob_is_checked_against_the_simulation_config(tmp_path):
-    src = (EXPERIMENTS / "whatif_mooncake_pd.toml").read_text()
+    src = (EXPERIMENTS / "whatif_mooncake_pd" / "whatif_mooncake_pd.toml").read_text()
     config = EXPERIMENTS / "sim" / "mooncake_conv_pd_rdma.toml"
-    text = src.replace('config = "sim/mooncake_conv_pd_rdma.toml"', f'config = "{config}"')
+    text = src.replace('config = "../sim/mooncake_conv_pd_rdma.toml"', f'config = "{config}"')
     text = text.replace('change = { pools = "5:1" }', 'change = { "cluster.no_such_field" = 3 }')
     with pytest.raises(InputError, match=r"h.toml:\d+: variant\[0\].change.*unknown knob 'cluster.no_such_field'"):
         load_hypothesis(write(tmp_path, text))
@@ -187,7 +196,7 @@ change = { dispatch_combine_gil = "released" }
 
 # ---- what a file may say is derived from its validators' declarations ------------------------
 
-KDA = (EXPERIMENTS / "kda_tuning.toml").read_text()
+KDA = (EXPERIMENTS / "kda_tuning" / "kda_tuning.toml").read_text()
 
 
 def test_misspelt_kernel_is_bad_input_with_line_and_allowed_names(tmp_path):
