@@ -239,6 +239,13 @@ COMMANDS: tuple[Command, ...] = (
                 arg("--quick", action="store_true", help="apply the file's [quick] table (smoke-test sizes)"),
                 arg("--no-progress", action="store_true", help="no progress lines on stderr"),
             )),
+    Command(("fidelity", "calibrate"), "scale a real-run config's step table to the steps of a real run of it (a calibration run)",
+            "infralab.agent.fidelity.calibrate:run", (
+                arg("config", metavar="CONFIG.toml", help="a `real run` config with [cost] step_table (docs/fidelity.md)"),
+                arg("--run", required=True, metavar="RUN_DIR", help="an `infralab real run` folder of that config"),
+                arg("--out", required=True, metavar="TABLE.csv", help="the scaled step table to write"),
+                arg("--force", action="store_true", help="replace TABLE.csv if it exists"),
+            )),
     Command(("fidelity", "public"), "score the cost model on public measurements: error per point and family, parity plot",
             "infralab.agent.public_points.cli:run", (
                 arg("points", metavar="POINTS.toml",

@@ -84,6 +84,12 @@ class StepRecord:
         """Time of the step outside the forward (scheduling, batch building, update)."""
         return self.duration_s - self.forward_s
 
+    @classmethod
+    def from_dict(cls, row: dict[str, Any]) -> StepRecord:
+        """The record `as_dict` wrote (a replay.json's step)."""
+        return cls(int(row["index"]), float(row["start_s"]), float(row["forward_start_s"]),
+                   float(row["forward_end_s"]), float(row["end_s"]), BatchShape(*(row[name] for name in BATCH_FIELDS)))
+
     def as_dict(self) -> dict[str, Any]:
         """Plain data (JSON-ready); missing quantities are None and named in "missing"."""
         row: dict[str, Any] = {"index": self.index, "start_s": self.start_s, "forward_start_s": self.forward_start_s,
