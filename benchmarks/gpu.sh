@@ -7,7 +7,8 @@
 #   benchmarks/gpu.sh [OUT_DIR]      OUT_DIR defaults to $OUT if set, else results/gpu-<UTC timestamp>
 #   ILAB_SKIP="bench real" benchmarks/gpu.sh OUT_DIR     leave steps out (keys below)
 #
-# It writes into OUT_DIR (more than the device tool's 8 files: tar the folder into $OUT, docs/gpu.md):
+# It writes into OUT_DIR (when OUT_DIR is the device tool's $OUT, packed at the end into
+# gpu-results.tgz beside summary.log and targets.log: the tool brings back 8 files at most):
 #   env.log          nvidia-smi, python/torch/triton versions
 #   targets.log      the verdict table (benchmarks/gpu_targets.py)   targets.json  its numbers
 #   check.log        `infralab kernels check` (verdict per kernel, partition checks)
@@ -172,4 +173,14 @@ fi
 
 echo "total: $((SECONDS - START_ALL))s; results in $OUT_DIR" | tee -a "$SUMMARY"
 if [ "$FAILED" -eq 0 ]; then echo "gpu.sh: all steps passed" | tee -a "$SUMMARY"; else echo "gpu.sh: some steps FAILED" | tee -a "$SUMMARY"; fi
+
+# The device tool brings back at most 8 files, 2 folders down: when OUT_DIR is its $OUT, everything
+# goes back as gpu-results.tgz, with summary.log and targets.log beside it to read at once.
+if [ -n "${OUT:-}" ] && [ -d "$OUT" ] && [ "$OUT_DIR" = "$(cd "$OUT" && pwd)" ]; then
+    PACK="$(mktemp -d /tmp/gpu-pack.XXXXXX)"
+    tar czf "$PACK/gpu-results.tgz" -C "$OUT_DIR" . && find "$OUT_DIR" -mindepth 1 \
+        ! -name summary.log ! -name targets.log -delete && mv "$PACK/gpu-results.tgz" "$OUT_DIR/"
+    rmdir "$PACK"
+    echo "packed into $OUT_DIR/gpu-results.tgz (tar xzf it)"
+fi
 exit "$FAILED"
