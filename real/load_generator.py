@@ -12,6 +12,10 @@ are seconds from the replay's start on the monotonic clock the engine stamps wit
 
 Latencies count from the intended arrival (`arrival_s`), not from when the generator managed to
 submit (`submitted_s`): a late submission is the generator's delay, and the record shows it.
+
+`closed_loop` drives the engine the other way, for capacity: a fixed number of requests in flight,
+a new one submitted each time one finishes, recorded the same way (arrival = submission), with the
+steady-state completion rate (`SteadyState`).
 """
 
 from __future__ import annotations
