@@ -20,14 +20,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from infralab.agent.fidelity.sim_side import host_per_step_s, table_predictor
-from infralab.agent.fidelity.step_times import kind_factors, scaled_cv
+from infralab.agent.fidelity.step_times import kind_factor, kind_factors, scaled_cv
 from infralab.calibration_table import CalibrationRow, read_table, render_table
 from infralab.errors import InputError
 from infralab.input_files import read_text
@@ -37,17 +36,18 @@ from infralab.real.step_fit import FOLDS, observed, predict_steps, step_errors
 from infralab.real.step_trace import StepRecord
 from infralab.results import atomic_output_file, check_new_file
 
+
 def scale_rows(rows: list[CalibrationRow], factors: tuple[float, float], host_s: float) -> list[CalibrationRow]:
-    """The step table's rows x the factor of each grid point's kind (a point with more query tokens
-    than sequences carries prompt tokens), the host time inside the prepare rows: the file form of
-    `step_times.scaled_profile`. Other rows are kept as they are."""
+    """The step table's rows x the factor of each grid point's kind (`step_times.kind_factor`), the
+    host time inside the prepare rows: the file form of `step_times.scaled_profile`. Other rows are
+    kept as they are."""
     out = []
     for row in rows:
         if row.kernel not in (STEP_KERNEL, PREPARE_KERNEL):
             out.append(row)
             continue
         shape = row.shape_dict
-        f = factors[0] if shape["q_tokens"] > shape["seqs"] else factors[1]
+        f = kind_factor(shape["q_tokens"], shape["seqs"], factors)
         if row.kernel == STEP_KERNEL:
             out.append(dataclasses.replace(row, median_s=f * row.median_s, achieved_gbps=row.achieved_gbps / f,
                                            achieved_tflops=row.achieved_tflops / f,
@@ -107,5 +107,5 @@ def run(args: argparse.Namespace) -> int:
     print(f"total by kind (prompt / decode-only), predicted / measured - 1: profile {profile['prefill_total']:+.1%} / "
           f"{profile['decode_total']:+.1%}; scaled, cross-validated {scaled['prefill_total']:+.1%} / "
           f"{scaled['decode_total']:+.1%}")
-    print(f"wrote {args.out}; simulate with [cost] step_table = \"{args.out}\"", file=sys.stdout)
+    print(f"wrote {args.out}; simulate with [cost] step_table = \"{args.out}\"")
     return 0

@@ -62,12 +62,18 @@ def scaled_cv(predicted: np.ndarray, steps: Sequence[Any], folds: int = FOLDS) -
     return step_errors(held_out(len(steps), predict_fold, folds), steps)
 
 
+def kind_factor(q_tokens: int, seqs: int, factors: tuple[float, float]) -> float:
+    """The factor of a grid point's kind: a point with more query tokens than sequences carries
+    prompt tokens (`factors` = (prompt, decode-only))."""
+    return factors[0] if q_tokens > seqs else factors[1]
+
+
 def scaled_profile(measured: Profile, host: float, factors: tuple[float, float]) -> Profile:
-    """The profile's times x the factor of each grid point's kind (a point with more query tokens
-    than sequences carries prompt tokens), its host constant inside the prepare time."""
+    """The profile's times x the factor of each grid point's kind (`kind_factor`), its host
+    constant inside the prepare time."""
     medians = []
     for point, timing in zip(measured.points, measured.medians):
-        f = factors[0] if point.q_tokens > point.seqs else factors[1]
+        f = kind_factor(point.q_tokens, point.seqs, factors)
         medians.append(StepTiming(prepare_s=f * (timing.prepare_s + host), forward_s=f * timing.forward_s))
     return dataclasses.replace(measured, medians=tuple(medians))
 
