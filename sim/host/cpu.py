@@ -49,9 +49,17 @@ cites the source and version), by the state of the wakee's previous core and of 
     (`Placement.to_idle_previous`, measured; the rest are queued on W, as wake_affine_weight may
     choose the waker's CPU);
   - P busy with another thread: select_idle_sibling's scan finds a free core;
-- woken by a timer or the device (no waker): its previous core if free, else a free core;
-- a thread that never ran (a new thread): the lowest-numbered free core (fork balancing picks an
-  idle CPU).
+- woken by a timer or the device (no waker): its previous core P if free; P busy: the timer
+  fires on P (an hrtimer runs on the CPU that armed it), so the waking CPU is P and the case is
+  the one above: select_idle_sibling(prev=P, target=P) finds P busy and its scan is cut short, so
+  the thread is queued on P (`Placement.stay_on_busy_previous`, measured; the rest take a free
+  core) and preempts P's holder after a wake-up delay (`wake_delays_by_held_s`, by that holder's
+  age on its core);
+- a thread that never ran (a new thread), started by a running parent (`run(who, waker=parent)`):
+  the parent's core (`Placement.new_on_parent`, measured: the share of new threads whose first
+  bytecode ran on their parent's CPU), where it waits until the parent blocks (Thread.start
+  does) or a free core pulls it; the rest, and a new thread with no parent, the lowest-numbered
+  free core.
 A thread queued on a busy core although another is free ("stacked") waits as a wake-up by its
 waker on a busy core does: until the core's holder blocks, its quantum ends, or the waker delay
 passes (the waker rule above); the holder it displaces stays queued on that core, as Linux keeps a
@@ -87,14 +95,20 @@ class Placement:
     core is idle and not the waker's that run there (the rest are queued on the waker's core).
     Both are conditional on that state and measured by a micro-probe (waker placements); 1 and 1
     is the kernel's rule read literally. `pull_delay_samples_s`: how long a thread queued behind
-    another waits before a free core pulls it (measured; () means one quantum)."""
+    another waits before a free core pulls it (measured; () means one quantum).
+    `stay_on_busy_previous`: share of timer wake-ups (no waker) whose previous core is busy that
+    are queued there; `new_on_parent`: share of new threads that start on their running parent's
+    core. Both measured (start placements); 0, the default, is the kernel's idle-CPU scan finding
+    the free core (fork balancing and select_idle_sibling when SIS_UTIL does not cut the scan)."""
 
     stay_with_waker: float = 1.0
     to_idle_previous: float = 1.0
     pull_delay_samples_s: tuple[float, ...] = ()
+    stay_on_busy_previous: float = 0.0
+    new_on_parent: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("stay_with_waker", "to_idle_previous"):
+        for name in ("stay_with_waker", "to_idle_previous", "stay_on_busy_previous", "new_on_parent"):
             value = getattr(self, name)
             if not 0 <= value <= 1:
                 raise ValueError(f"{name} must be in [0, 1], got {value!r}")
@@ -280,8 +294,12 @@ class Cpu:
             if self._holders[prev] is None:
                 return prev if self._draw(rule.to_idle_previous) else waker_core
             return free  # its previous core is busy with another thread: the scan finds a free one
+        if rule is not None and waker_core is not None and prev is None:
+            return waker_core if self._draw(rule.new_on_parent) else free  # a new thread, by its parent
         if prev is not None and self._holders[prev] is None:
             return prev
+        if rule is not None and prev is not None and waker is None:
+            return prev if self._draw(rule.stay_on_busy_previous) else free  # a timer fires on prev
         return free
 
     def _stack(self, who: str, core: int, waker: str | None) -> None:
@@ -292,6 +310,8 @@ class Cpu:
         self._arm_quantum()
         if waker is not None and self._waker_delays and self._holders[core] == waker:
             self._arm_wake_preemption(thread, waker)
+        elif waker is None:
+            self._arm_wake_preemption(thread, victim=self._holders[core])
         self._arm_pull(who, thread)
 
     def _arm_pull(self, who: str, thread: _Thread) -> None:
@@ -426,12 +446,13 @@ class Cpu:
             self._queue.append(who)
         self._fill_cores()
 
-    def _wake_samples(self) -> tuple[float, ...]:
-        """The wake-up delays that apply now: by the age of the core's longest holder, if given."""
+    def _wake_samples(self, victim: str | None = None) -> tuple[float, ...]:
+        """The wake-up delays that apply now: by the age of `victim` on its core (None: the
+        longest holder), if given."""
         if not self._wake_delays_by_held:
             return self._wake_delays
-        since = min((t.on_core_since for t in self._threads.values() if t.on_core_since is not None),
-                    default=self.env.now)
+        holders = [t for w, t in self._threads.items() if t.on_core_since is not None and victim in (None, w)]
+        since = min((t.on_core_since for t in holders), default=self.env.now)
         age = self.env.now - since
         chosen = self._wake_delays_by_held[0][1]
         for held, samples in self._wake_delays_by_held:
@@ -439,9 +460,12 @@ class Cpu:
                 chosen = samples
         return chosen
 
-    def _arm_wake_preemption(self, waiter: _Thread, waker: str | None = None) -> None:
+    def _arm_wake_preemption(self, waiter: _Thread, waker: str | None = None, victim: str | None = None) -> None:
+        """`waiter` takes a core after a drawn wake-up delay: its waker's (the waker rule), else
+        `victim`'s (a timer wake-up queued on its previous core), else the longest holder's."""
         target = waker if waker is not None and self._waker_delays and self.on_core(waker) else None
-        samples = self._waker_delays if target is not None else self._wake_samples()
+        samples = self._waker_delays if target is not None else self._wake_samples(victim)
+        target = target or victim
         if not samples or self._rng is None or self.cores is None:
             return
         delay = float(samples[int(self._rng.integers(len(samples)))])

@@ -110,6 +110,11 @@ class HostThread:
             return
         yield from self.native_until(lambda: event, holds_gil=False, label=label, busy=False, woken_by=woken_by)
 
+    def start(self, parent: str | None = None) -> Segment:
+        """The thread begins to run. `parent`: the running thread that started it, whose core a
+        new thread may start on (sim/host/cpu.py's new-thread placement)."""
+        yield from self._on_core(parent)
+
     def finish(self) -> None:
         """The thread ends (or parks): give the GIL back if it holds it, and its core."""
         if self.has_gil:

@@ -326,9 +326,10 @@ def test_a_thread_whose_previous_core_is_idle_runs_there_at_once() -> None:
     assert _woken_by_a_computing_waker(2, None, 2.0) == pytest.approx({"a": 2.0, "b": 10.0})
 
 
-def _a_woken_by_b_on_bs_core(env: simpy.Environment, cpu: Cpu, b_work: float) -> dict[str, float]:
+def _a_woken_by_b_on_bs_core(env: simpy.Environment, cpu: Cpu, b_work: float, a_waker: str | None = "b") -> dict[str, float]:
     """a runs 0.2 ms on core 0 and sleeps; b starts at 0.5 ms (on core 0, a's previous core) and
-    computes `b_work`; at 1 ms b wakes a, which then computes 1 ms. Returns each one's end (ms)."""
+    computes `b_work`; at 1 ms b wakes a (`a_waker` None: a's timer ends), which then computes 1 ms.
+    Returns each one's end (ms)."""
     ends: dict[str, float] = {}
 
     def job(name: str, start: float, work: float, waker: str | None = None, first: float = 0.0):
@@ -342,10 +343,47 @@ def _a_woken_by_b_on_bs_core(env: simpy.Environment, cpu: Cpu, b_work: float) ->
         cpu.block(name)
         ends[name] = env.now / MS
 
-    env.process(job("a", 1 * MS, 1 * MS, waker="b", first=0.2 * MS))
+    env.process(job("a", 1 * MS, 1 * MS, waker=a_waker, first=0.2 * MS))
     env.process(job("b", 0.5 * MS, b_work))
     env.run()
     return ends
+
+
+@pytest.mark.parametrize(("share", "ends"), [(1.0, {"a": 2.0, "b": 11.0}), (0.0, {"a": 2.0, "b": 10.0})])
+def test_a_sleeper_whose_previous_core_is_busy_wakes_there_and_preempts_at_the_measured_delay(share, ends) -> None:
+    # a's timer ends at 1 ms on core 0, its previous core, where b now computes (9.5 ms from 0.5
+    # ms): the timer fires there, so a is queued on core 0 although core 1 idles, and the measured
+    # wake-up delay for a holder of b's age (0 here) lets it preempt b at once: a runs 1-2 ms on
+    # core 0; b, displaced and not pulled within a quantum, resumes at 2 ms and loses 1 ms. A
+    # measured share of 0: a takes the free core, b loses nothing.
+    env = simpy.Environment()
+    cpu = Cpu(env, 2, 4 * MS, rng=np.random.default_rng(0), wake_delays_by_held_s=((0.0, (0.0,)),),
+              placement=Placement(stay_on_busy_previous=share))
+    assert _a_woken_by_b_on_bs_core(env, cpu, b_work=9.5 * MS, a_waker=None) == pytest.approx(ends)
+    assert cpu.last_core["a"] == (0 if share else 1)
+
+
+@pytest.mark.parametrize(("share", "ends", "core"), [(1.0, {"p": 3.0, "c": 4.0}, 0), (0.0, {"p": 3.0, "c": 2.0}, 1)])
+def test_a_new_thread_starts_on_its_parents_core_by_the_measured_share(share, ends, core) -> None:
+    # p computes 3 ms on core 0 and starts c at 1 ms (c computes 1 ms). Started on its parent's
+    # core, c waits there (no waker delay measured, no pull within a quantum) until p blocks at
+    # 3 ms, and runs 3-4 ms though core 1 idled; with a share of 0 it takes core 1 at once.
+    env = simpy.Environment()
+    cpu = Cpu(env, 2, 4 * MS, rng=np.random.default_rng(0), placement=Placement(new_on_parent=share))
+    out: dict[str, float] = {}
+
+    def job(name: str, start: float, work: float, parent: str | None = None):
+        yield env.timeout(start)
+        yield cpu.run(name, waker=parent)
+        yield cpu.compute(name, work)
+        cpu.block(name)
+        out[name] = env.now / MS
+
+    env.process(job("p", 0.0, 3 * MS))
+    env.process(job("c", 1 * MS, 1 * MS, parent="p"))
+    env.run()
+    assert out == pytest.approx(ends)
+    assert cpu.last_core["c"] == core and cpu.core_wait_s.get("c", 0.0) == pytest.approx((ends["c"] - 2.0) * MS)
 
 
 def test_a_stacked_thread_is_pulled_to_a_free_core_after_the_pull_delay() -> None:
