@@ -74,6 +74,10 @@ class ProbeConfig:
     # Core counts the probe runs on (CPU affinity) and the simulator is given as host.cores; a
     # count this machine lacks is skipped with the reason.
     cores: tuple[Int(gt=0, le=4096), ...] = (1, 2)
+    # Also run, at the largest of `cores` (>= 2), each thread pinned to a core of its own: the
+    # layout the published servers have. With the cores shared, Linux mostly starts the transfer
+    # thread on the main thread's CPU and keeps them there (docs/gil.md), so it is not that layout.
+    own_cores: bool = False
     # The OS's round-robin quantum the simulator uses when threads outnumber cores (sim/host/cpu.py).
     quantum_us: PositiveInt = 4000
     # A slice during which a task that just got a core cannot be preempted by a wake-up (sim/host/cpu.py).

@@ -98,11 +98,12 @@ def unavailable_real(hyp: Hypothesis, setup: Setup) -> str | None:
     return None
 
 
-def replicates(cores: int) -> bool:
-    """Whether a probe schedule on `cores` cores replicates the scenario's thread structure: the
-    published servers give the prefill and the transfer thread a core each; one core for both is a
-    different system (the two threads then also contend for the core)."""
-    return cores >= THREADS
+def replicates(v: dict[str, Any]) -> bool:
+    """Whether a probe variant replicates the scenario's thread structure: the published servers
+    give the prefill and the transfer thread a core each. Only a core pinned per thread does that
+    here: with the cores shared, Linux mostly starts the transfer thread on the main thread's CPU
+    and keeps them stacked there (docs/gil.md), so 2 shared cores behave as one."""
+    return bool(v.get("own_cores")) and v["cores"] >= THREADS
 
 
 def host_experiment(hyp: Hypothesis, setup: Any):
@@ -275,8 +276,8 @@ def measure_real(hyp: Hypothesis, setup: Any, workdir: Path | None, validator: s
 
 
 def schedule_key(v: dict[str, Any]) -> str:
-    """A probe variant's schedule, as the key of the degradation mapping: "<cores>c-<granularity>"."""
-    return f"{v['cores']}c-{v['granularity']}"
+    """A probe variant's schedule, as the key of the degradation mapping: "<cores>c[-own]-<granularity>"."""
+    return f"{v['cores']}c{'-own' if v.get('own_cores') else ''}-{v['granularity']}"
 
 
 def probe_samples(variants: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -285,7 +286,7 @@ def probe_samples(variants: list[dict[str, Any]]) -> list[dict[str, Any]]:
     on) only the schedules that replicate the scenario's thread structure (`replicates`: a core
     per thread), or all when none does."""
     repeats = min(len(v["probe_runs_s"]["with"]) for v in variants)
-    judged = {schedule_key(v) for v in variants if replicates(v["cores"])} or {schedule_key(v) for v in variants}
+    judged = {schedule_key(v) for v in variants if replicates(v)} or {schedule_key(v) for v in variants}
     out = []
     for i in range(repeats):
         degradation = {}
@@ -311,7 +312,7 @@ def _real_finding(validator: str, arm: str, v: dict[str, Any], files: tuple[str,
         validator=validator, arm=arm,
         where=Where.of("thread", thread="thread/kv-transfer", intervals="dispatch/combine on thread/main",
                        schedule=v["granularity"], cores=v["cores"], machine="this host (real threads)"),
-        what=(f"probe ({v['cores']} core{'s' if v['cores'] > 1 else ''}, {_probe.arm_text(v)}): prefill "
+        what=(f"probe ({_layout_words(v['cores'], v.get('own_cores', False))}, {_probe.arm_text(v)}): prefill "
               f"{-p['degradation']:+.1%} with KV transfer, its Python overlapping "
               f"{p['kv_python_over_comm']:.0%} of dispatch/combine; simulator on the same schedule: "
               f"{-s['degradation']:+.1%}, overlap {s['kv_python_over_comm']:.0%}"
@@ -356,8 +357,9 @@ def report(results: list[TestResult], out: Path) -> tuple[list[str], str]:
                 text += ["", sensitivity_table(extras["sensitivity"])]
         real = result.rung("real")
         if real is not None and real.measurement is not None:
-            text += ["", "Confirmation on this machine: the real-threads probe at 1 and 2 cores beside the simulator "
-                     "on the same schedule and core count:", "", real.measurement.extras.get("table_md", "")]
+            text += ["", "Confirmation on this machine: the real-threads probe at 1 and 2 shared cores (and 2 cores "
+                     "pinned one per thread, the published layout, where the experiment asks) beside the simulator "
+                     "on the same schedule and cores:", "", real.measurement.extras.get("table_md", "")]
             probe_figure(real.measurement.extras["probe"]["variants"], out / "figures" / "gil_probe_vs_sim.png")
             figures.append("figures/gil_probe_vs_sim.png")
         elif "real" in result.hypothesis.validators:
@@ -420,9 +422,10 @@ def rung_sentence(result: TestResult) -> str:
         predicted = (f"the simulator's worst degradation at the scenario's scale ({sim.measurement.extras.get('experiment')}: "
                      f"{numbers}) is a prediction for that system, not a measurement")
     if result.decided_by == "real" and real is not None and real.measurement is not None:
-        cores = sorted({v["cores"] for v in real.measurement.extras["probe"]["variants"] if replicates(v["cores"])})
+        cores = sorted({v["cores"] for v in real.measurement.extras["probe"]["variants"] if replicates(v)})
         numbers = ", ".join(f"{arm} {value:.1%}" for arm, value in _arm_medians(real).items())
-        where = f"{'/'.join(map(str, cores))} cores" if cores else "every core count (none gives a core per thread)"
+        where = (f"{'/'.join(map(str, cores))} cores pinned one per thread" if cores
+                 else "every layout (none pins a core per thread)")
         return (f"decided by the real rung (**{real.verdict}**): the probe runs the scenario's thread structure "
                 f"(prefill and transfer threads, dispatch/combine holding or releasing the GIL) on real threads, "
                 f"judged where it replicates it ({where}: a core per thread); median over repeats of the worst "
@@ -475,15 +478,20 @@ def probe_agreement(result: dict[str, Any]) -> str:
     counts = _probe.agreement(variants)
     per_core = {}
     for v in variants:
-        per_core.setdefault(v["cores"], []).append(v.get("verdict", {}).get("agree"))
-    detail = ", ".join(f"{c} core{'s' if c > 1 else ''}: {sum(1 for a in a_s if a)} of {len(a_s)}"
-                       for c, a_s in sorted(per_core.items()))
-    skipped = "; ".join(f"{s['cores']} cores skipped ({s['reason']})" for s in result.get("skipped", []))
+        per_core.setdefault((v["cores"], bool(v.get("own_cores"))), []).append(v.get("verdict", {}).get("agree"))
+    detail = ", ".join(f"{_layout_words(c, own)}: {sum(1 for a in a_s if a)} of {len(a_s)}"
+                       for (c, own), a_s in sorted(per_core.items()))
+    skipped = "; ".join(f"{_layout_words(s['cores'], s.get('own_cores', False))} skipped ({s['reason']})"
+                        for s in result.get("skipped", []))
     return (f"the simulator agrees with the probe (held: within {_probe.TARGET_REL_ERR:.0%}, released: within "
             f"{_probe.TARGET_ABS_POINTS * 100:.0f} points) on {counts['agree']} of {counts['schedules']} schedules "
             f"({detail}); {counts['differ']} differ, {counts['no_verdict']} have no verdict (the probe's pairs were "
             "noisy, or its own spread is wider than the tolerance)" + (f"; {skipped}" if skipped else "") + "."
             + noise_sentence(variants))
+
+
+def _layout_words(cores: int, own: bool = False) -> str:
+    return f"{cores} core{'s' if cores > 1 else ''}" + (", one per thread" if own else "")
 
 
 def noise_sentence(variants: list[dict[str, Any]]) -> str:
@@ -502,7 +510,7 @@ def probe_figure(variants: list[dict[str, Any]], path: Path) -> None:
     """Probe (median, with its min..max over repeats) and simulator degradation per schedule."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(7.0, 0.9 * len(variants) + 2), 3.8))
-    labels = [f"{v['cores']} core{'s' if v['cores'] > 1 else ''}\n{v['granularity']}\n{v['mode']}"
+    labels = [f"{_layout_words(v['cores'], v.get('own_cores', False))}\n{v['granularity']}\n{v['mode']}"
               + ("\nnative desc." if v.get("kv_descriptors") == "native" else "") for v in variants]
     x = range(len(variants))
     probe = [100 * v["probe"]["degradation"] for v in variants]

@@ -3,7 +3,7 @@ simulated: the same threads and segments, with durations the agent measures on t
 
 Main thread, per step and layer: Python (`launch_s`) -> dispatch native call (`dispatch_s`, holds
 or releases the GIL) -> post the layer's chunk (per-layer granularity) -> Python (`launch_s`) ->
-combine native call (`combine_s`). Transfer thread, per chunk: blocking queue get (GIL released),
+combine native call (`combine_s`). Transfer thread: started by the main thread before the prefill (Thread.start); then per chunk: blocking queue get (GIL released),
 Python (`chunk_python_s`; with `native_descriptors_s`, only the loop's own overhead, the
 descriptors being built in a GIL-releasing native call that long), native copy (`copy_s` of CPU
 time, releases the GIL).
@@ -84,7 +84,11 @@ def run_host_schedule(sched: HostSchedule, with_transfer: bool, seed: int = 0) -
     done: dict[str, float] = {}
     waits: dict[str, float] = {}
 
+    started = env.event()
+
     def transfer():
+        yield from mover.start(parent="main")
+        started.succeed()
         while True:
             get = inbox.get()
             yield from mover.wait(get, "queue", woken_by="main")  # only the main thread posts chunks
@@ -99,6 +103,14 @@ def run_host_schedule(sched: HostSchedule, with_transfer: bool, seed: int = 0) -
             yield from mover.native(sched.copy_s, holds_gil=False, label="copy", busy=True)
 
     def prefill():
+        if with_transfer:
+            # As the probe does: the running main thread starts the transfer thread and blocks
+            # until it runs (Thread.start), before the timed prefill; where the new thread
+            # starts decides whether the two share a core (sim/host/cpu.py's placement).
+            yield from main.python(0.0, "start")
+            env.process(transfer())
+            yield from main.wait(started, "start", woken_by="kv-transfer")
+        begun = env.now  # the probe's clock starts after Thread.start returns
         for _ in range(sched.steps):
             for _ in range(sched.layers):
                 yield from main.python(sched.launch_s, "launch")
@@ -110,14 +122,12 @@ def run_host_schedule(sched: HostSchedule, with_transfer: bool, seed: int = 0) -
             if with_transfer and sched.granularity == "after_prefill":
                 for _ in range(sched.layers):
                     inbox.put("chunk")
-        done["prefill"] = env.now
+        done["prefill"] = env.now - begun
         if cpu is not None:
             waits.update(cpu.core_wait_s)
         main.finish()
         inbox.put(None)
 
-    if with_transfer:
-        env.process(transfer())
     env.process(prefill())
     env.run()
     record.end_s = env.now

@@ -40,6 +40,7 @@ HostSchedule, run_host_schedule = _schedule.HostSchedule, _schedule.run_host_sch
 threads = load_hook(Path(__file__).with_name("threads.py"))
 MODES, ProbeConfig = _case.MODES, _case.ProbeConfig
 HANDOFF_TRIALS = 4  # hand-off samples of each kind taken after every probe repeat
+START_TRIALS = 2  # thread-start placements taken after every probe repeat (each after a run alone)
 
 
 def _probe_intervals(probe_run) -> list[Interval]:
@@ -94,13 +95,16 @@ def probe_segments(without: list[list[Interval]], prefill_s: list[float]) -> Pro
 
 def placement_of(rule) -> Placement:
     """sim/host/cpu.py's placement rule from the micro-probe's measurement (`PlacementRule`): the
-    measured share in each state; a state no trial saw keeps the kernel's rule read literally (1)."""
+    measured share in each state; a state no trial saw keeps Placement's default (the kernel's rule
+    read literally)."""
     if rule is None:
         return Placement()
     return Placement(
         stay_with_waker=1.0 if rule.stay_with_waker is None else rule.stay_with_waker,
         to_idle_previous=1.0 if rule.to_idle_previous is None else rule.to_idle_previous,
         pull_delay_samples_s=tuple(rule.pull_delay_samples_s),
+        stay_on_busy_previous=0.0 if rule.stay_on_busy_previous is None else rule.stay_on_busy_previous,
+        new_on_parent=0.0 if rule.new_on_parent is None else rule.new_on_parent,
     )
 
 
@@ -233,15 +237,15 @@ def probe_vs_sim(cfg: ProbeConfig, timeline_dir: Path | None = None) -> dict[str
     load_before = os.getloadavg()
     m = threads.microbenchmarks(chunk_bytes=cfg.chunk_kib * 1024, native_wait=cfg.native_wait, libs=libs)
     variants, skipped = [], []
-    for cores in cfg.cores:
+    arms = [(g, mode, d) for g in cfg.granularities for mode in cfg.modes for d in cfg.kv_descriptors]
+    for cores, own in layouts(cfg):
         reason = skip_reason(cores)
         if reason is not None:
-            skipped.append({"cores": cores, "reason": reason})
+            skipped.append({"cores": cores, "own_cores": own, "reason": reason})
             continue
-        arms = [(g, mode, d) for g in cfg.granularities for mode in cfg.modes for d in cfg.kv_descriptors]
-        pairs, here = _interleaved_rounds(cfg, libs, m, cores, arms)
+        pairs, here = _interleaved_rounds(cfg, libs, m, cores, arms, own)
         for arm in arms:
-            variants.append(_variant(cfg, here, cores, *arm, pairs[arm], timeline_dir))
+            variants.append(_variant(cfg, here, cores, *arm, pairs[arm], timeline_dir, own))
     measured = {k: _finite_or_none(v) for k, v in dataclasses.asdict(m).items()}
     # Other processes take cores the model does not know about: say how loaded the machine was.
     load = {"before": list(load_before), "after": list(os.getloadavg()), "cpus": os.cpu_count()}
@@ -249,22 +253,36 @@ def probe_vs_sim(cfg: ProbeConfig, timeline_dir: Path | None = None) -> dict[str
             "load_average": load, "quiet_foreign_share": QUIET_FOREIGN_SHARE}
 
 
-def variant_name(cores: int, granularity: str, mode: str, descriptors: str) -> str:
-    """A probe variant's name in file names: "<cores>c-<granularity>-<mode>[-native]"."""
-    return f"{cores}c-{granularity}-{mode}" + ("-native" if descriptors == "native" else "")
+def layouts(cfg: ProbeConfig) -> list[tuple[int, bool]]:
+    """(cores, own_cores) the probe runs: each core count with the cores shared, then, with
+    `own_cores`, the largest count >= 2 with a core pinned per thread."""
+    out = [(c, False) for c in cfg.cores]
+    if cfg.own_cores and max(cfg.cores) >= 2:
+        out.append((max(cfg.cores), True))
+    return out
 
 
-def _schedule(cfg: ProbeConfig, m, cores: int, granularity: str, mode: str, descriptors: str):
+def layout_text(cores: int, own: bool = False) -> str:
+    """A layout as the tables print it: "2" (shared), "2, a core each" (pinned per thread)."""
+    return f"{cores}, a core each" if own else str(cores)
+
+
+def variant_name(cores: int, granularity: str, mode: str, descriptors: str, own: bool = False) -> str:
+    """A probe variant's name in file names: "<cores>c[-own]-<granularity>-<mode>[-native]"."""
+    return f"{cores}c{'-own' if own else ''}-{granularity}-{mode}" + ("-native" if descriptors == "native" else "")
+
+
+def _schedule(cfg: ProbeConfig, m, cores: int, granularity: str, mode: str, descriptors: str, own: bool = False):
     return threads.ProbeSchedule(
         steps=cfg.steps, layers=cfg.layers, launch_units=cfg.launch_units,
         dispatch_ns=cfg.dispatch_us * 1000, combine_ns=cfg.combine_us * 1000,
         blocks_per_chunk=cfg.blocks_per_chunk, chunk_bytes=cfg.chunk_kib * 1024,
-        granularity=granularity, holds_gil=MODES[mode], native_wait=cfg.native_wait, cores=cores,
+        granularity=granularity, holds_gil=MODES[mode], native_wait=cfg.native_wait, cores=cores, own_cores=own,
         native_descriptors_ns=round(cfg.blocks_per_chunk * m.python_unit_s * 1e9) if descriptors == "native" else 0,
     )
 
 
-def _interleaved_rounds(cfg: ProbeConfig, libs, m, cores: int, arms: list[tuple[str, str, str]]):
+def _interleaved_rounds(cfg: ProbeConfig, libs, m, cores: int, arms: list[tuple[str, str, str]], own: bool = False):
     """`cfg.repeats` rounds over the arms at `cores`; returns the pairs per arm and the
     measurements with the hand-off and wake-up latencies sampled beside the rounds."""
     from infralab.kernels.host_probe.affinity import skip_reason
@@ -274,16 +292,18 @@ def _interleaved_rounds(cfg: ProbeConfig, libs, m, cores: int, arms: list[tuple[
         wake_delay_samples,
         wake_delays_by_held,
         waker_delay_samples,
+        start_placements,
         waker_placements,
     )
 
-    scheds = {arm: _schedule(cfg, m, cores, *arm) for arm in arms}
+    scheds = {arm: _schedule(cfg, m, cores, *arm, own=own) for arm in arms}
     pairs: dict[tuple[str, str, str], list[ProbePair]] = {arm: [] for arm in arms}
     blocking: list[float] = []
     wake: list[float] = []
     by_held: dict[float, list[float]] = {}
     waker: list[float] = []
     placements: list = []
+    starts: list = []
     for r in range(cfg.repeats):
         for arm in arms[r % len(arms):] + arms[:r % len(arms)]:
             pairs[arm].append(_probe_pair(scheds[arm], libs))
@@ -294,8 +314,13 @@ def _interleaved_rounds(cfg: ProbeConfig, libs, m, cores: int, arms: list[tuple[
             for held, samples in wake_delays_by_held(libs, HANDOFF_TRIALS):
                 by_held.setdefault(held, []).extend(samples)
             waker += waker_delay_samples(libs, HANDOFF_TRIALS)
-        if cores > 1:  # where a thread woken by a computing waker runs (wake-affine placement)
+        if cores > 1 and not own:  # where a thread woken by a computing waker runs (wake-affine placement)
             placements += waker_placements(libs, HANDOFF_TRIALS, cores=cores)
+            # Where the transfer thread starts: Linux's choice depends on the CPUs' recent load, so
+            # each trial follows a run of the schedule without transfer, as a pair's start does.
+            alone = scheds[arms[r % len(arms)]]
+            starts += start_placements(libs, START_TRIALS, cores=cores,
+                                       before=lambda alone=alone: threads.run_probe(alone, False, libs))
     here = dataclasses.replace(
         m,
         handoff_s=statistics.median(blocking) if blocking else m.handoff_s,
@@ -305,7 +330,7 @@ def _interleaved_rounds(cfg: ProbeConfig, libs, m, cores: int, arms: list[tuple[
         wake_delays_by_held_s=(tuple((h, tuple(sorted(v))) for h, v in sorted(by_held.items()))
                                or m.wake_delays_by_held_s),
         waker_delay_samples_s=tuple(sorted(waker)) or m.waker_delay_samples_s,
-        placement=placement_rule(tuple(placements)) if placements else m.placement,
+        placement=placement_rule(tuple(placements), tuple(starts)) if placements else m.placement,
     )
     return pairs, here
 
@@ -319,7 +344,7 @@ def _used_pairs(pairs: list[ProbePair]) -> tuple[list[ProbePair], bool]:
 
 
 def _variant(cfg: ProbeConfig, here, cores: int, granularity: str, mode: str, descriptors: str,
-             pairs: list[ProbePair], timeline_dir: Path | None) -> dict[str, Any]:
+             pairs: list[ProbePair], timeline_dir: Path | None, own: bool = False) -> dict[str, Any]:
     used, quiet = _used_pairs(pairs)
     without = [(p.without, p.without_s) for p in used]
     with_ = [(p.with_, p.with_s) for p in used]
@@ -339,7 +364,10 @@ def _variant(cfg: ProbeConfig, here, cores: int, granularity: str, mode: str, de
     # all runs would carry the rare long stalls other processes cause into the model's input.
     typical_without = _nearest(without, probe["prefill_without_s"])
     seg = probe_segments([typical_without[0]], [typical_without[1]])
+    # A core pinned per thread: the simulator's threads each have a core (cores=None), as there.
     hs = host_schedule(cfg, here, seg, granularity, MODES[mode], cores, descriptors)
+    if own:
+        hs = dataclasses.replace(hs, cores=None)
     # As many simulated repeats as real ones: hand-off latencies are drawn from the samples.
     seeds = range(max(len(used), 1))
     sim_without = [run_host_schedule(hs, False, seed) for seed in seeds]
@@ -357,16 +385,17 @@ def _variant(cfg: ProbeConfig, here, cores: int, granularity: str, mode: str, de
                               for t in ("main", "kv-transfer")}
     if timeline_dir is not None:
         meta = {"granularity": granularity, "dispatch_combine": mode, "kv_transfer": True, "cores": cores,
-                "kv_descriptors": descriptors}
+                "own_cores": own, "kv_descriptors": descriptors}
         typical = _nearest(with_, probe["prefill_with_s"])[0]
-        name = variant_name(cores, granularity, mode, descriptors)
+        name = variant_name(cores, granularity, mode, descriptors, own)
         save_trace(RunRecord(intervals=typical), timeline_dir / f"probe-{name}.json",
                    metadata=attribution.timeline_metadata(**meta, source="real threads (probe), seconds from the run's start"))
         save_trace(_nearest_run(sim_with, sim["prefill_with_s"]).record, timeline_dir / f"probe-sim-{name}.json",
                    metadata=attribution.timeline_metadata(**meta, source="simulator on the probe's schedule"))
     return {
-        "name": variant_name(cores, granularity, mode, descriptors),
+        "name": variant_name(cores, granularity, mode, descriptors, own),
         "cores": cores,
+        "own_cores": own,
         "granularity": granularity,
         "mode": mode,
         "kv_descriptors": descriptors,
@@ -469,7 +498,9 @@ def _placement_text(rule: dict[str, Any] | None) -> str:
     def share(x):
         return "n/a" if x is None else f"{x:.0%}"
     return (f"; stays with waker {share(rule['stay_with_waker'])} ({rule['trials_prev_waker']}), to idle prev "
-            f"{share(rule['to_idle_previous'])} ({rule['trials_prev_other']}), pulled {rule['pulled']}")
+            f"{share(rule['to_idle_previous'])} ({rule['trials_prev_other']}), pulled {rule['pulled']}; "
+            f"new thread on parent's {share(rule.get('new_on_parent'))} ({rule.get('trials_start', 0)}), "
+            f"timer wake on busy prev {share(rule.get('stay_on_busy_previous'))} ({rule.get('trials_prev_busy', 0)})")
 
 
 def _noise_text(noise: dict[str, Any]) -> str:
@@ -526,7 +557,7 @@ def probe_table(result: dict[str, Any]) -> str:
             rel = f"{verdict['error'] * 100:+.1f} pt"
         ok = verdict["verdict"]
         lines.append(
-            f"| {v['cores']} | {v['granularity']} | {arm_text(v)} | {_us(v['sim_inputs']['handoff_median_s'])} / "
+            f"| {layout_text(v['cores'], v.get('own_cores', False))} | {v['granularity']} | {arm_text(v)} | {_us(v['sim_inputs']['handoff_median_s'])} / "
             f"{_us(v['sim_inputs']['wake_delay_median_s'])}{_placement_text(v['sim_inputs'].get('placement'))} "
             f"| {p['prefill_without_s']:.4f} / {s['prefill_without_s']:.4f} "
             f"| {p['degradation']:.1%} [{p['spread']['min']:.1%}..{p['spread']['max']:.1%}] "
@@ -534,7 +565,7 @@ def probe_table(result: dict[str, Any]) -> str:
             f"| {p['kv_python_over_comm']:.0%} / {s['kv_python_over_comm']:.0%} |"
         )
     for skip in result.get("skipped", []):
-        lines.append(f"| {skip['cores']} | skipped: {skip['reason']} | | | | | | | | | | |")
+        lines.append(f"| {layout_text(skip['cores'], skip.get('own_cores', False))} | skipped: {skip['reason']} | | | | | | | | | | |")
     lines += [
         "",
         "Where the main thread's extra prefill time went (with minus without transfer, seconds): Python and "
@@ -552,7 +583,7 @@ def probe_table(result: dict[str, Any]) -> str:
             return side["with"][key] - side["without"][key]
 
         lines.append(
-            f"| {v['cores']} | {v['granularity']} | {arm_text(v)} | {delta(p, 'main_python_s'):+.4f} "
+            f"| {layout_text(v['cores'], v.get('own_cores', False))} | {v['granularity']} | {arm_text(v)} | {delta(p, 'main_python_s'):+.4f} "
             f"| {delta(p, 'main_native_s'):+.4f} | {delta(p, 'main_other_s'):+.4f} | {delta(s, 'main_python_s'):+.4f} "
             f"| {delta(s, 'main_native_s'):+.4f} | {delta(s, 'main_other_s'):+.4f} |"
         )

@@ -1,5 +1,7 @@
 """Benchmark: the real-threads probe vs the simulator at 1 and 2 cores, with the probe's spread.
 
+The experiment's `own_cores` adds 2 cores pinned one per thread (the published layout).
+
     .venv/bin/python experiments/gil_kv_transfer/probe_benchmark.py \
         [--experiment experiments/gil_kv_transfer/published.toml] [--repeats 40] [--out results/gil_probe]
 
@@ -12,8 +14,8 @@ The numbers are a benchmark of this machine at this moment: every pair of runs r
 other processes used its cores, the probe's median is over the quiet pairs, and a schedule without
 enough of them is marked noisy (other processes take cores the model does not know about). Each row
 is judged on the probe's footing (probe.row_verdict: held within 20 %, released within 3 points,
-only where the probe's spread allows). With 40 repeats it takes 2 min 28 s on this 2-vCPU machine
-at load average ~1.4 (2026-12-03).
+only where the probe's spread allows). With 40 repeats it takes 3 min 7 s on a quiet 2-vCPU machine
+(2026-12-04, 12 schedules with the pinned layout; 2 min 1 s for the 8 shared ones).
 """
 
 from __future__ import annotations

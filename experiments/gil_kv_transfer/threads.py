@@ -32,6 +32,7 @@ Timing results are benchmarks of this machine, not facts about any other.
 from __future__ import annotations
 
 import ctypes
+import os
 import queue
 import statistics
 import sys
@@ -81,6 +82,10 @@ class ProbeSchedule:
     # the core to the other thread, which matters on a small shared machine).
     native_wait: Literal["spin", "sleep"] = "spin"
     cores: int | None = None  # CPU cores both threads run on (None: the process's affinity as is)
+    # Each thread pinned to a core of its own (main to the first of `cores`, the transfer thread
+    # to the second), as the published servers run them; False: both share the `cores` and Linux
+    # places them (a new thread mostly starts on its parent's CPU and they stay stacked there).
+    own_cores: bool = False
     # > 0: the descriptor work runs as one GIL-releasing native call of this many ns (busy on its
     # core) instead of the Python loop (the "next fix": per-page work out of the Python loop).
     native_descriptors_ns: int = 0
@@ -107,6 +112,8 @@ class ProbeRun:
     contention: Contention | None = None
     # Per track: seconds the thread was runnable but waited for a core (None: not measurable).
     runqueue_wait_s: dict[str, float | None] = field(default_factory=dict)
+    # Per track: the CPUs the thread may run on (its affinity mask once the run began).
+    affinity: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def prefill_s(self) -> float:
@@ -137,8 +144,9 @@ def running_spans(stamps: list[int], stall_factor: float = 8.0, min_stall_ns: in
 class _Recorder:
     """Appends intervals; list.append is atomic under the GIL, so threads can share one."""
 
-    def __init__(self, out: list[ProbeInterval]) -> None:
+    def __init__(self, out: list[ProbeInterval], affinity: dict[str, tuple[int, ...]] | None = None) -> None:
         self.out = out
+        self.affinity = {} if affinity is None else affinity
 
     def python(self, track: str, op: str, units: int) -> None:
         stamps = [time.perf_counter_ns()]
@@ -164,8 +172,12 @@ def _waited_s(start: tuple[int, int] | None) -> float | None:
 
 
 def _transfer_loop(libs: NativeLibs, sched: ProbeSchedule, work: queue.Queue, rec: _Recorder,
-                   src: ctypes.Array, dst: ctypes.Array, waits: dict[str, float | None]) -> None:
+                   src: ctypes.Array, dst: ctypes.Array, waits: dict[str, float | None],
+                   own_core: int | None = None) -> None:
     track = "thread/kv-transfer"
+    if own_core is not None:
+        os.sched_setaffinity(0, {own_core})  # this thread only
+    rec.affinity[track] = tuple(sorted(os.sched_getaffinity(0)))
     copy = libs.releasing.infralab_copy
     start = thread_sched_ns()
     while True:
@@ -185,6 +197,8 @@ def run_probe(sched: ProbeSchedule, with_transfer: bool, libs: NativeLibs | None
     """Run the schedule once on real threads (on `sched.cores` cores); returns the recorded
     intervals. ValueError when this machine has fewer usable cores than `sched.cores`."""
     libs = libs or load()
+    if sched.own_cores and (sched.cores is None or sched.cores < 2):
+        raise ValueError(f"own_cores needs cores >= 2 (a core per thread), got cores={sched.cores!r}")
     with pinned(sched.cores) as cores:  # before the transfer thread starts: it inherits the mask
         return _run_probe(sched, with_transfer, libs, cores)
 
@@ -193,16 +207,19 @@ def _run_probe(sched: ProbeSchedule, with_transfer: bool, libs: NativeLibs, core
     lib = libs.lib(sched.holds_gil)
     spin = lib.infralab_spin_ns if sched.native_wait == "spin" else lib.infralab_sleep_ns
     run = ProbeRun(sched, with_transfer)
-    rec = _Recorder(run.intervals)
+    rec = _Recorder(run.intervals, run.affinity)
     work: queue.Queue = queue.Queue()
     transfer = None
     if with_transfer:
         src = (ctypes.c_char * sched.chunk_bytes)()
         dst = (ctypes.c_char * sched.chunk_bytes)()
         ctypes.memmove(dst, src, sched.chunk_bytes)  # touch the pages before timing
-        transfer = threading.Thread(target=_transfer_loop, args=(libs, sched, work, rec, src, dst,
-                                                                 run.runqueue_wait_s), daemon=True)
+        transfer = threading.Thread(target=_transfer_loop, args=(libs, sched, work, rec, src, dst, run.runqueue_wait_s,
+                                                                 cores[1] if sched.own_cores else None), daemon=True)
         transfer.start()
+    if sched.own_cores:
+        os.sched_setaffinity(0, {cores[0]})  # the main thread alone on the first core (pinned() restores)
+    run.affinity["thread/main"] = tuple(sorted(os.sched_getaffinity(0)))
     main = "thread/main"
     before = CpuSnapshot.take(cores)
     main_start = thread_sched_ns()

@@ -10,7 +10,8 @@ ctypes, once via `PyDLL` (the call keeps the GIL) and once via `CDLL` (the call 
   core's holder itself (`waker_delay_samples`: the waker rule of sim/host/cpu.py);
 - where Linux places a thread woken by a computing waker on 2+ cores, by the wakee's previous
   CPU, and where and when the displaced waker runs again (`waker_placements`, `placement_rule`:
-  sim/host/cpu.py's `Placement`).
+  sim/host/cpu.py's `Placement`); where a thread started by a running parent first runs, and
+  where a sleeper runs when its timer ends while its previous CPU is busy (`start_placements`).
 Timing results are benchmarks of this machine, not facts about any other.
 """
 
@@ -21,6 +22,7 @@ import os
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from infralab.kernels.host_probe.affinity import pinned
@@ -235,10 +237,16 @@ class PlacementRule:
     trials_prev_waker: int
     trials_prev_other: int
     pulled: int
+    new_on_parent: float | None = None  # a new thread: share whose first bytecode ran on its parent's CPU
+    stay_on_busy_previous: float | None = None  # a timer wake-up, previous CPU busy: share run there
+    trials_start: int = 0
+    trials_prev_busy: int = 0
 
 
-def placement_rule(placements: tuple[WakePlacement, ...]) -> PlacementRule:
-    """The placement rule the trials measure, by state (see PlacementRule)."""
+def placement_rule(placements: tuple[WakePlacement, ...], starts: tuple[StartPlacement, ...] = ()) -> PlacementRule:
+    """The placement rule the trials measure, by state (see PlacementRule): wake-ups by a
+    computing waker (`waker_placements`) and thread starts and timer wake-ups (`start_placements`)."""
+    busy = [t for t in starts if t.previous_busy]
     same = [p for p in placements if p.prev_cpu == p.waker_cpu]
     other = [p for p in placements if p.prev_cpu != p.waker_cpu]
     pulled = sorted(p.waker_wait_s for p in placements if p.waker_pulled and p.waker_wait_s is not None)
@@ -247,7 +255,76 @@ def placement_rule(placements: tuple[WakePlacement, ...]) -> PlacementRule:
         to_idle_previous=sum(p.woken_cpu == p.prev_cpu for p in other) / len(other) if other else None,
         pull_delay_samples_s=tuple(pulled), trials_prev_waker=len(same), trials_prev_other=len(other),
         pulled=len(pulled),
+        new_on_parent=sum(t.on_parent_cpu for t in starts) / len(starts) if starts else None,
+        stay_on_busy_previous=sum(t.sleeper_woken_cpu == t.sleeper_prev_cpu for t in busy) / len(busy) if busy else None,
+        trials_start=len(starts), trials_prev_busy=len(busy),
     )
+
+
+@dataclass(frozen=True)
+class StartPlacement:
+    """One trial of `start_placements`: a thread started by a running parent, then the parent's
+    sleep ending while the new thread computes (CPUs by sched_getcpu)."""
+
+    parent_cpu: int  # where the parent ran when it started the thread
+    child_cpu: int  # where the new thread ran its first bytecode
+    spinner_cpu: int  # where the new thread ran when its computing call began
+    sleeper_prev_cpu: int  # where the parent ran when it went to sleep
+    sleeper_woken_cpu: int  # where the parent ran its first bytecode after the sleep
+
+    @property
+    def on_parent_cpu(self) -> bool:
+        return self.child_cpu == self.parent_cpu
+
+    @property
+    def previous_busy(self) -> bool:
+        """The sleeper's previous CPU is the one the new thread computes on."""
+        return self.sleeper_prev_cpu == self.spinner_cpu
+
+
+START_SPIN_NS = 3_000_000  # the new thread's computing call (GIL released)
+START_SLEEP_NS = 500_000  # the parent's sleep, which ends while that call runs
+
+
+def start_placements(libs: NativeLibs, repeats: int, cores: int = 2,
+                     before: Callable[[], object] | None = None) -> tuple[StartPlacement, ...]:
+    """On `cores` cores (the threads share the mask): where Linux runs a thread a running parent
+    starts (its first bytecode), and where the parent, asleep meanwhile, runs when its timer ends
+    while the new thread computes (sim/host/cpu.py's `Placement`: `new_on_parent`,
+    `stay_on_busy_previous`). Per trial: `before()` (what the process did just before: where
+    Linux starts a new thread depends on the CPUs' recent load, so a caller reproduces the
+    conditions its own thread start meets; None: nothing), Python work on the parent's CPU, the
+    start (Thread.start blocks the parent until the thread runs), then the parent sleeps
+    START_SLEEP_NS in native code while the thread spins START_SPIN_NS in native code (both with
+    the GIL released). Every CPU reading is sched_getcpu through PyDLL (the GIL kept)."""
+    out = []
+    with pinned(cores):
+        for _ in range(repeats):
+            if before is not None:
+                before()
+            out.append(_start_placement(libs))
+    return tuple(out)
+
+
+def _start_placement(libs: NativeLibs) -> StartPlacement:
+    child: list[int] = []
+    own = (ctypes.c_uint64 * 2)()
+    cpus = (ctypes.c_int * 2)()
+    stamps = (ctypes.c_uint64 * 2)()
+
+    def spinner() -> None:
+        child.append(_LIBC.sched_getcpu())
+        libs.releasing.infralab_spin_ns_cpu(START_SPIN_NS, own, cpus)
+
+    python_work(SLICE_UNITS)  # the parent runs on its CPU when it starts the thread
+    parent = _LIBC.sched_getcpu()
+    t = threading.Thread(target=spinner)
+    t.start()
+    before = _LIBC.sched_getcpu()
+    libs.releasing.infralab_sleep_ns(START_SLEEP_NS, stamps)
+    woken = _LIBC.sched_getcpu()
+    t.join()
+    return StartPlacement(parent, child[0], int(cpus[0]), before, woken)
 
 
 def _handoff_samples(libs: NativeLibs, repeats: int, native_wait: str, release_ns: int) -> tuple[float, ...]:

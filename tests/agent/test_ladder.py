@@ -198,7 +198,9 @@ def test_real_probe_mechanics(tmp_path):
     assert m.varies
     from infralab.kernels.host_probe.affinity import skip_reason
 
-    schedules = {f"{c}c-after_prefill" for c in (1, 2) if skip_reason(c) is None}  # per core count
+    # Per core count, and 2 cores pinned one per thread (the experiment's own_cores).
+    schedules = {f"{c}c-after_prefill" for c in (1, 2) if skip_reason(c) is None}
+    schedules |= {"2c-own-after_prefill"} if skip_reason(2) is None else set()
     assert len(m.samples["baseline"]) == 2 and set(m.samples["baseline"][0]["degradation"]) == schedules
     assert {f.arm for f in m.findings} == {"baseline", "released"}
     assert (tmp_path / "real" / "probe.json").exists()

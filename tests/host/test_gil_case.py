@@ -104,7 +104,8 @@ def test_the_sim_mirror_of_the_probe_schedule_is_its_sum_without_transfer() -> N
         wake_delays_by_held_s = ((2.5e-4, (0.0,)), (2e-3, (0.0, 2e-3)))
         waker_delay_samples_s = (2e-3,)
         placement = type("Rule", (), {"stay_with_waker": 0.5, "to_idle_previous": None,
-                                      "pull_delay_samples_s": (1e-3,)})()  # a PlacementRule stand-in
+                                      "pull_delay_samples_s": (1e-3,), "new_on_parent": 1.0,
+                                      "stay_on_busy_previous": None})()  # a PlacementRule stand-in
         copy_cold_bytes_per_s = 4096 * 1024 / 3e-4  # a 4 MiB chunk copies in 0.3 ms (cold caches)
 
     cfg = ProbeConfig(steps=2, layers=3, blocks_per_chunk=100)
@@ -113,8 +114,10 @@ def test_the_sim_mirror_of_the_probe_schedule_is_its_sum_without_transfer() -> N
         for cores in (1, 2):
             sched = host_schedule(cfg, M, seg, "per_layer", holds, cores)
             assert sched.copy_s == pytest.approx(3e-4) and sched.cores == cores
-            # The micro-probe's shares passed through as measured; a state it never saw keeps the rule (1).
+            # The micro-probe's shares passed through as measured; a state it never saw keeps the
+            # default (the kernel's rule read literally: 1 for wake-ups by a waker, 0 for the rest).
             assert (sched.placement.stay_with_waker, sched.placement.to_idle_previous) == (0.5, 1.0)
+            assert (sched.placement.new_on_parent, sched.placement.stay_on_busy_previous) == (1.0, 0.0)
             assert sched.placement.pull_delay_samples_s == (1e-3,)
             alone = run_host_schedule(sched, with_transfer=False)
             assert alone.prefill_s == pytest.approx(6 * (2 * 1.1e-4 + 1e-3 + 2e-4))
@@ -289,6 +292,8 @@ def test_the_agreement_line_counts_verdicts_and_says_which_rows_were_noisy() -> 
     rows = [row(1, True), row(1, False), row(2, None, False, 0.8), row(2, True, True, 0.02)]
     line = hook.probe_agreement({"variants": rows})
     assert "on 2 of 4 schedules (1 core: 1 of 2, 2 cores: 1 of 2); 1 differ, 1 have no verdict" in line
+    own = hook.probe_agreement({"variants": [*rows, {**row(2, True), "own_cores": True}]})
+    assert "2 cores: 1 of 2, 2 cores, one per thread: 1 of 1)" in own
     assert "1 of 4 schedules had too few quiet repeats" in line and "80% of the cores" in line
     assert "too few quiet" not in hook.probe_agreement({"variants": rows[:2]})
 
@@ -296,12 +301,26 @@ def test_the_agreement_line_counts_verdicts_and_says_which_rows_were_noisy() -> 
 def test_the_claim_is_judged_on_the_probe_schedules_that_replicate_the_thread_structure() -> None:
     hook = load_hook(STUDY / "hook.py")
 
-    def variant(cores, without, with_):
-        return {"cores": cores, "granularity": "per_layer", "probe_runs_s": {"without": [without], "with": [with_]},
-                "probe": {"kv_python_over_comm": 0.0}}
+    def variant(cores, without, with_, own=False):
+        return {"cores": cores, "own_cores": own, "granularity": "per_layer",
+                "probe_runs_s": {"without": [without], "with": [with_]}, "probe": {"kv_python_over_comm": 0.0}}
 
-    (sample,) = hook.probe_samples([variant(1, 1.0, 2.0), variant(2, 1.0, 1.25)])
-    assert sample["degradation"] == {"1c-per_layer": 0.5, "2c-per_layer": pytest.approx(0.2)}
-    assert sample["max_degradation"] == pytest.approx(0.2)  # one core for two threads is another system
-    (alone,) = hook.probe_samples([variant(1, 1.0, 2.0)])
+    runs = [variant(1, 1.0, 2.0), variant(2, 1.0, 1.6), variant(2, 1.0, 1.25, own=True)]
+    (sample,) = hook.probe_samples(runs)
+    assert sample["degradation"] == {"1c-per_layer": 0.5, "2c-per_layer": pytest.approx(0.375),
+                                     "2c-own-per_layer": pytest.approx(0.2)}
+    # Only a core pinned per thread is the published layout: two shared cores stack the threads.
+    assert sample["max_degradation"] == pytest.approx(0.2)
+    (alone,) = hook.probe_samples(runs[:2])
     assert alone["max_degradation"] == 0.5  # no schedule replicates it: all are judged
+
+
+def test_the_probe_adds_a_core_per_thread_layout_at_its_largest_core_count() -> None:
+    assert probe.layouts(ProbeConfig(cores=(1, 2))) == [(1, False), (2, False)]
+    assert probe.layouts(ProbeConfig(cores=(1, 2), own_cores=True)) == [(1, False), (2, False), (2, True)]
+    assert probe.layouts(ProbeConfig(cores=(1,), own_cores=True)) == [(1, False)]  # one core: no layout to pin
+    assert probe.variant_name(2, "per_layer", "held", "python", own=True) == "2c-own-per_layer-held"
+    assert probe.layout_text(2, True) == "2, a core each" and probe.layout_text(2) == "2"
+    # Both shipped experiments judge the claim on that layout.
+    for name in ("published.toml", "experiment.toml"):
+        assert case.load_experiment(STUDY / name).probe.own_cores

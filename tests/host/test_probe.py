@@ -4,6 +4,7 @@ release it, and runs record the intervals of the schedule. Orderings and counts 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import sys
 import threading
@@ -134,6 +135,25 @@ def test_a_probe_run_on_one_core_keeps_both_threads_there(libs) -> None:
     assert os.sched_getaffinity(0) == before
 
 
+def test_a_probe_run_with_own_cores_pins_each_thread_to_a_core_of_its_own(libs) -> None:
+    from infralab.kernels.host_probe.affinity import skip_reason, usable_cores
+
+    sched = ProbeSchedule(steps=1, layers=2, launch_units=20, dispatch_ns=50_000, combine_ns=10_000,
+                          blocks_per_chunk=20, chunk_bytes=4 << 10, native_wait="sleep", cores=2, own_cores=True)
+    with pytest.raises(ValueError, match="own_cores needs cores >= 2"):
+        run_probe(dataclasses.replace(sched, cores=1), with_transfer=True, libs=libs)
+    if skip_reason(2) is not None:
+        pytest.skip(skip_reason(2))
+    before = os.sched_getaffinity(0)
+    run = run_probe(sched, with_transfer=True, libs=libs)
+    first, second = usable_cores()[:2]
+    assert run.affinity == {"thread/main": (first,), "thread/kv-transfer": (second,)}
+    assert any(iv.track == "thread/kv-transfer" for iv in run.intervals)
+    assert os.sched_getaffinity(0) == before  # the main thread's mask is restored
+    shared = run_probe(dataclasses.replace(sched, own_cores=False), with_transfer=True, libs=libs)
+    assert shared.affinity == {"thread/main": (first, second), "thread/kv-transfer": (first, second)}
+
+
 def test_native_descriptors_run_as_one_releasing_call_per_chunk(libs) -> None:
     sched = ProbeSchedule(steps=1, layers=3, launch_units=20, dispatch_ns=50_000, combine_ns=10_000,
                           blocks_per_chunk=500, chunk_bytes=4 << 10, native_wait="sleep", holds_gil=False,
@@ -182,3 +202,32 @@ def test_a_placement_rule_is_measured_by_the_wakees_previous_cpu() -> None:
     assert (rule.stay_with_waker, rule.to_idle_previous) == (pytest.approx(2 / 3), 1.0)
     assert (rule.trials_prev_waker, rule.trials_prev_other, rule.pull_delay_samples_s) == (3, 1, (3e-3,))
     assert placement_rule(()).stay_with_waker is None
+
+
+def test_start_placements_record_where_a_new_thread_and_a_sleeper_run(libs) -> None:
+    from infralab.kernels.host_probe.affinity import skip_reason, usable_cores
+    from infralab.kernels.host_probe.micro import start_placements
+
+    if skip_reason(2) is not None:
+        pytest.skip(skip_reason(2))
+    before = os.sched_getaffinity(0)
+    calls: list[int] = []
+    trials = start_placements(libs, 3, cores=2, before=lambda: calls.append(1))
+    assert os.sched_getaffinity(0) == before and len(trials) == 3 and len(calls) == 3
+    pinned_to = set(usable_cores()[:2])
+    for t in trials:
+        assert {t.parent_cpu, t.child_cpu, t.spinner_cpu, t.sleeper_prev_cpu, t.sleeper_woken_cpu} <= pinned_to
+
+
+def test_thread_starts_and_timer_wake_ups_are_measured_by_state() -> None:
+    from infralab.kernels.host_probe.micro import StartPlacement, placement_rule
+
+    starts = (
+        StartPlacement(0, 0, 0, 0, 0),  # started on the parent's CPU; the parent woke there, busy
+        StartPlacement(1, 1, 1, 1, 0),  # on the parent's CPU; the parent woke on the idle other one
+        StartPlacement(0, 1, 1, 0, 0),  # on the other CPU; the parent's previous CPU idle
+    )
+    rule = placement_rule((), starts)
+    assert rule.new_on_parent == pytest.approx(2 / 3) and rule.stay_on_busy_previous == 0.5
+    assert (rule.trials_start, rule.trials_prev_busy) == (3, 2)
+    assert placement_rule(()).new_on_parent is None and placement_rule(()).stay_on_busy_previous is None
