@@ -18,7 +18,9 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from infralab.kernels.compare import Comparison, compare
+# compare.Comparison holds elementwise metrics; this module's Comparison is a check's finding.
+from infralab.kernels.compare import Comparison as Elementwise
+from infralab.kernels.compare import compare
 from infralab.kernels.ops.kda_decode import CHECK_RING_LEN
 from infralab.kernels.ops.matmul import CHECK_BLOCKS, MatmulPartition
 from infralab.kernels.partition import (
@@ -122,7 +124,7 @@ class CheckReport:
         }
 
 
-def _metrics(c: Comparison) -> dict:
+def _metrics(c: Elementwise) -> dict:
     return {"max_abs": c.max_abs, "max_rel": c.max_rel, "max_ulp": c.max_ulp,
             "bitwise_equal": c.bitwise_equal, "rel_fro": c.rel_fro}
 
