@@ -108,6 +108,17 @@ def placement_of(rule) -> Placement:
     )
 
 
+def _chunk_python_s(cfg: ProbeConfig, m, seg: ProbeSegments, descriptors: str) -> float:
+    """The transfer thread's Python per chunk (GIL held): its measured hold per chunk
+    (`chunk_hold_s`: descriptors, their recording, the copy call's setup, timed alone), else the
+    descriptors at the unit cost plus the main thread's bookkeeping gap; with native descriptors
+    only the gap (the descriptors are the GIL-releasing call)."""
+    if descriptors == "native":
+        return seg.gap_s
+    hold = m.chunk_hold_s
+    return hold if hold == hold else seg.gap_s + cfg.blocks_per_chunk * m.python_unit_s
+
+
 def host_schedule(cfg: ProbeConfig, m, seg: ProbeSegments, granularity: str, holds: bool,
                   cores: int, descriptors: str = "python") -> HostSchedule:
     """The probe's schedule for the simulator on `cores` cores: the main thread's segments as the
@@ -125,7 +136,7 @@ def host_schedule(cfg: ProbeConfig, m, seg: ProbeSegments, granularity: str, hol
         launch_s=seg.launch_s + seg.gap_s,
         dispatch_s=seg.dispatch_s,
         combine_s=seg.combine_s,
-        chunk_python_s=seg.gap_s + (0.0 if descriptors == "native" else cfg.blocks_per_chunk * m.python_unit_s),
+        chunk_python_s=_chunk_python_s(cfg, m, seg, descriptors),
         native_descriptors_s=cfg.blocks_per_chunk * m.python_unit_s if descriptors == "native" else 0.0,
         copy_s=cfg.chunk_kib * 1024 / m.copy_cold_bytes_per_s,
         granularity=granularity,
@@ -235,7 +246,9 @@ def probe_vs_sim(cfg: ProbeConfig, timeline_dir: Path | None = None) -> dict[str
 
     libs = load()
     load_before = os.getloadavg()
-    m = threads.microbenchmarks(chunk_bytes=cfg.chunk_kib * 1024, native_wait=cfg.native_wait, libs=libs)
+    m = threads.microbenchmarks(chunk_bytes=cfg.chunk_kib * 1024, native_wait=cfg.native_wait, libs=libs,
+                                blocks_per_chunk=cfg.blocks_per_chunk,
+                                layer_ns=(cfg.dispatch_us + cfg.combine_us) * 1000)
     variants, skipped = [], []
     arms = [(g, mode, d) for g in cfg.granularities for mode in cfg.modes for d in cfg.kv_descriptors]
     for cores, own in layouts(cfg):

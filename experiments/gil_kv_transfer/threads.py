@@ -274,6 +274,34 @@ class HostMeasurements:
     # Where a thread woken by a computing waker runs with 2+ cores, by its previous CPU, and when a
     # displaced waker is pulled (waker_placements); None if not measured.
     placement: PlacementRule | None = None
+    # The transfer thread's GIL hold per chunk: from its descriptors' first stamp to its copy call,
+    # its own loop run alone on one chunk after a pause (chunk_hold_s); NaN if not measured.
+    chunk_hold_s: float = float("nan")
+
+
+def chunk_hold_samples(libs: NativeLibs, blocks: int, pause_ns: int, repeats: int) -> tuple[float, ...]:
+    """How long the transfer thread holds the GIL per chunk (seconds, sorted): its own loop
+    (`_transfer_loop`: descriptors, their recording, the copy call's setup) run on ONE thread, one
+    chunk at a time, each after a `pause_ns` sleep, as the probe's chunks arrive once per layer
+    (after a pause the caches are colder than back to back: 0.26 ms against 0.24 ms median for
+    2000 descriptors here). Sample = the copy call's start - the descriptors' first stamp."""
+    sched = ProbeSchedule(blocks_per_chunk=blocks, chunk_bytes=4096)
+    src, dst = (ctypes.c_char * 4096)(), (ctypes.c_char * 4096)()
+    stamps = (ctypes.c_uint64 * 2)()
+    out: list[ProbeInterval] = []
+    rec = _Recorder(out)
+    samples = []
+    for _ in range(repeats):
+        work: queue.Queue = queue.Queue()
+        work.put(0)
+        work.put(None)
+        libs.releasing.infralab_sleep_ns(pause_ns, stamps)
+        out.clear()
+        _transfer_loop(libs, sched, work, rec, src, dst, {})
+        first = min(iv.start_ns for iv in out if iv.op == "descriptors")
+        copy = next(iv for iv in out if iv.op == "copy" and iv.name == NATIVE_RELEASE)
+        samples.append((copy.start_ns - first) * 1e-9)
+    return tuple(sorted(samples))
 
 
 def _time_layer_overhead(libs: NativeLibs, layers: int) -> float:
@@ -286,9 +314,13 @@ def microbenchmarks(
     native_wait: Literal["spin", "sleep"] = "spin",
     repeats: int = 25,
     libs: NativeLibs | None = None,
+    blocks_per_chunk: int = 2000,
+    layer_ns: int = 1_800_000,
 ) -> HostMeasurements:
     """Measure the costs the simulator needs to mirror `run_probe` on this machine. `native_wait`
-    is accepted for symmetry with ProbeSchedule; both hand-off flavours are always measured."""
+    is accepted for symmetry with ProbeSchedule; both hand-off flavours are always measured.
+    `blocks_per_chunk`, `layer_ns`: the chunk whose GIL hold is timed and the pause before each
+    (the schedule's layer time: dispatch + combine)."""
     libs = libs or load()
     python_work(1000)  # warm up
     handoff = handoff_samples(libs, repeats, "sleep")
@@ -314,4 +346,5 @@ def microbenchmarks(
         wake_delay_samples_s=wake,
         wake_delays_by_held_s=by_held,
         waker_delay_samples_s=waker,
+        chunk_hold_s=statistics.median(chunk_hold_samples(libs, blocks_per_chunk, layer_ns, repeats)),
     )

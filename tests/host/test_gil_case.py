@@ -107,6 +107,7 @@ def test_the_sim_mirror_of_the_probe_schedule_is_its_sum_without_transfer() -> N
                                       "pull_delay_samples_s": (1e-3,), "new_on_parent": 1.0,
                                       "stay_on_busy_previous": None})()  # a PlacementRule stand-in
         copy_cold_bytes_per_s = 4096 * 1024 / 3e-4  # a 4 MiB chunk copies in 0.3 ms (cold caches)
+        chunk_hold_s = math.nan  # not measured: the descriptors at the unit cost plus the gap
 
     cfg = ProbeConfig(steps=2, layers=3, blocks_per_chunk=100)
     seg = ProbeSegments(launch_s=1e-4, dispatch_s=1e-3, combine_s=2e-4, gap_s=1e-5)
@@ -114,6 +115,7 @@ def test_the_sim_mirror_of_the_probe_schedule_is_its_sum_without_transfer() -> N
         for cores in (1, 2):
             sched = host_schedule(cfg, M, seg, "per_layer", holds, cores)
             assert sched.copy_s == pytest.approx(3e-4) and sched.cores == cores
+            assert sched.chunk_python_s == pytest.approx(1e-5 + 100 * 1e-7)
             # The micro-probe's shares passed through as measured; a state it never saw keeps the
             # default (the kernel's rule read literally: 1 for wake-ups by a waker, 0 for the rest).
             assert (sched.placement.stay_with_waker, sched.placement.to_idle_previous) == (0.5, 1.0)
@@ -324,3 +326,14 @@ def test_the_probe_adds_a_core_per_thread_layout_at_its_largest_core_count() -> 
     # Both shipped experiments judge the claim on that layout.
     for name in ("published.toml", "experiment.toml"):
         assert case.load_experiment(STUDY / name).probe.own_cores
+
+
+def test_the_transfer_threads_python_per_chunk_is_its_measured_gil_hold_where_measured() -> None:
+    class M:  # HostMeasurements stand-in: only what the rule reads
+        python_unit_s, chunk_hold_s = 1e-7, 3e-4
+
+    cfg, seg = ProbeConfig(blocks_per_chunk=100), ProbeSegments(launch_s=1e-4, dispatch_s=1e-3, combine_s=2e-4, gap_s=1e-5)
+    assert probe._chunk_python_s(cfg, M, seg, "python") == 3e-4  # the chunk's whole GIL hold, timed alone
+    assert probe._chunk_python_s(cfg, M, seg, "native") == 1e-5  # the descriptors run in the releasing call
+    M.chunk_hold_s = math.nan
+    assert probe._chunk_python_s(cfg, M, seg, "python") == pytest.approx(1e-5 + 100 * 1e-7)

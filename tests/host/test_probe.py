@@ -98,8 +98,10 @@ def test_a_probe_run_records_the_schedule(libs, granularity: str, holds: bool) -
 
 
 def test_microbenchmarks_measure_every_cost(libs) -> None:
-    m = microbenchmarks(chunk_bytes=1 << 16, native_wait="sleep", repeats=3, libs=libs)
+    m = microbenchmarks(chunk_bytes=1 << 16, native_wait="sleep", repeats=3, libs=libs, blocks_per_chunk=200,
+                        layer_ns=200_000)
     assert m.python_unit_s > 0 and m.copy_bytes_per_s > 0
+    assert 0 < m.chunk_hold_s < 1.0  # measured (seconds), not left as NaN
     assert m.native_call_hold_s > 0 and m.native_call_release_s > 0
     assert m.switch_interval_s == sys.getswitchinterval()
     assert m.copy_cold_bytes_per_s > 0
