@@ -59,6 +59,9 @@ class HostScheduleRun:
     prefill_s: float
     # Per thread: seconds runnable without a core until the prefill ended (empty without cores).
     core_wait_s: dict[str, float] = field(default_factory=dict)
+    # Share of the chunks built before the prefill ended whose descriptors ran on the core the main
+    # thread last ran on (None: no cores modelled, or no chunk).
+    chunks_on_mains_core: float | None = None
 
 
 def _device_wait(thread: HostThread, duration_s: float, holds_gil: bool, label: str, busy: bool):
@@ -83,6 +86,7 @@ def run_host_schedule(sched: HostSchedule, with_transfer: bool, seed: int = 0) -
     inbox = simpy.Store(env)
     done: dict[str, float] = {}
     waits: dict[str, float] = {}
+    stacked: list[bool] = []  # per chunk built during the prefill: on main's core?
 
     started = env.event()
 
@@ -100,6 +104,8 @@ def run_host_schedule(sched: HostSchedule, with_transfer: bool, seed: int = 0) -
                 yield from mover.native(sched.native_descriptors_s, holds_gil=False, label="descriptors", busy=True)
             else:
                 yield from mover.python(sched.chunk_python_s, "descriptors")
+            if cpu is not None and "prefill" not in done:
+                stacked.append(cpu.last_core.get("kv-transfer") == cpu.last_core.get("main"))
             yield from mover.native(sched.copy_s, holds_gil=False, label="copy", busy=True)
 
     def prefill():
@@ -131,4 +137,4 @@ def run_host_schedule(sched: HostSchedule, with_transfer: bool, seed: int = 0) -
     env.process(prefill())
     env.run()
     record.end_s = env.now
-    return HostScheduleRun(record, done["prefill"], waits)
+    return HostScheduleRun(record, done["prefill"], waits, sum(stacked) / len(stacked) if stacked else None)

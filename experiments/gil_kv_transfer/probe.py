@@ -218,6 +218,7 @@ class ProbePair:
     with_s: float
     foreign_share: float | None  # other processes' share of the cores over both runs
     runqueue_wait_s: dict[str, float | None]  # per thread of the run with transfer
+    chunks_on_mains_cpu: float | None = None  # the run with transfer: threads.chunks_on_mains_cpu
 
     @property
     def quiet(self) -> bool:
@@ -229,7 +230,8 @@ def _probe_pair(sched, libs) -> ProbePair:
     r1 = threads.run_probe(sched, True, libs)
     both = r0.contention + r1.contention if r0.contention and r1.contention else None
     return ProbePair(_probe_intervals(r0), r0.prefill_s, _probe_intervals(r1), r1.prefill_s,
-                     None if both is None else both.foreign_share, dict(r1.runqueue_wait_s))
+                     None if both is None else both.foreign_share, dict(r1.runqueue_wait_s),
+                     threads.chunks_on_mains_cpu(r1))
 
 
 def probe_vs_sim(cfg: ProbeConfig, timeline_dir: Path | None = None) -> dict[str, Any]:
@@ -373,6 +375,8 @@ def _variant(cfg: ProbeConfig, here, cores: int, granularity: str, mode: str, de
     }
     probe["runqueue_wait_s"] = {track: _median_or_none([p.runqueue_wait_s.get(track) for p in used])
                                 for track in ("thread/main", "thread/kv-transfer")}
+    # Where the threads ran: the share of chunks built on the CPU main last ran on (stacked).
+    probe["chunks_on_mains_cpu"] = _median_or_none([p.chunks_on_mains_cpu for p in used])
     # The main thread's segments from the run without transfer nearest the median one: a mean over
     # all runs would carry the rare long stalls other processes cause into the model's input.
     typical_without = _nearest(without, probe["prefill_without_s"])
@@ -396,6 +400,7 @@ def _variant(cfg: ProbeConfig, here, cores: int, granularity: str, mode: str, de
     )["degradation"]
     sim["runqueue_wait_s"] = {f"thread/{t}": statistics.median(r.core_wait_s.get(t, 0.0) for r in sim_with)
                               for t in ("main", "kv-transfer")}
+    sim["chunks_on_mains_core"] = _median_or_none([r.chunks_on_mains_core for r in sim_with])
     if timeline_dir is not None:
         meta = {"granularity": granularity, "dispatch_combine": mode, "kv_transfer": True, "cores": cores,
                 "own_cores": own, "kv_descriptors": descriptors}
@@ -508,12 +513,14 @@ def _plain_text(s: dict[str, Any]) -> str:
 def _placement_text(rule: dict[str, Any] | None) -> str:
     if not rule:
         return ""
-    def share(x):
-        return "n/a" if x is None else f"{x:.0%}"
-    return (f"; stays with waker {share(rule['stay_with_waker'])} ({rule['trials_prev_waker']}), to idle prev "
-            f"{share(rule['to_idle_previous'])} ({rule['trials_prev_other']}), pulled {rule['pulled']}; "
-            f"new thread on parent's {share(rule.get('new_on_parent'))} ({rule.get('trials_start', 0)}), "
-            f"timer wake on busy prev {share(rule.get('stay_on_busy_previous'))} ({rule.get('trials_prev_busy', 0)})")
+    return (f"; stays with waker {_share(rule['stay_with_waker'])} ({rule['trials_prev_waker']}), to idle prev "
+            f"{_share(rule['to_idle_previous'])} ({rule['trials_prev_other']}), pulled {rule['pulled']}; "
+            f"new thread on parent's {_share(rule.get('new_on_parent'))} ({rule.get('trials_start', 0)}), "
+            f"timer wake on busy prev {_share(rule.get('stay_on_busy_previous'))} ({rule.get('trials_prev_busy', 0)})")
+
+
+def _share(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.0%}"
 
 
 def _noise_text(noise: dict[str, Any]) -> str:
@@ -557,8 +564,9 @@ def probe_table(result: dict[str, Any]) -> str:
         "| degradation: probe median [min..max over repeats] | sim (without the waker and placement rules) | error "
         "| verdict (held: within 20 %, released: within 3 points; only where the probe's spread allows) "
         "| quiet pairs (others' CPU share, median) | main's core wait (ms): probe / sim "
+        "| KV chunks on main's CPU: probe / sim "
         "| dispatch/combine covered by KV Python: probe / sim |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for v in result["variants"]:
         p, s, e = v["probe"], v["sim"], v["rel_err"]["degradation"]
@@ -575,10 +583,11 @@ def probe_table(result: dict[str, Any]) -> str:
             f"| {p['prefill_without_s']:.4f} / {s['prefill_without_s']:.4f} "
             f"| {p['degradation']:.1%} [{p['spread']['min']:.1%}..{p['spread']['max']:.1%}] "
             f"| {s['degradation']:.1%}{_plain_text(s)} | {rel} | {ok} | {_noise_text(noise)} | {_wait_text(p, s)} "
+            f"| {_share(p.get('chunks_on_mains_cpu'))} / {_share(s.get('chunks_on_mains_core'))} "
             f"| {p['kv_python_over_comm']:.0%} / {s['kv_python_over_comm']:.0%} |"
         )
     for skip in result.get("skipped", []):
-        lines.append(f"| {layout_text(skip['cores'], skip.get('own_cores', False))} | skipped: {skip['reason']} | | | | | | | | | | |")
+        lines.append(f"| {layout_text(skip['cores'], skip.get('own_cores', False))} | skipped: {skip['reason']} | | | | | | | | | | | |")
     lines += [
         "",
         "Where the main thread's extra prefill time went (with minus without transfer, seconds): Python and "

@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from infralab.kernels.host_probe.affinity import pinned, skip_reason
+from infralab.kernels.host_probe.affinity import current_cpu, pinned, skip_reason
 from infralab.kernels.host_probe.build import NativeLibs, load
 from infralab.kernels.host_probe.contention import Contention, CpuSnapshot, thread_sched_ns
 from infralab.kernels.host_probe.micro import (
@@ -114,6 +114,9 @@ class ProbeRun:
     runqueue_wait_s: dict[str, float | None] = field(default_factory=dict)
     # Per track: the CPUs the thread may run on (its affinity mask once the run began).
     affinity: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # Where each thread ran: (ns, track, op, cpu) at every Python segment's start and every native
+    # call's return (sched_getcpu).
+    cpus: list[tuple[int, str, str, int]] = field(default_factory=list)
 
     @property
     def prefill_s(self) -> float:
@@ -144,11 +147,14 @@ def running_spans(stamps: list[int], stall_factor: float = 8.0, min_stall_ns: in
 class _Recorder:
     """Appends intervals; list.append is atomic under the GIL, so threads can share one."""
 
-    def __init__(self, out: list[ProbeInterval], affinity: dict[str, tuple[int, ...]] | None = None) -> None:
+    def __init__(self, out: list[ProbeInterval], affinity: dict[str, tuple[int, ...]] | None = None,
+                 cpus: list[tuple[int, str, str, int]] | None = None) -> None:
         self.out = out
         self.affinity = {} if affinity is None else affinity
+        self.cpus = [] if cpus is None else cpus
 
     def python(self, track: str, op: str, units: int) -> None:
+        self.cpus.append((time.perf_counter_ns(), track, op, current_cpu()))
         stamps = [time.perf_counter_ns()]
         python_work(units, stamps)
         running, stalled = running_spans(stamps)
@@ -159,10 +165,26 @@ class _Recorder:
         stamps = (ctypes.c_uint64 * 2)()
         call(*args, stamps)
         back = time.perf_counter_ns()  # first bytecode after the call: the GIL is ours again
+        self.cpus.append((back, track, op, current_cpu()))
         name = NATIVE_HOLD if holds_gil else NATIVE_RELEASE
         self.out.append(ProbeInterval(track, name, op, stamps[0], stamps[1]))
         if not holds_gil and back > stamps[1]:
             self.out.append(ProbeInterval(track, GIL_WAIT, op, stamps[1], back))
+
+
+def chunks_on_mains_cpu(run: ProbeRun) -> float | None:
+    """Share of the transfer thread's chunks whose descriptors started on the CPU the main thread
+    last ran on (both threads stacked on one CPU); None without chunks before the prefill ended."""
+    main_cpu, on, chunks = None, 0, 0
+    for ns, track, op, cpu in sorted(run.cpus):
+        if ns > run.prefill_end_ns:
+            break
+        if track == "thread/main":
+            main_cpu = cpu
+        elif op == "descriptors" and main_cpu is not None:
+            chunks += 1
+            on += cpu == main_cpu
+    return on / chunks if chunks else None
 
 
 def _waited_s(start: tuple[int, int] | None) -> float | None:
@@ -207,7 +229,7 @@ def _run_probe(sched: ProbeSchedule, with_transfer: bool, libs: NativeLibs, core
     lib = libs.lib(sched.holds_gil)
     spin = lib.infralab_spin_ns if sched.native_wait == "spin" else lib.infralab_sleep_ns
     run = ProbeRun(sched, with_transfer)
-    rec = _Recorder(run.intervals, run.affinity)
+    rec = _Recorder(run.intervals, run.affinity, run.cpus)
     work: queue.Queue = queue.Queue()
     transfer = None
     if with_transfer:

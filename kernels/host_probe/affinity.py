@@ -7,9 +7,19 @@ GIL hand-off trial's waiter); both then share the same `cores` cores. The mask i
 
 from __future__ import annotations
 
+import ctypes
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+# libc through PyDLL: sched_getcpu keeps the GIL (a Python file read would release it and let
+# another thread of a probe run in between).
+_LIBC = ctypes.PyDLL(None)
+
+
+def current_cpu() -> int:
+    """The CPU the calling thread runs on now (sched_getcpu; the GIL kept; about a microsecond)."""
+    return int(_LIBC.sched_getcpu())
 
 
 def usable_cores() -> tuple[int, ...]:

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from infralab.kernels.host_probe.affinity import pinned
+from infralab.kernels.host_probe.affinity import current_cpu, pinned
 from infralab.kernels.host_probe.build import NativeLibs
 from infralab.kernels.host_probe.contention import processor_of
 
@@ -197,13 +197,13 @@ def _waker_placements(libs: NativeLibs, repeats: int, release_ns: int) -> tuple[
             inside.set()
             libs.releasing.infralab_spin_ns(2_000_000, own)  # returns while main holds the GIL
             back.append(time.perf_counter_ns())
-            after.extend((_LIBC.sched_getcpu(), _pread_keeping_gil(fds[1])))
+            after.extend((current_cpu(), _pread_keeping_gil(fds[1])))
 
         t = threading.Thread(target=waiter)
         t.start()
         inside.wait()
         libs.holding.infralab_spin_ns(3_000_000, stamps)  # the waiter now sleeps on the GIL
-        prev, before, waker_cpu = _pread_keeping_gil(fds[0]), _pread_keeping_gil(fds[1]), _LIBC.sched_getcpu()
+        prev, before, waker_cpu = _pread_keeping_gil(fds[0]), _pread_keeping_gil(fds[1]), current_cpu()
         mine = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
         own_before = _pread_keeping_gil(mine)
         libs.releasing.infralab_spin_ns_cpu(release_ns, stamps, cpus)
@@ -313,16 +313,16 @@ def _start_placement(libs: NativeLibs) -> StartPlacement:
     stamps = (ctypes.c_uint64 * 2)()
 
     def spinner() -> None:
-        child.append(_LIBC.sched_getcpu())
+        child.append(current_cpu())
         libs.releasing.infralab_spin_ns_cpu(START_SPIN_NS, own, cpus)
 
     python_work(SLICE_UNITS)  # the parent runs on its CPU when it starts the thread
-    parent = _LIBC.sched_getcpu()
+    parent = current_cpu()
     t = threading.Thread(target=spinner)
     t.start()
-    before = _LIBC.sched_getcpu()
+    before = current_cpu()
     libs.releasing.infralab_sleep_ns(START_SLEEP_NS, stamps)
-    woken = _LIBC.sched_getcpu()
+    woken = current_cpu()
     t.join()
     return StartPlacement(parent, child[0], int(cpus[0]), before, woken)
 

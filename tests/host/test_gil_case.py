@@ -125,6 +125,8 @@ def test_the_sim_mirror_of_the_probe_schedule_is_its_sum_without_transfer() -> N
             assert alone.prefill_s == pytest.approx(6 * (2 * 1.1e-4 + 1e-3 + 2e-4))
             both = run_host_schedule(sched, with_transfer=True)
             assert both.prefill_s >= alone.prefill_s - 1e-12
+            if cores == 1:  # one core: every chunk is built on main's core
+                assert both.chunks_on_mains_core == 1.0
             assert run_host_schedule(sched, with_transfer=True).record == both.record  # same seed, same run
             copies = [iv for iv in both.record.intervals
                       if iv.track == "thread/kv-transfer" and iv.name == "native-release-gil" and dict(iv.args)["op"] == "copy"]

@@ -129,19 +129,22 @@ def test_pinning_applies_to_threads_started_inside_and_is_undone() -> None:
 
 
 def test_a_probe_run_on_one_core_keeps_both_threads_there(libs) -> None:
-    sched = ProbeSchedule(steps=1, layers=2, launch_units=20, dispatch_ns=50_000, combine_ns=10_000,
-                          blocks_per_chunk=20, chunk_bytes=4 << 10, native_wait="sleep", cores=1)
+    # Long enough dispatches that chunks are built before the prefill ends.
+    sched = ProbeSchedule(steps=1, layers=3, launch_units=20, dispatch_ns=1_000_000, combine_ns=10_000,
+                          blocks_per_chunk=20, chunk_bytes=4 << 10, native_wait="sleep", cores=1, holds_gil=False)
     before = os.sched_getaffinity(0)
     run = run_probe(sched, with_transfer=True, libs=libs)
     assert any(iv.track == "thread/kv-transfer" for iv in run.intervals)
     assert os.sched_getaffinity(0) == before
+    assert _threads.chunks_on_mains_cpu(run) == 1.0  # one CPU: every chunk is built on main's
 
 
 def test_a_probe_run_with_own_cores_pins_each_thread_to_a_core_of_its_own(libs) -> None:
     from infralab.kernels.host_probe.affinity import skip_reason, usable_cores
 
-    sched = ProbeSchedule(steps=1, layers=2, launch_units=20, dispatch_ns=50_000, combine_ns=10_000,
-                          blocks_per_chunk=20, chunk_bytes=4 << 10, native_wait="sleep", cores=2, own_cores=True)
+    sched = ProbeSchedule(steps=1, layers=3, launch_units=20, dispatch_ns=1_000_000, combine_ns=10_000,
+                          blocks_per_chunk=20, chunk_bytes=4 << 10, native_wait="sleep", cores=2, own_cores=True,
+                          holds_gil=False)
     with pytest.raises(ValueError, match="own_cores needs cores >= 2"):
         run_probe(dataclasses.replace(sched, cores=1), with_transfer=True, libs=libs)
     if skip_reason(2) is not None:
@@ -150,6 +153,8 @@ def test_a_probe_run_with_own_cores_pins_each_thread_to_a_core_of_its_own(libs) 
     run = run_probe(sched, with_transfer=True, libs=libs)
     first, second = usable_cores()[:2]
     assert run.affinity == {"thread/main": (first,), "thread/kv-transfer": (second,)}
+    assert {cpu for _, track, _, cpu in run.cpus if track == "thread/kv-transfer"} == {second}
+    assert _threads.chunks_on_mains_cpu(run) == 0.0
     assert any(iv.track == "thread/kv-transfer" for iv in run.intervals)
     assert os.sched_getaffinity(0) == before  # the main thread's mask is restored
     shared = run_probe(dataclasses.replace(sched, own_cores=False), with_transfer=True, libs=libs)
@@ -233,3 +238,12 @@ def test_thread_starts_and_timer_wake_ups_are_measured_by_state() -> None:
     assert rule.new_on_parent == pytest.approx(2 / 3) and rule.stay_on_busy_previous == 0.5
     assert (rule.trials_start, rule.trials_prev_busy) == (3, 2)
     assert placement_rule(()).new_on_parent is None and placement_rule(()).stay_on_busy_previous is None
+
+
+def test_chunks_on_mains_cpu_follows_the_main_threads_last_cpu() -> None:
+    run = _threads.ProbeRun(ProbeSchedule(), True, start_ns=0, prefill_end_ns=100)
+    run.cpus[:] = [(1, "thread/main", "launch", 0), (2, "thread/kv-transfer", "descriptors", 0),
+                   (3, "thread/main", "dispatch", 1), (4, "thread/kv-transfer", "descriptors", 0),
+                   (5, "thread/kv-transfer", "copy", 1), (200, "thread/kv-transfer", "descriptors", 1)]
+    assert _threads.chunks_on_mains_cpu(run) == 0.5  # the chunk after the prefill's end is not counted
+    assert _threads.chunks_on_mains_cpu(_threads.ProbeRun(ProbeSchedule(), False)) is None
