@@ -4,8 +4,9 @@ The probe (infralab.kernels.host_probe) runs the schedule on real threads of thi
 to 1 and then 2 cores (CPU affinity, set before its threads start); the simulator runs the same
 schedule with `cores` set to the same count (sim/host/cpu.py). What is calibrated and what is
 predicted:
-- calibrated, from single-thread measurements only: the cost of a unit of Python work, the memcpy
-  rate with cold caches (microbenchmarks), and the main thread's segment durations from the runs WITHOUT the
+- calibrated, from single-thread measurements only: the cost of a unit of Python work, the
+  transfer thread's GIL hold and copy per chunk, its own loop run alone as each schedule feeds it
+  (`threads.chunk_costs`), and the main thread's segment durations from the runs WITHOUT the
   transfer thread (one thread, nothing to contend with); the GIL's switch interval and its
   hand-off latency after a blocking release (sampled beside every repeat at the same core count:
   it swings with the machine's load); the OS's wake-up delay of a thread woken on a busy core
@@ -108,15 +109,23 @@ def placement_of(rule) -> Placement:
     )
 
 
-def _chunk_python_s(cfg: ProbeConfig, m, seg: ProbeSegments, descriptors: str) -> float:
-    """The transfer thread's Python per chunk (GIL held): its measured hold per chunk
-    (`chunk_hold_s`: descriptors, their recording, the copy call's setup, timed alone), else the
-    descriptors at the unit cost plus the main thread's bookkeeping gap; with native descriptors
-    only the gap (the descriptors are the GIL-releasing call)."""
+def _chunk_python_s(cfg: ProbeConfig, m, seg: ProbeSegments, descriptors: str, granularity: str) -> float:
+    """The transfer thread's Python per chunk (GIL held): its measured hold per chunk in the
+    schedule's pattern (`chunk_cost(granularity).hold_s`: descriptors, their recording, the copy
+    call's setup, timed alone), else the descriptors at the unit cost plus the main thread's
+    bookkeeping gap; with native descriptors only the gap (the descriptors are the GIL-releasing
+    call)."""
     if descriptors == "native":
         return seg.gap_s
-    hold = m.chunk_hold_s
-    return hold if hold == hold else seg.gap_s + cfg.blocks_per_chunk * m.python_unit_s
+    cost = m.chunk_cost(granularity)
+    return cost.hold_s if cost is not None else seg.gap_s + cfg.blocks_per_chunk * m.python_unit_s
+
+
+def _copy_s(cfg: ProbeConfig, m, granularity: str) -> float:
+    """One chunk's copy (GIL released): timed alone in the schedule's pattern where measured
+    (`chunk_cost(granularity).copy_s`), else the chunk at the cold-cache memcpy rate."""
+    cost = m.chunk_cost(granularity)
+    return cost.copy_s if cost is not None else cfg.chunk_kib * 1024 / m.copy_cold_bytes_per_s
 
 
 def host_schedule(cfg: ProbeConfig, m, seg: ProbeSegments, granularity: str, holds: bool,
@@ -136,9 +145,9 @@ def host_schedule(cfg: ProbeConfig, m, seg: ProbeSegments, granularity: str, hol
         launch_s=seg.launch_s + seg.gap_s,
         dispatch_s=seg.dispatch_s,
         combine_s=seg.combine_s,
-        chunk_python_s=_chunk_python_s(cfg, m, seg, descriptors),
+        chunk_python_s=_chunk_python_s(cfg, m, seg, descriptors, granularity),
         native_descriptors_s=cfg.blocks_per_chunk * m.python_unit_s if descriptors == "native" else 0.0,
-        copy_s=cfg.chunk_kib * 1024 / m.copy_cold_bytes_per_s,
+        copy_s=_copy_s(cfg, m, granularity),
         granularity=granularity,
         holds_gil=holds,
         gil=GilParams(m.switch_interval_s, measured(m.handoff_s), handoff_samples_s=tuple(m.handoff_samples_s)),
@@ -250,7 +259,7 @@ def probe_vs_sim(cfg: ProbeConfig, timeline_dir: Path | None = None) -> dict[str
     load_before = os.getloadavg()
     m = threads.microbenchmarks(chunk_bytes=cfg.chunk_kib * 1024, native_wait=cfg.native_wait, libs=libs,
                                 blocks_per_chunk=cfg.blocks_per_chunk,
-                                layer_ns=(cfg.dispatch_us + cfg.combine_us) * 1000)
+                                layer_ns=(cfg.dispatch_us + cfg.combine_us) * 1000, layers=cfg.layers)
     variants, skipped = [], []
     arms = [(g, mode, d) for g in cfg.granularities for mode in cfg.modes for d in cfg.kv_descriptors]
     for cores, own in layouts(cfg):
@@ -536,6 +545,15 @@ def _wait_text(p: dict[str, Any], s: dict[str, Any]) -> str:
     return f"{'n/a' if probe is None else f'{probe * 1e3:.1f}'} / {'n/a' if sim is None else f'{sim * 1e3:.1f}'}"
 
 
+def _chunk_costs_text(m: dict[str, Any]) -> str:
+    costs = m.get("chunk_costs") or []
+    if not costs:
+        return "the transfer thread's chunk not timed alone (its copy at the cold rate: used)"
+    each = "; ".join(f"{c['granularity']} {c['hold_s'] * 1e6:.0f} µs / {c['copy_s'] * 1e6:.0f} µs ({c['samples']} chunks)"
+                     for c in costs)
+    return f"the transfer thread's GIL hold / copy per chunk, its loop alone as each schedule feeds it (used): {each}"
+
+
 def probe_table(result: dict[str, Any]) -> str:
     m = result["measurements"]
     load = result.get("load_average")
@@ -549,7 +567,8 @@ def probe_table(result: dict[str, Any]) -> str:
         "Calibration (single-thread measurements on this machine): "
         f"Python unit {m['python_unit_s'] * 1e9:.0f} ns, ctypes call {m['native_call_hold_s'] * 1e6:.2f} µs (PyDLL) / "
         f"{m['native_call_release_s'] * 1e6:.2f} µs (CDLL), memcpy {m['copy_bytes_per_s'] / 1e9:.1f} GB/s hot / "
-        f"{m['copy_cold_bytes_per_s'] / 1e9:.1f} GB/s cold (used), switch interval {m['switch_interval_s'] * 1e3:.1f} ms, "
+        f"{m['copy_cold_bytes_per_s'] / 1e9:.1f} GB/s cold, {_chunk_costs_text(m)}, "
+        f"switch interval {m['switch_interval_s'] * 1e3:.1f} ms, "
         f"loop overhead {m['layer_overhead_s'] * 1e6:.1f} µs/layer; "
         "the main thread's segments from the probe's runs without transfer; the GIL hand-off and the OS's wake-up "
         "delays on a busy core (by how long the holder has had it, and for a thread woken by the holder itself: the "

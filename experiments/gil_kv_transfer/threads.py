@@ -296,34 +296,76 @@ class HostMeasurements:
     # Where a thread woken by a computing waker runs with 2+ cores, by its previous CPU, and when a
     # displaced waker is pulled (waker_placements); None if not measured.
     placement: PlacementRule | None = None
-    # The transfer thread's GIL hold per chunk: from its descriptors' first stamp to its copy call,
-    # its own loop run alone on one chunk after a pause (chunk_hold_s); NaN if not measured.
-    chunk_hold_s: float = float("nan")
+    # The transfer thread's costs per chunk, by the probe's schedule (granularity): its GIL hold
+    # (descriptors' first stamp to its copy call) and its copy, its own loop run alone as the
+    # schedule feeds it (chunk_samples); () if not measured.
+    chunk_costs: tuple[ChunkCost, ...] = ()
+
+    def chunk_cost(self, granularity: str) -> ChunkCost | None:
+        """The measured per-chunk costs for `granularity`; None where not measured."""
+        return next((c for c in self.chunk_costs if c.granularity == granularity), None)
 
 
-def chunk_hold_samples(libs: NativeLibs, blocks: int, pause_ns: int, repeats: int) -> tuple[float, ...]:
-    """How long the transfer thread holds the GIL per chunk (seconds, sorted): its own loop
-    (`_transfer_loop`: descriptors, their recording, the copy call's setup) run on ONE thread, one
-    chunk at a time, each after a `pause_ns` sleep, as the probe's chunks arrive once per layer
-    (after a pause the caches are colder than back to back: 0.26 ms against 0.24 ms median for
-    2000 descriptors here). Sample = the copy call's start - the descriptors' first stamp."""
-    sched = ProbeSchedule(blocks_per_chunk=blocks, chunk_bytes=4096)
-    src, dst = (ctypes.c_char * 4096)(), (ctypes.c_char * 4096)()
+@dataclass(frozen=True)
+class ChunkCost:
+    """The transfer thread's medians per chunk for one schedule, seconds: `hold_s` from its
+    descriptors' first stamp to its copy call (the GIL held: descriptors, their recording, the
+    copy call's setup), `copy_s` the copy call itself (the GIL released)."""
+
+    granularity: str
+    hold_s: float
+    copy_s: float
+    samples: int
+
+
+def chunk_samples(libs: NativeLibs, blocks: int, chunk_bytes: int, pause_ns: int, chunks: int,
+                  repeats: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The transfer thread's GIL hold and copy per chunk (seconds, each sorted), its own loop
+    (`_transfer_loop`) run on ONE thread as a schedule feeds it: `repeats` times, a `pause_ns`
+    sleep, then `chunks` chunks queued at once. Per layer the chunks arrive one at a time, a
+    layer's time apart (chunks=1, pause = the layer); after prefill a step's chunks arrive
+    together and run back to back (chunks = layers, pause = the step). The caches' state is the
+    schedule's: after a pause the descriptors take longer (0.26 ms against 0.24 ms for 2000 here)
+    and a copy of the same buffers back to back runs near the hot rate, where a copy after the
+    flush of `copy_cold_bytes_per_s` does not."""
+    sched = ProbeSchedule(blocks_per_chunk=blocks, chunk_bytes=chunk_bytes)
+    src, dst = (ctypes.c_char * chunk_bytes)(), (ctypes.c_char * chunk_bytes)()
+    ctypes.memmove(dst, src, chunk_bytes)  # touch the pages, as the probe does before timing
     stamps = (ctypes.c_uint64 * 2)()
     out: list[ProbeInterval] = []
     rec = _Recorder(out)
-    samples = []
+    holds, copies = [], []
     for _ in range(repeats):
         work: queue.Queue = queue.Queue()
-        work.put(0)
+        for chunk in range(chunks):
+            work.put(chunk)
         work.put(None)
         libs.releasing.infralab_sleep_ns(pause_ns, stamps)
         out.clear()
         _transfer_loop(libs, sched, work, rec, src, dst, {})
-        first = min(iv.start_ns for iv in out if iv.op == "descriptors")
-        copy = next(iv for iv in out if iv.op == "copy" and iv.name == NATIVE_RELEASE)
-        samples.append((copy.start_ns - first) * 1e-9)
-    return tuple(sorted(samples))
+        first = None
+        for iv in out:
+            if iv.op == "descriptors" and first is None:
+                first = iv.start_ns
+            elif iv.op == "copy" and iv.name == NATIVE_RELEASE and first is not None:
+                holds.append((iv.start_ns - first) * 1e-9)
+                copies.append((iv.end_ns - iv.start_ns) * 1e-9)
+                first = None
+    return tuple(sorted(holds)), tuple(sorted(copies))
+
+
+def chunk_costs(libs: NativeLibs, blocks: int, chunk_bytes: int, layer_ns: int, layers: int,
+                repeats: int) -> tuple[ChunkCost, ...]:
+    """`ChunkCost` of each granularity, measured alone in its own pattern (`chunk_samples`):
+    per layer `repeats` single chunks after a layer's pause; after prefill `layers` chunks back to
+    back after a step's pause, enough steps for about as many chunks."""
+    patterns = {"per_layer": (layer_ns, 1, repeats),
+                "after_prefill": (layer_ns * layers, layers, max(-(-repeats // layers), 2))}
+    out = []
+    for granularity, (pause_ns, chunks, trials) in patterns.items():
+        holds, copies = chunk_samples(libs, blocks, chunk_bytes, pause_ns, chunks, trials)
+        out.append(ChunkCost(granularity, statistics.median(holds), statistics.median(copies), len(holds)))
+    return tuple(out)
 
 
 def _time_layer_overhead(libs: NativeLibs, layers: int) -> float:
@@ -338,11 +380,12 @@ def microbenchmarks(
     libs: NativeLibs | None = None,
     blocks_per_chunk: int = 2000,
     layer_ns: int = 1_800_000,
+    layers: int = 12,
 ) -> HostMeasurements:
     """Measure the costs the simulator needs to mirror `run_probe` on this machine. `native_wait`
     is accepted for symmetry with ProbeSchedule; both hand-off flavours are always measured.
-    `blocks_per_chunk`, `layer_ns`: the chunk whose GIL hold is timed and the pause before each
-    (the schedule's layer time: dispatch + combine)."""
+    `blocks_per_chunk`, `layer_ns`, `layers`: the chunk whose costs are timed, the schedule's
+    layer time (dispatch + combine) and layers per step (`chunk_costs`)."""
     libs = libs or load()
     python_work(1000)  # warm up
     handoff = handoff_samples(libs, repeats, "sleep")
@@ -368,5 +411,5 @@ def microbenchmarks(
         wake_delay_samples_s=wake,
         wake_delays_by_held_s=by_held,
         waker_delay_samples_s=waker,
-        chunk_hold_s=statistics.median(chunk_hold_samples(libs, blocks_per_chunk, layer_ns, repeats)),
+        chunk_costs=chunk_costs(libs, blocks_per_chunk, chunk_bytes, layer_ns, layers, repeats),
     )

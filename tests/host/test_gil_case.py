@@ -3,6 +3,7 @@ simulator comparison's mechanics (never its numbers)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -107,13 +108,14 @@ def test_the_sim_mirror_of_the_probe_schedule_is_its_sum_without_transfer() -> N
                                       "pull_delay_samples_s": (1e-3,), "new_on_parent": 1.0,
                                       "stay_on_busy_previous": None})()  # a PlacementRule stand-in
         copy_cold_bytes_per_s = 4096 * 1024 / 3e-4  # a 4 MiB chunk copies in 0.3 ms (cold caches)
-        chunk_hold_s = math.nan  # not measured: the descriptors at the unit cost plus the gap
+        chunk_costs = ()  # not timed alone: the descriptors at the unit cost plus the gap, the cold copy
+        chunk_cost = probe.threads.HostMeasurements.chunk_cost
 
     cfg = ProbeConfig(steps=2, layers=3, blocks_per_chunk=100)
     seg = ProbeSegments(launch_s=1e-4, dispatch_s=1e-3, combine_s=2e-4, gap_s=1e-5)
     for holds in (True, False):
         for cores in (1, 2):
-            sched = host_schedule(cfg, M, seg, "per_layer", holds, cores)
+            sched = host_schedule(cfg, M(), seg, "per_layer", holds, cores)
             assert sched.copy_s == pytest.approx(3e-4) and sched.cores == cores
             assert sched.chunk_python_s == pytest.approx(1e-5 + 100 * 1e-7)
             # The micro-probe's shares passed through as measured; a state it never saw keeps the
@@ -240,10 +242,12 @@ def test_the_sim_mirror_of_native_descriptors_moves_the_loop_out_of_python() -> 
         wake_delays_by_held_s = waker_delay_samples_s = ()
         placement = None
         copy_cold_bytes_per_s = 4096 * 1024 / 3e-4
+        chunk_costs = ()
+        chunk_cost = probe.threads.HostMeasurements.chunk_cost
 
     cfg = ProbeConfig(steps=1, layers=3, blocks_per_chunk=100)
     seg = ProbeSegments(launch_s=1e-4, dispatch_s=1e-3, combine_s=2e-4, gap_s=1e-5)
-    sched = host_schedule(cfg, M, seg, "per_layer", False, 2, "native")
+    sched = host_schedule(cfg, M(), seg, "per_layer", False, 2, "native")
     assert sched.chunk_python_s == pytest.approx(1e-5) and sched.native_descriptors_s == pytest.approx(1e-5)
     run = run_host_schedule(sched, with_transfer=True)
     names = {iv.name for iv in run.record.intervals
@@ -330,12 +334,29 @@ def test_the_probe_adds_a_core_per_thread_layout_at_its_largest_core_count() -> 
         assert case.load_experiment(STUDY / name).probe.own_cores
 
 
-def test_the_transfer_threads_python_per_chunk_is_its_measured_gil_hold_where_measured() -> None:
-    class M:  # HostMeasurements stand-in: only what the rule reads
-        python_unit_s, chunk_hold_s = 1e-7, 3e-4
+def test_the_transfer_threads_chunk_costs_are_those_timed_alone_in_its_schedules_pattern() -> None:
+    ChunkCost = probe.threads.ChunkCost
 
-    cfg, seg = ProbeConfig(blocks_per_chunk=100), ProbeSegments(launch_s=1e-4, dispatch_s=1e-3, combine_s=2e-4, gap_s=1e-5)
-    assert probe._chunk_python_s(cfg, M, seg, "python") == 3e-4  # the chunk's whole GIL hold, timed alone
-    assert probe._chunk_python_s(cfg, M, seg, "native") == 1e-5  # the descriptors run in the releasing call
-    M.chunk_hold_s = math.nan
-    assert probe._chunk_python_s(cfg, M, seg, "python") == pytest.approx(1e-5 + 100 * 1e-7)
+    class M:  # HostMeasurements stand-in: only what the rules read
+        python_unit_s = 1e-7
+        copy_cold_bytes_per_s = 4096 * 1024 / 3e-4
+        chunk_costs = (ChunkCost("per_layer", 3e-4, 1.5e-4, 10), ChunkCost("after_prefill", 2.4e-4, 1e-4, 24))
+        chunk_cost = probe.threads.HostMeasurements.chunk_cost
+
+    m = M()
+    cfg = ProbeConfig(blocks_per_chunk=100, chunk_kib=4096)
+    seg = ProbeSegments(launch_s=1e-4, dispatch_s=1e-3, combine_s=2e-4, gap_s=1e-5)
+    # Each schedule gets the hold and copy of its own pattern (a chunk after a layer's pause, or a
+    # step's chunks back to back), not one figure for both.
+    assert probe._chunk_python_s(cfg, m, seg, "python", "per_layer") == 3e-4
+    assert probe._chunk_python_s(cfg, m, seg, "python", "after_prefill") == 2.4e-4
+    assert probe._copy_s(cfg, m, "per_layer") == 1.5e-4 and probe._copy_s(cfg, m, "after_prefill") == 1e-4
+    assert probe._chunk_python_s(cfg, m, seg, "native", "per_layer") == 1e-5  # the descriptors release the GIL
+    m.chunk_costs = ()  # not timed alone: the unit-cost rule and the cold copy
+    assert probe._chunk_python_s(cfg, m, seg, "python", "per_layer") == pytest.approx(1e-5 + 100 * 1e-7)
+    assert probe._copy_s(cfg, m, "after_prefill") == pytest.approx(3e-4)
+    assert "not timed alone" in probe._chunk_costs_text({"chunk_costs": []})
+    assert "after_prefill 240 µs / 100 µs (24 chunks)" in probe._chunk_costs_text(
+        {"chunk_costs": [dataclasses.asdict(c) for c in M.chunk_costs]})
+
+

@@ -101,7 +101,10 @@ def test_microbenchmarks_measure_every_cost(libs) -> None:
     m = microbenchmarks(chunk_bytes=1 << 16, native_wait="sleep", repeats=3, libs=libs, blocks_per_chunk=200,
                         layer_ns=200_000)
     assert m.python_unit_s > 0 and m.copy_bytes_per_s > 0
-    assert 0 < m.chunk_hold_s < 1.0  # measured (seconds), not left as NaN
+    # The transfer thread's chunk timed alone in each schedule's pattern (seconds), none left out.
+    assert [c.granularity for c in m.chunk_costs] == ["per_layer", "after_prefill"]
+    assert all(0 < c.hold_s < 1.0 and 0 < c.copy_s < 1.0 and c.samples >= 2 for c in m.chunk_costs)
+    assert m.chunk_cost("after_prefill") is m.chunk_costs[1] and m.chunk_cost("other") is None
     assert m.native_call_hold_s > 0 and m.native_call_release_s > 0
     assert m.switch_interval_s == sys.getswitchinterval()
     assert m.copy_cold_bytes_per_s > 0
