@@ -4,7 +4,7 @@
 
 Targets (all timings: `triton.testing.do_bench` medians, L2 flushed between calls):
 - KDA decode v3 at B=64, H=32, K=V=128, FP32 state: >= 80 % of the datasheet HBM bandwidth
-  (bytes = the static traffic floor from `infralab.kernels.work_counts`), and faster than fla-core's
+  (bytes = the static traffic floor from `infralab.kernels.ops.kda_decode.work_counts`), and faster than fla-core's
   `fused_recurrent_kda` at the same shape and math (when fla-core is importable; never a dependency);
 - KDA v2 faster than v1 and v3 faster than v2, with the percentages;
 - 3xTF32 matmul at 4096^3: >= 1.8x the throughput of the IEEE-FP32 `tl.dot` kernel, with FP32-level
@@ -161,8 +161,8 @@ def fla_kda_time(run: TargetRun) -> tuple[float | None, str]:
         return None, f"{FLA_MISSING}: {type(exc).__name__}: {exc}"
     import torch
 
-    from infralab.kernels.ops.kda_decode import kda_inputs
-    from infralab.kernels.kda_decode import kda_decode_ref
+    from infralab.kernels.ops.kda_decode.op import kda_inputs
+    from infralab.kernels.ops.kda_decode.kernel import kda_decode_ref
 
     gen = torch.Generator(device=run.device).manual_seed(0)
     q, k, v, g_raw, b, a_log, dt_bias, state = kda_inputs(dict(run.shapes.kda), run.device, gen)
@@ -183,12 +183,12 @@ def fla_kda_time(run: TargetRun) -> tuple[float | None, str]:
 def matmul_targets(run: TargetRun) -> tuple[list[Verdict], dict]:
     import torch
 
-    from infralab.kernels.bench_cases import mnk
+    from infralab.kernels.kernel_op import shape_of
     from infralab.kernels.check import fp32_level_rel_fro
-    from infralab.kernels.matmul import matmul
+    from infralab.kernels.ops.matmul.kernel import matmul
 
     n = run.shapes.matmul_size
-    times = {p: _time_case(run, "matmul", p, p, mnk(n, n, n), p) for p in ("fp32", "3xtf32")}
+    times = {p: _time_case(run, "matmul", p, p, shape_of(M=n, N=n, K=n), p) for p in ("fp32", "3xtf32")}
     gen = torch.Generator(device=run.device).manual_seed(0)
     a = torch.randn(n, n, device=run.device, generator=gen)
     b = torch.randn(n, n, device=run.device, generator=gen)
@@ -214,7 +214,7 @@ def matmul_targets(run: TargetRun) -> tuple[list[Verdict], dict]:
 def w8a8_targets(run: TargetRun) -> tuple[list[Verdict], dict]:
     import torch
 
-    from infralab.kernels.w8a8 import quantize_per_token
+    from infralab.kernels.ops.w8a8_matmul.kernel import quantize_per_token
 
     shape = run.shapes.w8a8
     w8a8 = _time_case(run, "w8a8_matmul", "triton", "int8", shape, "int8")

@@ -8,7 +8,7 @@ them (`sim.calibration.scale`). One module, so the two parts cannot drift apart.
   repeated elementwise work; for kernels whose launch plan is counted, also programs, state and
   loaded bytes), covering `steps` decode steps (1, or a ReplaySSM ring cycle).
 - exact per-call counts of the GEMM, attention and KV-quantisation kernels (the KDA decode counts
-  follow the Triton launch plan and live with that op, `kernels/ops/kda_decode.py`);
+  follow the Triton launch plan and live with that op, `kernels/ops/kda_decode/`);
 - `scaling_work`: the leading terms the simulator uses to scale between shapes of one kernel.
 
 Conventions of the exact counts:
@@ -256,7 +256,7 @@ def kv_dequant_flops(kv_dtype: str, elements: int) -> int:
     return elements if KV_SCALED[kv_dtype] else 0
 
 
-# ---- ReplaySSM (kernels/replay_ssm.py) -------------------------------------------------------------------
+# ---- ReplaySSM (kernels/ops/kda_decode/replay_ssm.py) -------------------------------------------------------------------
 
 
 def replay_ssm_state_bytes(heads: int, head_k: int, head_v: int, ring_len: int) -> int:

@@ -1,5 +1,5 @@
-"""`KernelOp`: everything `infralab.kernels` knows about one kernel op, registered once per op in
-`kernels/ops/<op>.py` and collected by `kernels/registry.py`.
+"""`KernelOp`: everything `infralab.kernels` knows about one kernel op, declared once per op in
+`kernels/ops/<op>/op.py` (the op's folder) and discovered by `kernels/registry.py`.
 
 Importing this module (and the op modules) imports neither torch nor triton: the names, variants,
 splits and shape letters are plain data, and every callable imports what it needs when it is called
@@ -9,9 +9,11 @@ splits and shape letters are plain data, and every callable imports what it need
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
+
+from infralab.calibration_table import Shape  # (letter, value) pairs in the op's letter order
 
 
 @dataclass(frozen=True)
@@ -28,8 +30,13 @@ class LazyCall:
         return self.resolve()(*args, **kwargs)
 
 
+def shape_of(**dims: int) -> Shape:
+    """`shape_of(M=64, N=256, K=512)`: a shape in the keywords' order."""
+    return tuple(dims.items())
+
+
 def lazy(path: str) -> LazyCall:
-    """`lazy("infralab.kernels.matmul:matmul")`: the function, imported when first called."""
+    """`lazy("infralab.kernels.ops.matmul.kernel:matmul")`: the function, imported when first called."""
     return LazyCall(path)
 
 
@@ -46,13 +53,17 @@ class KernelOp:
     - `shape_dims`: the dimension letters a shape string must have ("M=64;N=256;K=512");
       `optional_dims`: (letter, meaning) pairs of letters a shape may add.
     - `kernel`, `reference`: the Triton entry and its torch reference ("module:function").
-    - `bench_cases(grid, on_gpu) -> list[BenchCase]`, `prepare(case, device, generator, use_triton)
-      -> zero-argument call`: what `kernels bench` times.
+    - `shapes`: the bench grids' shapes of this op, by grid name ("small": a laptop CPU in well
+      under a minute; "full": a GPU), each a tuple of (letter, value) pairs in `shape_dims` order.
+    - `bench_cases(shapes, on_gpu) -> list[BenchCase]`, `prepare(case, device, generator,
+      use_triton) -> zero-argument call`: what `kernels bench` times, for one grid's `shapes`.
     - `work_counts(variant, dtype, dims) -> WorkCounts`: static work of one call (or of a ReplaySSM
       cycle, with `steps`), written into every bench row.
     - `partition_adapter() -> PartitionedKernel | None`: the partition harness's adapter, configured
       as `kernels check` runs it; `check_suite(tp_degrees) -> (findings, summaries)`: its checks.
     - `state_bytes_per_seq(dims) -> int | None`: recurrent memory one sequence keeps (None: no state).
+    - `table_order`: where its rows go in calibration tables and its verdict in `kernels check`
+      (ascending; ties by name). A new op needs no other file's edit.
     """
 
     name: str
@@ -64,6 +75,8 @@ class KernelOp:
     bench_cases: Callable[..., list]
     prepare: Callable[..., Callable[[], object]]
     work_counts: Callable[..., Any]
+    shapes: Mapping[str, tuple[Shape, ...]] = field(default_factory=dict)
+    table_order: int = 100
     optional_dims: tuple[tuple[str, str], ...] = ()
     partition_adapter: Callable[[], Any] | None = None
     check_suite: Callable[..., tuple[list, dict]] | None = None

@@ -19,7 +19,7 @@ Combination rules (stated, because they decide bitwise equality):
 
 Kernels plug in through `PartitionedKernel` (inputs for a shape, one run, how to shard, how to combine,
 float64 truth, whether a split must be bitwise). Each op registers its adapter with the op
-(`kernels/ops/<op>.py`; `registry.partition_adapter(name)`): matmul, KDA decode (+ ReplaySSM) and
+(`kernels/ops/<op>/op.py`; `registry.partition_adapter(name)`): matmul, KDA decode (+ ReplaySSM) and
 paged decode attention have one; they call only the kernels' public functions.
 """
 
@@ -33,7 +33,7 @@ import torch
 
 from infralab.errors import InputError
 from infralab.kernels.compare import Comparison, compare
-from infralab.kernels.matmul import PRECISIONS
+from infralab.kernels.ops.matmul.kernel import PRECISIONS
 
 SplitKind = Literal["none", "column", "row", "head", "batch"]
 Reduction = Literal["concat", "sequential", "tree"]

@@ -1,8 +1,10 @@
-"""Every kernel op of `infralab.kernels`, each registered once in `kernels/ops/<op>.py`.
+"""Every kernel op of `infralab.kernels`, discovered: each op is one folder `kernels/ops/<op>/`
+whose `op.py` declares its `KernelOp` as `OP` (kernel, reference, variants, splits, shapes, bench
+cases, work counts, check suite). Adding an op is adding its folder; nothing here names an op.
 
-`OPS` maps an op's name to its `KernelOp` (variants, splits, shape letters, and where its kernel,
-reference, partition adapter, bench cases and work counts live), in calibration-table order.
-`kernels check` and `kernels bench` iterate over it; the agent validates hypothesis files against it.
+`OPS` maps an op's name to its `KernelOp`, in calibration-table order (`KernelOp.table_order`, then
+name). `kernels check` and `kernels bench` iterate over it; the agent validates hypothesis files
+against it.
 
 Importing this module imports neither torch nor triton (a test checks it): reading names, variants,
 splits and dims is cheap; the functions below import the kernels when they are called.
@@ -10,22 +12,40 @@ splits and dims is cheap; the functions below import the kernels when they are c
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import pkgutil
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
 from infralab.errors import InputError
+from infralab.kernels import ops as ops_package
 from infralab.kernels.kernel_op import KernelOp
-from infralab.kernels.ops import kda_decode, kv_quantize, matmul, paged_decode_attention, w8a8_matmul
 
-OPS: Mapping[str, KernelOp] = MappingProxyType({
-    op.name: op for op in (matmul.OP, w8a8_matmul.OP, kda_decode.OP, paged_decode_attention.OP, kv_quantize.OP)
-})
+
+def discover() -> Mapping[str, KernelOp]:
+    """Every op folder on the `infralab.kernels.ops` package's path (`kernels/ops/`, and any folder
+    appended to `ops.__path__`) that has an `op.py` declaring `OP`, as name -> KernelOp in table
+    order. A folder's name must be its op's name, so that a calibration row's kernel names the
+    folder it comes from."""
+    found: list[KernelOp] = []
+    for module in pkgutil.iter_modules(ops_package.__path__):
+        if not module.ispkg:
+            continue
+        name = f"{ops_package.__name__}.{module.name}.op"
+        if importlib.util.find_spec(name) is None:
+            continue
+        declared = importlib.import_module(name).OP
+        if declared.name != module.name:
+            raise InputError(f"kernels/ops/{module.name}/op.py", f"declares op {declared.name!r}",
+                             f"OP.name equal to its folder's name, {module.name!r}")
+        found.append(declared)
+    return MappingProxyType({k.name: k for k in sorted(found, key=lambda k: (k.table_order, k.name))})
+
+
+OPS: Mapping[str, KernelOp] = discover()
 """Op name -> KernelOp, in the order of the rows of a calibration table (`kernels bench`)."""
-
-CHECK_ORDER: tuple[str, ...] = ("matmul", "kda_decode", "paged_decode_attention", "w8a8_matmul")
-"""The ops with a check suite, in the order `kernels check` reports them (a test keeps this list
-equal to the ops that register `check_suite`)."""
 
 
 def op(name: str, where: str = "kernel") -> KernelOp:

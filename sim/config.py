@@ -171,7 +171,7 @@ class CostConfig:
     # messages where the link describes one (vLLM's and SGLang's default on NVLink; NCCL above its
     # size limit), or "nccl" for every message (`--disable-custom-all-reduce`). docs/sim.md.
     allreduce: Literal["nccl", "custom"] = "custom"
-    # ReplaySSM ring length L for the KDA decode state (kernels/replay_ssm.py); None: plain state.
+    # ReplaySSM ring length L for the KDA decode state (kernels/ops/kda_decode/replay_ssm.py); None: plain state.
     replay_ssm_ring: Int(gt=0, le=4096) | None = None
     efficiency: EfficiencyConfig = EfficiencyConfig()
     extras: RooflineExtrasConfig = RooflineExtrasConfig()

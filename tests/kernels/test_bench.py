@@ -10,20 +10,20 @@ import pytest
 
 from infralab.errors import InputError
 from infralab.kernels.bench import all_cases, main, parse_grid, parse_kernels, run_bench, work_for
-from infralab.kernels.bench_cases import KERNELS, SMALL, ShapeGrid, attention, bhkv, mnk, tokens
+from infralab.kernels.bench_cases import KERNELS, SMALL, ShapeGrid
+from infralab.kernels.kernel_op import shape_of
 from infralab.cli import parse
 from infralab.kernels.calibration import COLUMNS, read_table
 from support.scripts import load_benchmark
 
-TINY = ShapeGrid(
-    name="tiny",
-    matmul=(mnk(32, 48, 16),),
-    w8a8_matmul=(mnk(16, 32, 32),),
-    kda_decode=(bhkv(2, 2, 16, 64),),  # V = 64: two V tiles for v1/v2, one program for v3
-    kda_replay_ring=4,
-    paged_decode_attention=(attention(2, 4, 2, 16, 40),),
-    kv_quantize=(tokens(8, 2, 16),),
-)
+TINY = ShapeGrid("tiny", {
+    "matmul": (shape_of(M=32, N=48, K=16),),
+    "w8a8_matmul": (shape_of(M=16, N=32, K=32),),
+    # V = 64: two V tiles for v1/v2, one program for v3; the ReplaySSM row's ring length L = 4
+    "kda_decode": (shape_of(B=2, H=2, K=16, V=64, L=4),),
+    "paged_decode_attention": (shape_of(B=2, H=4, HKV=2, D=16, T=40),),
+    "kv_quantize": (shape_of(T=8, HKV=2, D=16),),
+})
 
 
 def fast_timer(fn) -> float:

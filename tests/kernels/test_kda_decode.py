@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from infralab.errors import InputError
-from infralab.kernels.kda_decode import VARIANTS, kda_decode, kda_decode_ref, kda_launch_plan
+from infralab.kernels.ops.kda_decode.kernel import VARIANTS, kda_decode, kda_decode_ref, kda_launch_plan
 
 DEVICE = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
 
@@ -210,7 +210,7 @@ def test_cpu_tensors_without_the_interpreter_get_one_clear_error():
         "import os; os.environ.pop('TRITON_INTERPRET', None)\n"
         "import torch\n"
         "from infralab.errors import InputError\n"
-        "from infralab.kernels.kda_decode import kda_decode\n"
+        "from infralab.kernels.ops.kda_decode.kernel import kda_decode\n"
         "z = torch.zeros\n"
         "try:\n"
         "    kda_decode(z(1,1,4), z(1,1,4), z(1,1,4), z(1,1,4), z(1,1), z(1), z(1,4), z(1,1,4,4))\n"

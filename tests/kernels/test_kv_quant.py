@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from infralab.errors import InputError
-from infralab.kernels.kv_quant import (
+from infralab.kernels.ops.kv_quantize.kernel import (
     BLOCK_SIZE,
     KV_DTYPES,
     STORAGE_DTYPE,

@@ -9,9 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infralab.errors import InputError
-from infralab.kernels.check import fp32_level_rel_fro, matmul_max_rel_fro
+from infralab.kernels.check import fp32_level_rel_fro
+from infralab.kernels.ops.matmul.check import matmul_max_rel_fro
 from infralab.kernels.compare import compare
-from infralab.kernels.matmul import (
+from infralab.kernels.ops.matmul.kernel import (
     PRECISIONS,
     accumulation_bound,
     interpreting,
@@ -19,7 +20,7 @@ from infralab.kernels.matmul import (
     matmul_float64,
     matmul_reference,
 )
-from infralab.kernels.tf32 import round_to_tf32, split_3xtf32
+from infralab.kernels.ops.matmul.tf32 import round_to_tf32, split_3xtf32
 
 DEVICE = "cpu" if interpreting() else "cuda"
 BLOCKS = (32, 64, 128)  # large blocks keep the interpreter's program count low
@@ -267,7 +268,7 @@ _COMPILE_FOR_HOPPER = """
 import json, re, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from infralab.kernels.matmul import DEFAULT_BLOCKS, PRECISIONS, _matmul_kernel
+from infralab.kernels.ops.matmul.kernel import DEFAULT_BLOCKS, PRECISIONS, _matmul_kernel
 names = ["a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn",
          "stride_cm", "stride_cn"]
 signature = {n: ("*fp32" if n.endswith("_ptr") else "i32") for n in names}

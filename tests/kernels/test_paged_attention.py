@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from infralab.errors import InputError
-from infralab.kernels.kv_quant import KV_DTYPES, build_paged_cache
-from infralab.kernels.paged_attention import (
+from infralab.kernels.ops.kv_quantize.kernel import KV_DTYPES, build_paged_cache
+from infralab.kernels.ops.paged_decode_attention.kernel import (
     dense_decode_attention,
     kv_quant_report,
     paged_decode_attention,

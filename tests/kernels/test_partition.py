@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 from infralab.errors import InputError
 from infralab.kernels.check import fp32_level_rel_fro
 from infralab.kernels.compare import NAN_MISMATCH_ULP, bitwise_equal, compare, ulp_distance
-from infralab.kernels.ops.kda_decode import KdaDecodePartition
-from infralab.kernels.ops.matmul import MatmulPartition
-from infralab.kernels.ops.paged_decode_attention import PagedAttentionPartition
+from infralab.kernels.ops.kda_decode.op import KdaDecodePartition
+from infralab.kernels.ops.matmul.op import MatmulPartition
+from infralab.kernels.ops.paged_decode_attention.op import PagedAttentionPartition
 from infralab.kernels.partition import (
     HeadSplitKernelSpec,
     PartitionTask,

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from infralab.errors import InputError
-from infralab.kernels.kda_decode import kda_decode_ref
-from infralab.kernels.replay_ssm import ReplaySSMState, replay_ssm_memory, replay_state_ref, replay_step_ref
+from infralab.kernels.ops.kda_decode.kernel import kda_decode_ref
+from infralab.kernels.ops.kda_decode.replay_ssm import ReplaySSMState, replay_ssm_memory, replay_state_ref, replay_step_ref
 
 DEVICE = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from infralab.kernels.kv_quant import KV_DTYPES, kv_bytes_per_token
-from infralab.kernels.replay_ssm import replay_ssm_memory
-from infralab.kernels.work_counts import kda_replay_counts
+from infralab.kernels.ops.kv_quantize.kernel import KV_DTYPES, kv_bytes_per_token
+from infralab.kernels.ops.kda_decode.replay_ssm import replay_ssm_memory
+from infralab.kernels.ops.kda_decode.work_counts import kda_replay_counts
 from infralab.work_formulas import (
     KV_CACHE_DTYPES,
     kv_cache_bytes,

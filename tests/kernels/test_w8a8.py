@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infralab.errors import InputError
-from infralab.kernels.w8a8 import (
+from infralab.kernels.ops.w8a8_matmul.kernel import (
     MAX_K_INT32_EXACT,
     W8A8Blocks,
     quantize_per_token,

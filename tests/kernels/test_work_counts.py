@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infralab.errors import InputError
-from infralab.kernels import kda_decode
-from infralab.kernels.work_counts import WORK_COUNTS, work_counts
+from infralab.kernels.ops.kda_decode import kernel as kda_decode
+from infralab.kernels.ops.kda_decode.work_counts import WORK_COUNTS, work_counts
 
 TARGET = dict(batch=64, heads=32, head_k=128, head_v=128)
 

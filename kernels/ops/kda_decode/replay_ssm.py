@@ -45,7 +45,7 @@ import triton
 import triton.language as tl
 
 from infralab.errors import InputError
-from infralab.kernels.kda_decode import (
+from infralab.kernels.ops.kda_decode.kernel import (
     NORM_EPS,
     check_kda_inputs,
     check_tensor,

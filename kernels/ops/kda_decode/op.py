@@ -1,6 +1,6 @@
-"""The KDA decode op (`kernels/kda_decode.py`: variants v1, v2, v3) and ReplaySSM (`kernels/replay_ssm.py`,
+"""The KDA decode op (`kernel.py`: variants v1, v2, v3) and ReplaySSM (`replay_ssm.py`,
 variant "replay"): partition adapter, bench cases, work counts and per-sequence state memory. The
-static counts themselves follow the kernels' launch plans in `kernels/work_counts.py`.
+static counts themselves follow the kernels' launch plans in `work_counts.py`.
 
 Torch and triton are imported inside the functions (this module is imported by the registry)."""
 
@@ -10,13 +10,13 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from infralab.errors import InputError
-from infralab.kernels.kernel_op import KernelOp, lazy
+from infralab.kernels.kernel_op import KernelOp, Shape, shape_of, lazy
 from infralab.work_formulas import F32, WorkCounts
 
 if TYPE_CHECKING:  # torch-free at run time
     import torch
 
-    from infralab.kernels.bench_cases import BenchCase, ShapeGrid
+    from infralab.kernels.bench_cases import BenchCase
     from infralab.kernels.partition import Split
 
 DECODE_VARIANTS = ("v1", "v2", "v3")  # `kda_decode.VARIANTS` (checked by a test)
@@ -62,8 +62,8 @@ class KdaDecodePartition:
     def run(self, inputs: dict, variant: str) -> dict:
         import torch
 
-        from infralab.kernels.kda_decode import kda_decode
-        from infralab.kernels.replay_ssm import ReplaySSMState
+        from infralab.kernels.ops.kda_decode.kernel import kda_decode
+        from infralab.kernels.ops.kda_decode.replay_ssm import ReplaySSMState
 
         steps = inputs["q"].shape[0]
         per_step = [[inputs[n][t] for n in ("q", "k", "v", "g", "b")] for t in range(steps)]
@@ -78,7 +78,7 @@ class KdaDecodePartition:
     def float64(self, inputs: dict, variant: str) -> dict:
         import torch
 
-        from infralab.kernels.kda_decode import kda_decode_ref
+        from infralab.kernels.ops.kda_decode.kernel import kda_decode_ref
 
         x = {name: t.double() for name, t in inputs.items()}
         state, outs = x["state"], []
@@ -121,17 +121,17 @@ def partition_adapter() -> KdaDecodePartition:
 # ---- bench ----------------------------------------------------------------------------------------
 
 
-def bench_cases(grid: ShapeGrid, on_gpu: bool) -> list[BenchCase]:
-    """v1, v2, v3 per shape of `grid.kda_decode` (B, H, K, V); a ReplaySSM row with ring length
-    `grid.kda_replay_ring` (L) unless it is 0."""
+def bench_cases(shapes: tuple[Shape, ...], on_gpu: bool) -> list[BenchCase]:
+    """v1, v2, v3 per shape of `shapes` (B, H, K, V), and a ReplaySSM row at the shape's ring
+    length L (`DEFAULT_RING_LEN` where the shape gives none)."""
     from infralab.kernels.bench_cases import BenchCase
 
     out = []
-    for shape in grid.kda_decode:
-        out += [BenchCase("kda_decode", v, "fp32", shape, "fp32", "kda_ref") for v in DECODE_VARIANTS]
-        if grid.kda_replay_ring:
-            ring = shape + (("L", grid.kda_replay_ring),)
-            out.append(BenchCase("kda_decode", "replay", "fp32", ring, "fp32", "replay_ref"))
+    for shape in shapes:
+        decode = tuple((letter, value) for letter, value in shape if letter != "L")
+        out += [BenchCase("kda_decode", v, "fp32", decode, "fp32", "kda_ref") for v in DECODE_VARIANTS]
+        ring = decode + (("L", dict(shape).get("L", DEFAULT_RING_LEN)),)
+        out.append(BenchCase("kda_decode", "replay", "fp32", ring, "fp32", "replay_ref"))
     return out
 
 
@@ -159,7 +159,7 @@ def prepare(case: BenchCase, device: str, gen: torch.Generator, use_triton: bool
     q, k, v, g, b, a_log, dt_bias, state = kda_inputs(dims, device, gen)
     if case.variant == "replay":
         return _prepare_replay(dims, (q, k, v, g, b, a_log, dt_bias, state), use_triton)
-    from infralab.kernels.kda_decode import kda_decode, kda_decode_ref
+    from infralab.kernels.ops.kda_decode.kernel import kda_decode, kda_decode_ref
 
     if not use_triton:
         return lambda: kda_decode_ref(q, k, v, g, b, a_log, dt_bias, state)
@@ -188,11 +188,11 @@ def _prepare_replay(dims: Mapping[str, int], inputs: tuple, use_triton: bool) ->
     q, k, v, g, b, a_log, dt_bias, state = inputs
     ring_len = dims["L"]
     if use_triton:
-        from infralab.kernels.replay_ssm import ReplaySSMState
+        from infralab.kernels.ops.kda_decode.replay_ssm import ReplaySSMState
 
         replay = ReplaySSMState(a_log, dt_bias, state, ring_len)  # flushes itself every ring_len steps
         return ReplayCycle(lambda: replay.step(q, k, v, g, b), ring_len)
-    from infralab.kernels.replay_ssm import replay_state_ref, replay_step_ref
+    from infralab.kernels.ops.kda_decode.replay_ssm import replay_state_ref, replay_step_ref
 
     batch, heads, head_k, head_v = state.shape
     checkpoint = state.clone()
@@ -217,8 +217,8 @@ def _prepare_replay(dims: Mapping[str, int], inputs: tuple, use_triton: bool) ->
 
 def work_counts(variant: str, dtype: str, dims: Mapping[str, int]) -> WorkCounts:
     """One decode step (v1/v2/v3), or one ReplaySSM cycle of L steps (`steps` = L; L defaults to
-    `DEFAULT_RING_LEN`), from the kernels' launch plans (`kernels/work_counts.py`)."""
-    from infralab.kernels.work_counts import work_counts as counts
+    `DEFAULT_RING_LEN`), from the kernels' launch plans (`work_counts.py`)."""
+    from infralab.kernels.ops.kda_decode.work_counts import work_counts as counts
 
     shape = {"batch": dims["B"], "heads": dims["H"], "head_k": dims["K"], "head_v": dims["V"]}
     if variant == "replay":
@@ -229,7 +229,7 @@ def work_counts(variant: str, dtype: str, dims: Mapping[str, int]) -> WorkCounts
 def state_bytes_per_seq(variant: str, dims: Mapping[str, int]) -> int:
     """Recurrent memory one sequence keeps: K*V float32 per head, or ReplaySSM's checkpoint + ring."""
     if variant == "replay":
-        from infralab.kernels.replay_ssm import replay_ssm_memory
+        from infralab.kernels.ops.kda_decode.replay_ssm import replay_ssm_memory
 
         return replay_ssm_memory(dims["K"], dims["V"], dims.get("L", DEFAULT_RING_LEN), dims["H"]).total_bytes
     return dims["H"] * dims["K"] * dims["V"] * F32
@@ -237,17 +237,27 @@ def state_bytes_per_seq(variant: str, dims: Mapping[str, int]) -> int:
 
 OP = KernelOp(
     name="kda_decode",
+    table_order=30,
+    shapes={
+        "small": (shape_of(B=8, H=4, K=64, V=64), shape_of(B=8, H=8, K=128, V=128)),
+        "full": (
+            shape_of(B=1, H=32, K=128, V=128),
+            shape_of(B=16, H=32, K=128, V=128),
+            shape_of(B=64, H=32, K=128, V=128),
+            shape_of(B=256, H=32, K=128, V=128),
+        ),
+    },
     variants=VARIANTS,
     splits=("none", "head", "batch"),
     shape_dims=("B", "H", "K", "V"),
     optional_dims=(("S", "decode steps of a partition check (default 1)"),
                    ("L", f"ReplaySSM ring length (variant replay; default {DEFAULT_RING_LEN})")),
-    kernel="infralab.kernels.kda_decode:kda_decode",
-    reference="infralab.kernels.kda_decode:kda_decode_ref",
+    kernel="infralab.kernels.ops.kda_decode.kernel:kda_decode",
+    reference="infralab.kernels.ops.kda_decode.kernel:kda_decode_ref",
     bench_cases=bench_cases,
     prepare=prepare,
     work_counts=work_counts,
     partition_adapter=partition_adapter,
-    check_suite=lazy("infralab.kernels.check:kda_suite"),
+    check_suite=lazy("infralab.kernels.ops.kda_decode.check:suite"),
     state_bytes_per_seq=state_bytes_per_seq,
 )

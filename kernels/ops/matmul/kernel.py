@@ -5,7 +5,7 @@
             operations inside the kernel, then an FP32-accumulated dot. On a GPU the dot runs with
             `input_precision="tf32"`, which is exact on operands that are already TF32; in Triton's
             interpreter the dot is FP32, which gives the same products because a product of two TF32
-            values is exact in FP32 (see `infralab.kernels.tf32`).
+            values is exact in FP32 (see `infralab.kernels.ops.matmul.tf32`).
 - "3xtf32": each operand split into big = tf32(x) and small = tf32(x - big). Per K block, the three
             products are accumulated into a zero accumulator in the order small_a·big_b, then
             big_a·small_b, then big_a·big_b, and that block sum is added to the running FP32
@@ -33,7 +33,7 @@ import triton.language as tl
 
 from infralab.errors import InputError
 from infralab.kernels.interpreter import interpreting
-from infralab.kernels.tf32 import round_to_tf32, split_3xtf32, tf32_round, tf32_split
+from infralab.kernels.ops.matmul.tf32 import round_to_tf32, split_3xtf32, tf32_round, tf32_split
 
 Precision = Literal["fp32", "tf32", "3xtf32"]
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "3xtf32")

@@ -1,5 +1,5 @@
-"""The paged decode attention op over a quantised KV cache (`kernels/paged_attention.py`, cache layout
-in `kernels/kv_quant.py`): partition adapter, bench cases and work counts. Its variant is the cache's
+"""The paged decode attention op over a quantised KV cache (`kernel.py`, cache layout
+in `kernels/ops/kv_quantize/kernel.py`): partition adapter, bench cases and work counts. Its variant is the cache's
 dtype.
 
 Torch and triton are imported inside the functions (this module is imported by the registry)."""
@@ -10,13 +10,13 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from infralab.errors import InputError
-from infralab.kernels.kernel_op import KernelOp, lazy
+from infralab.kernels.kernel_op import KernelOp, Shape, shape_of, lazy
 from infralab.work_formulas import WorkCounts, paged_attention_counts
 
 if TYPE_CHECKING:  # torch-free at run time
     import torch
 
-    from infralab.kernels.bench_cases import BenchCase, ShapeGrid
+    from infralab.kernels.bench_cases import BenchCase
     from infralab.kernels.partition import Split
 
 KV_DTYPES = ("int8", "fp8e4m3", "bf16", "fp32")  # `kv_quant.KV_DTYPES` (checked by a test)
@@ -36,7 +36,7 @@ class PagedAttentionPartition:
         import torch
 
         from infralab.kernels.interpreter import kernel_device
-        from infralab.kernels.kv_quant import build_paged_cache
+        from infralab.kernels.ops.kv_quantize.kernel import build_paged_cache
 
         gen = torch.Generator().manual_seed(seed)
         b, h, hkv, d, t = dims["B"], dims["H"], dims["HKV"], dims["D"], dims["T"]
@@ -50,7 +50,7 @@ class PagedAttentionPartition:
         return {"q": q.to(device), "cache": cache}
 
     def run(self, inputs: dict, variant: str) -> dict:
-        from infralab.kernels.paged_attention import run_paged
+        from infralab.kernels.ops.paged_decode_attention.kernel import run_paged
 
         return {"o": run_paged(inputs["q"], inputs["cache"])}
 
@@ -58,7 +58,7 @@ class PagedAttentionPartition:
         """Truth for the kernel's arithmetic: float64 attention over the same quantised cache."""
         import torch
 
-        from infralab.kernels.paged_attention import paged_decode_attention_ref
+        from infralab.kernels.ops.paged_decode_attention.kernel import paged_decode_attention_ref
 
         c = inputs["cache"]
         return {"o": paged_decode_attention_ref(inputs["q"], c.k_cache, c.v_cache, c.k_scale, c.v_scale,
@@ -68,7 +68,7 @@ class PagedAttentionPartition:
     def shards(self, inputs: dict, split: Split) -> list[dict]:
         import torch
 
-        from infralab.kernels.kv_quant import PagedKV
+        from infralab.kernels.ops.kv_quantize.kernel import PagedKV
         from infralab.kernels.partition import split_sizes
 
         q, cache = inputs["q"], inputs["cache"]
@@ -100,20 +100,20 @@ class PagedAttentionPartition:
         return split.kind in ("none", "head", "batch")
 
 
-def bench_cases(grid: ShapeGrid, on_gpu: bool) -> list[BenchCase]:
-    """Every cache dtype per shape of `grid.paged_decode_attention`."""
+def bench_cases(shapes: tuple[Shape, ...], on_gpu: bool) -> list[BenchCase]:
+    """Every cache dtype per shape of `shapes`."""
     from infralab.kernels.bench_cases import BenchCase
 
     return [BenchCase("paged_decode_attention", "triton", d, shape, "fp32", f"paged_ref:{d}")
-            for shape in grid.paged_decode_attention for d in KV_DTYPES]
+            for shape in shapes for d in KV_DTYPES]
 
 
 def prepare(case: BenchCase, device: str, gen: torch.Generator, use_triton: bool) -> Callable[[], object]:
     import torch
 
     from infralab.kernels.bench_cases import randn
-    from infralab.kernels.kv_quant import build_paged_cache
-    from infralab.kernels.paged_attention import paged_decode_attention, paged_decode_attention_ref
+    from infralab.kernels.ops.kv_quantize.kernel import build_paged_cache
+    from infralab.kernels.ops.paged_decode_attention.kernel import paged_decode_attention, paged_decode_attention_ref
 
     d = case.dims()
     batch, heads, hkv, head_dim, ctx = d["B"], d["H"], d["HKV"], d["D"], d["T"]
@@ -134,7 +134,7 @@ def prepare(case: BenchCase, device: str, gen: torch.Generator, use_triton: bool
 
 def work_counts(variant: str, dtype: str, dims: Mapping[str, int]) -> WorkCounts:
     """One call over a cache of dtype `dtype`, every sequence at T tokens."""
-    from infralab.kernels.kv_quant import BLOCK_SIZE, SCALED, kv_bytes_per_token
+    from infralab.kernels.ops.kv_quantize.kernel import BLOCK_SIZE, SCALED, kv_bytes_per_token
 
     return paged_attention_counts(kv_bytes_per_token(dtype, dims["HKV"], dims["D"]), SCALED[dtype],
                                   dims["B"], dims["H"], dims["HKV"], dims["D"], dims["T"], BLOCK_SIZE)
@@ -142,14 +142,23 @@ def work_counts(variant: str, dtype: str, dims: Mapping[str, int]) -> WorkCounts
 
 OP = KernelOp(
     name="paged_decode_attention",
+    table_order=40,
+    shapes={
+        "small": (shape_of(B=4, H=8, HKV=2, D=128, T=256),),
+        "full": (
+            shape_of(B=64, H=32, HKV=8, D=128, T=1024),
+            shape_of(B=64, H=32, HKV=8, D=128, T=4096),
+            shape_of(B=8, H=32, HKV=8, D=128, T=32768),
+        ),
+    },
     variants=KV_DTYPES,
     splits=("none", "head", "batch"),
     shape_dims=("B", "H", "HKV", "D", "T"),
-    kernel="infralab.kernels.paged_attention:paged_decode_attention",
-    reference="infralab.kernels.paged_attention:paged_decode_attention_ref",
+    kernel="infralab.kernels.ops.paged_decode_attention.kernel:paged_decode_attention",
+    reference="infralab.kernels.ops.paged_decode_attention.kernel:paged_decode_attention_ref",
     bench_cases=bench_cases,
     prepare=prepare,
     work_counts=work_counts,
     partition_adapter=PagedAttentionPartition,
-    check_suite=lazy("infralab.kernels.check:attention_suite"),
+    check_suite=lazy("infralab.kernels.ops.paged_decode_attention.check:suite"),
 )

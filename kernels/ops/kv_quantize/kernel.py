@@ -33,7 +33,7 @@ from infralab.kernels.fp_formats import (
     fp32_to_bf16_bits,
     fp32_to_fp8e4m3_bits,
 )
-from infralab.kernels.w8a8 import INT8_QMAX, quantize_rows_ref
+from infralab.kernels.ops.w8a8_matmul.kernel import INT8_QMAX, quantize_rows_ref
 from infralab.work_formulas import KV_CACHE_DTYPES, KV_SCALED, kv_cache_bytes
 
 BLOCK_SIZE = 16

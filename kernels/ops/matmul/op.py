@@ -1,4 +1,4 @@
-"""The matmul op (FP32, TF32, 3xTF32; `kernels/matmul.py`): partition adapter, bench cases, work counts.
+"""The matmul op (FP32, TF32, 3xTF32; `kernel.py`): partition adapter, bench cases, work counts.
 
 Torch and triton are imported inside the functions (this module is imported by the registry)."""
 
@@ -8,13 +8,13 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from infralab.errors import InputError
-from infralab.kernels.kernel_op import KernelOp, lazy
+from infralab.kernels.kernel_op import KernelOp, Shape, shape_of, lazy
 from infralab.work_formulas import WorkCounts, matmul_counts, torch_matmul_counts
 
 if TYPE_CHECKING:  # torch-free at run time
     import torch
 
-    from infralab.kernels.bench_cases import BenchCase, ShapeGrid
+    from infralab.kernels.bench_cases import BenchCase
     from infralab.kernels.partition import Split
 
 PRECISIONS = ("fp32", "tf32", "3xtf32")  # the kernel's variants (`matmul.PRECISIONS`, checked by a test)
@@ -42,12 +42,12 @@ class MatmulPartition:
         return {"A": a.to(kernel_device()), "B": b.to(kernel_device())}
 
     def run(self, inputs: dict, variant: str) -> dict:
-        from infralab.kernels.matmul import matmul
+        from infralab.kernels.ops.matmul.kernel import matmul
 
         return {"C": matmul(inputs["A"], inputs["B"], variant, blocks=self.blocks)}
 
     def float64(self, inputs: dict, variant: str) -> dict:
-        from infralab.kernels.matmul import matmul_float64
+        from infralab.kernels.ops.matmul.kernel import matmul_float64
 
         return {"C": matmul_float64(inputs["A"], inputs["B"])}
 
@@ -91,12 +91,12 @@ class MatmulPartition:
         return False
 
 
-def bench_cases(grid: ShapeGrid, on_gpu: bool) -> list[BenchCase]:
-    """Each precision per shape of `grid.matmul`; on a GPU also torch's FP32 and BF16 matmul."""
+def bench_cases(shapes: tuple[Shape, ...], on_gpu: bool) -> list[BenchCase]:
+    """Each precision per shape of `shapes`; on a GPU also torch's FP32 and BF16 matmul."""
     from infralab.kernels.bench_cases import TORCH_BASELINE, BenchCase
 
     out = []
-    for shape in grid.matmul:
+    for shape in shapes:
         out += [BenchCase("matmul", p, p, shape, p, f"matmul_ref:{p}") for p in PRECISIONS]
         if on_gpu:
             out += [BenchCase("matmul", TORCH_BASELINE, d, shape, d, "") for d in ("fp32", "bf16")]
@@ -116,7 +116,7 @@ def prepare(case: BenchCase, device: str, gen: torch.Generator, use_triton: bool
             a, b = a.to(torch.bfloat16), b.to(torch.bfloat16)
             return lambda: torch.matmul(a, b)
         return lambda: _torch_fp32_matmul(a, b)
-    from infralab.kernels.matmul import matmul, matmul_reference
+    from infralab.kernels.ops.matmul.kernel import matmul, matmul_reference
 
     if not use_triton:
         return lambda: matmul_reference(a, b, case.variant)
@@ -143,7 +143,7 @@ def work_counts(variant: str, dtype: str, dims: Mapping[str, int]) -> WorkCounts
     m, n, k = dims["M"], dims["N"], dims["K"]
     if variant == TORCH_BASELINE:
         return torch_matmul_counts(dtype, m, n, k)
-    from infralab.kernels.matmul import DEFAULT_BLOCKS
+    from infralab.kernels.ops.matmul.kernel import DEFAULT_BLOCKS
 
     return matmul_counts(variant, m, n, k, DEFAULT_BLOCKS[0], DEFAULT_BLOCKS[1])
 
@@ -154,14 +154,24 @@ def partition_adapter() -> MatmulPartition:
 
 OP = KernelOp(
     name="matmul",
+    table_order=10,
+    shapes={
+        "small": (shape_of(M=256, N=256, K=256), shape_of(M=512, N=512, K=512)),
+        "full": (
+            shape_of(M=1024, N=1024, K=1024),
+            shape_of(M=2048, N=2048, K=2048),
+            shape_of(M=4096, N=4096, K=4096),
+            shape_of(M=64, N=8192, K=8192),
+        ),
+    },
     variants=PRECISIONS,
     splits=("none", "column", "row", "batch"),
     shape_dims=("M", "N", "K"),
-    kernel="infralab.kernels.matmul:matmul",
-    reference="infralab.kernels.matmul:matmul_reference",
+    kernel="infralab.kernels.ops.matmul.kernel:matmul",
+    reference="infralab.kernels.ops.matmul.kernel:matmul_reference",
     bench_cases=bench_cases,
     prepare=prepare,
     work_counts=work_counts,
     partition_adapter=partition_adapter,
-    check_suite=lazy("infralab.kernels.check:matmul_suite"),
+    check_suite=lazy("infralab.kernels.ops.matmul.check:suite"),
 )

@@ -37,7 +37,7 @@ All tensors must be float32 (the state is the recurrence's accumulator; low-prec
 the caller's cast to make explicitly). Inputs may be strided views (e.g. a head slice of a larger
 tensor): the kernels take every stride, so a head-split run writes the state in place.
 
-`kda_launch_plan` is the one place the tiling is decided; `infralab.kernels.work_counts` derives
+`kda_launch_plan` is the one place the tiling is decided; `infralab.kernels.ops.kda_decode.work_counts` derives
 its static counts from the same plan, so the counts follow the kernel structure.
 """
 

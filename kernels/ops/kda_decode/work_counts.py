@@ -1,5 +1,5 @@
 """Static work counts of the KDA decode variants and ReplaySSM (the `kda_decode` op,
-`kernels/ops/kda_decode.py`): bytes moved, arithmetic, divisions, transcendentals and the
+`op.py`): bytes moved, arithmetic, divisions, transcendentals and the
 elementwise work a tiling repeats, as plain functions of the shape.
 
 The counts follow the kernels' structure: each entry asks the kernel module for the launch plan it
@@ -35,9 +35,9 @@ from types import MappingProxyType
 from typing import Callable, Mapping
 
 from infralab.errors import InputError
-from infralab.kernels.kda_decode import VARIANTS as KDA_VARIANTS
-from infralab.kernels.kda_decode import KdaLaunchPlan, kda_launch_plan
-from infralab.kernels.replay_ssm import replay_launch_plan
+from infralab.kernels.ops.kda_decode.kernel import VARIANTS as KDA_VARIANTS
+from infralab.kernels.ops.kda_decode.kernel import KdaLaunchPlan, kda_launch_plan
+from infralab.kernels.ops.kda_decode.replay_ssm import replay_launch_plan
 from infralab.work_formulas import F32, Transcendentals, WorkCounts, replay_ssm_cycle_bytes
 
 
@@ -62,7 +62,7 @@ class OpCounts:
 
 
 # ---------------------------------------------------------------------------------------------
-# KDA decode (kernels/kda_decode.py)
+# KDA decode (kernel.py)
 # ---------------------------------------------------------------------------------------------
 
 

@@ -25,7 +25,7 @@ import triton.language as tl
 
 from infralab.errors import InputError
 from infralab.kernels.fp_formats import bf16_decode, fp8e4m3_decode
-from infralab.kernels.kv_quant import (
+from infralab.kernels.ops.kv_quantize.kernel import (
     BLOCK_SIZE,
     KV_DTYPES,
     SCALED,
@@ -36,7 +36,7 @@ from infralab.kernels.kv_quant import (
     dequantize_kv,
     kv_bytes_per_token,
 )
-from infralab.kernels.w8a8 import check_out
+from infralab.kernels.ops.w8a8_matmul.kernel import check_out
 
 _KV_KIND = {"int8": 0, "fp8e4m3": 1, "bf16": 2, "fp32": 3}
 
