@@ -36,7 +36,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Union
 
 from pydantic.dataclasses import dataclass
 
@@ -46,9 +46,13 @@ from infralab.errors import InputError
 from infralab.field_types import Int
 from infralab.input_files import parse_toml, read_text
 
-ValidatorName = Literal["kernel-check", "microbench", "sim", "real"]
-LADDER: tuple[str, ...] = ("kernel-check", "microbench", "sim", "real")
-"""The validators, cheapest first."""
+
+def ladder() -> tuple[str, ...]:
+    """The validators' names, cheapest first (discovered: `agent/validators/registry.py`)."""
+    from infralab.agent.validators.registry import names
+
+    return names()
+
 
 Knob = Union[bool, int, float, str]
 Seed = Int(ge=0, le=2**63 - 1)
@@ -64,7 +68,7 @@ class HypothesisTable:
     claim: str
     kind: str
     metrics: tuple[str, ...]
-    validators: tuple[ValidatorName, ...]
+    validators: tuple[str, ...]
     acceptance: tuple[str, ...]
     seeds: tuple[Seed, ...] = (0,)
     repetitions: Repetitions = 1
@@ -202,7 +206,12 @@ def load_hypothesis(path: str | Path, quick: bool = False, overrides: Sequence[s
     where = Locator(text, source)
     info = spec.hypothesis
     if not info.validators:
-        raise where.error("hypothesis.validators", "is empty", f"some of {', '.join(LADDER)}")
+        raise where.error("hypothesis.validators", "is empty", f"some of {', '.join(ladder())}")
+    known = ladder()
+    for i, name in enumerate(info.validators):
+        if name not in known:
+            raise where.error(f"hypothesis.validators[{i}]", f"unknown validator {name!r}", f"one of {', '.join(known)}",
+                              needle=f'"{name}"')
     setup = dict(spec.setup)
     if quick:
         setup.update(spec.quick)
@@ -217,7 +226,7 @@ def load_hypothesis(path: str | Path, quick: bool = False, overrides: Sequence[s
         raise where.error("hypothesis.seeds", "is empty", "at least one seed, e.g. [0]")
     arms = _arms(spec, allowed, where)
     criteria = _criteria(info, arms, allowed, where)
-    validators = tuple(v for v in LADDER if v in info.validators)
+    validators = tuple(v for v in known if v in info.validators)
     hyp = Hypothesis(
         name=info.name, claim=info.claim, kind=info.kind, metrics=info.metrics, validators=validators,
         acceptance=criteria, seeds=info.seeds, repetitions=info.repetitions, arms=arms, setup=setup,
@@ -244,7 +253,7 @@ class Allowed:
 
 def declarations_of(name: str) -> tuple[Any, ...]:
     """The declarations of validator `name` (one per kind of hypothesis it answers)."""
-    from infralab.agent.validators.ladder import validator_class
+    from infralab.agent.validators.registry import validator_class
 
     return validator_class(name)().declarations()
 
@@ -252,16 +261,16 @@ def declarations_of(name: str) -> tuple[Any, ...]:
 def allowed_for(kind: str, validators: tuple[str, ...], where: Locator | None = None) -> Allowed:
     """Derive what a file may say from the declarations of `validators` for `kind`."""
     where = where or Locator("", "hypothesis")
-    every = {name: {d.kind: d for d in declarations_of(name)} for name in LADDER}
+    every = {name: {d.kind: d for d in declarations_of(name)} for name in ladder()}
     kinds = sorted({k for by_kind in every.values() for k in by_kind})
     if kind not in kinds:
         raise where.error("hypothesis.kind", f"unknown kind {kind!r}", f"one of {', '.join(kinds)}")
-    able = [name for name in LADDER if kind in every[name]]
+    able = [name for name in every if kind in every[name]]
     for i, name in enumerate(validators):
         if kind not in every[name]:
             raise where.error(f"hypothesis.validators[{i}]", f"validator {name!r} cannot answer a {kind!r} hypothesis",
                               f"one of {', '.join(able)}", needle=f'"{name}"')
-    decls = [every[name][kind] for name in LADDER if name in validators]
+    decls = [every[name][kind] for name in every if name in validators]
     return _allowed_of(kind, decls)
 
 

@@ -76,7 +76,11 @@ class Declaration:
 
 
 class Validator(Protocol):
+    """A rung of the ladder. `name`: as hypothesis files write it; `rung`: its place on the
+    ladder, cheapest first (`agent/validators/registry.py` orders the discovered ones by it)."""
+
     name: str
+    rung: int
 
     def declarations(self) -> tuple[Declaration, ...]:
         """What this validator can measure, one declaration per kind of hypothesis."""

@@ -112,6 +112,7 @@ def task_of(hyp: Hypothesis, arm: Arm, seed: int) -> Any:
 
 class KernelCheck:
     name = NAME
+    rung = 10
 
     def declarations(self) -> tuple[Declaration, ...]:
         return DECLARATIONS
@@ -197,3 +198,6 @@ def findings_of(arm: Arm, result: Any) -> list[Finding]:
             ),
         ))
     return out
+
+
+VALIDATOR = KernelCheck

@@ -36,19 +36,10 @@ from infralab.agent.findings import (
 from infralab.agent.hypothesis import Hypothesis
 from infralab.agent.sim_pool import Execution
 from infralab.agent.validators.base import Measurement, Validator
+from infralab.agent.validators.registry import validator_class
 
 SCHEMA = "infralab.test/1"
 DECIDED = (ACCEPTED, REJECTED)
-
-
-def validator_class(name: str) -> type:
-    """The class of validator `name` (one of hypothesis.LADDER)."""
-    from infralab.agent.validators.kernel_check import KernelCheck
-    from infralab.agent.validators.microbench import Microbench
-    from infralab.agent.validators.real import Real
-    from infralab.agent.validators.sim import Sim
-
-    return {"kernel-check": KernelCheck, "microbench": Microbench, "sim": Sim, "real": Real}[name]
 
 
 def make_validator(name: str) -> Validator:

@@ -114,6 +114,7 @@ def _on_gpu() -> bool:
 
 class Microbench:
     name = NAME
+    rung = 20
 
     def declarations(self) -> tuple[Declaration, ...]:
         return DECLARATIONS
@@ -172,3 +173,6 @@ class Microbench:
             evidence=Evidence(numbers=numbers,
                               reference=f"the parent arm {arm.parent!r}" if arm.parent else "static counts of the kernel source"),
         )
+
+
+VALIDATOR = Microbench

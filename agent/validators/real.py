@@ -29,6 +29,7 @@ DECLARATIONS = (hook.declaration(NAME),
 
 class Real:
     name = NAME
+    rung = 40
 
     def declarations(self) -> tuple[Declaration, ...]:
         return DECLARATIONS
@@ -48,3 +49,6 @@ class Real:
 
             return measure_real_cluster(hyp, setup_as(hyp, sim.ClusterSetup), workdir, NAME)
         return hook.measure(hyp, workdir, NAME)
+
+
+VALIDATOR = Real

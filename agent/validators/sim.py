@@ -102,6 +102,7 @@ DECLARATIONS = (
 
 class Sim:
     name = NAME
+    rung = 30
 
     def declarations(self) -> tuple[Declaration, ...]:
         return DECLARATIONS
@@ -269,3 +270,6 @@ def _cluster_findings(arm: Arm, m: dict[str, Any], d: dict[str, Any]) -> list[Fi
             evidence=Evidence(numbers=dict(r), reference=f"p90 TTFT of the run {m['ttft_p90_s']:.3g} s"),
         ))
     return out
+
+
+VALIDATOR = Sim
