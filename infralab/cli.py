@@ -268,6 +268,10 @@ COMMANDS: tuple[Command, ...] = (
             ),
             description="RUN and BASELINE: a results folder of `infralab sim run`, or a timeline .json "
                         "(e.g. a study's timelines: `infralab reproduce --study NAME` writes them under studies/NAME/)."),
+    Command(("mcp",), "serve infralab's commands as tools for an LLM agent over the Model Context Protocol (stdio)",
+            "infralab.agent.tool_server:serve",
+            description="Tools: sim_run, explain, test, search, kernels_check, fidelity; each tool's JSON schema "
+                        "is its command's flags (docs/agent.md). Needs the extra infralab[mcp]."),
     Command(("search",), "explore a configuration space with the simulator: best configurations and the Pareto front",
             "infralab.agent.cli:search", (
                 arg("space", metavar="SPACE.toml", help="search space (docs/explain.md)"),
