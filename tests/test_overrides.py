@@ -13,29 +13,9 @@ from infralab.cli import main
 from infralab.errors import InputError
 from infralab.overrides import apply_overrides
 from infralab.sim.config import load_config
+from support.toml_fixtures import synthetic_config
 
-CONFIG = """\
-model = "llama-3-8b"
-
-[hardware]
-accelerator = "H100"
-
-[workload]
-kind = "synthetic"
-num_requests = 6
-
-[workload.arrival]
-kind = "poisson"
-rate = 2.0
-
-[workload.prompt]
-kind = "fixed"
-value = 100
-
-[workload.output]
-kind = "fixed"
-value = 4
-"""
+CONFIG = synthetic_config(num_requests=6, rate=2.0, prompt=100, output=4)
 
 
 def test_values_take_toml_types_and_the_input_is_not_changed() -> None:

@@ -8,29 +8,11 @@ import pytest
 from infralab.agent.hypothesis import find_line, load_hypothesis
 from infralab.agent.studies import discover_studies
 from infralab.errors import InputError
+from support.toml_fixtures import KERNEL_HYPOTHESIS
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 
-GOOD = '''
-[hypothesis]
-name = "tiny"
-claim = "3xTF32 is more accurate than TF32 under a K-split"
-kind = "kernel-numerics"
-metrics = ["rel_err"]
-validators = ["kernel-check"]
-acceptance = ["x3.rel_err < baseline.rel_err"]
-
-[baseline]
-kernel = "matmul"
-variant = "tf32"
-shape = "M=8;N=32;K=64"
-split = "row"
-tp = 2
-
-[[variant]]
-name = "x3"
-change = { variant = "3xtf32" }
-'''
+GOOD = KERNEL_HYPOTHESIS
 
 
 def write(tmp_path: Path, text: str) -> Path:

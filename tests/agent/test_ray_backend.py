@@ -16,20 +16,9 @@ import ray
 from infralab.agent.sim_pool import BACKENDS, Execution, SimJob, run_pool
 from infralab.cli import BACKEND_ARGS, main
 from infralab.errors import InputError
+from support.toml_fixtures import synthetic_config
 
-BASE = """
-model = "llama-3-8b"
-
-[hardware]
-accelerator = "H100"
-
-[workload]
-kind = "synthetic"
-num_requests = 8
-arrival = { kind = "poisson", rate = 4.0 }
-prompt = { kind = "fixed", value = 128 }
-output = { kind = "fixed", value = 4 }
-"""
+BASE = synthetic_config(num_requests=8, rate=4.0, prompt=128, output=4)
 
 SPACE = """
 [search]

@@ -14,20 +14,9 @@ pytest.importorskip("transformers", reason="the real engine needs transformers (
 
 from infralab.calibration_table import read_provenance
 from infralab.cli import main
+from support.toml_fixtures import TINY_REAL_ENGINE, tiny_llama_model
 
-MODEL = """\
-name = "tiny-llama-test"
-source = "infralab tests: a tiny random-weight Llama (real/model_shape.py TINY)"
-num_layers = 2
-hidden_size = 64
-num_heads = 4
-num_kv_heads = 2
-head_dim = 16
-vocab_size = 1000
-context_length = 2048
-intermediate_size = 128
-tie_word_embeddings = false
-"""
+MODEL = tiny_llama_model()
 
 HUGE_MODEL = """\
 name = "huge-llama"
@@ -56,25 +45,7 @@ arrival = { kind = "poisson", rate = 50.0 }
 prompt = { kind = "uniform", low = 8, high = 40 }
 output = { kind = "uniform", low = 2, high = 5 }
 
-[cost]
-dtype = "fp32"
-step_table = "profile/step_table.csv"
-
-[engine]
-scheduler = "hf_fifo"
-max_batched_tokens = 48
-max_num_seqs = 6
-block_size = 32
-num_blocks = 24
-prefix_cache = false
-
-[real]
-warmup_requests = 1
-fingerprint_repeats = 1
-
-[real.profile]
-repeats = 1
-"""
+""" + TINY_REAL_ENGINE
 
 HYPOTHESIS = """\
 [hypothesis]

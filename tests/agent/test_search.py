@@ -12,20 +12,9 @@ from hypothesis import strategies as st
 
 from infralab.agent.search import METRICS, build_report, format_text, load_space, pareto_front, run_points, run_search
 from infralab.errors import InputError
+from support.toml_fixtures import synthetic_config
 
-BASE = """
-model = "llama-3-8b"
-
-[hardware]
-accelerator = "H100"
-
-[workload]
-kind = "synthetic"
-num_requests = 12
-arrival = { kind = "poisson", rate = 4.0 }
-prompt = { kind = "fixed", value = 256 }
-output = { kind = "fixed", value = 8 }
-"""
+BASE = synthetic_config(num_requests=12, rate=4.0, prompt=256, output=8)
 
 SPACE = """
 [search]

@@ -10,20 +10,8 @@ from pathlib import Path
 import pytest
 
 from infralab.cli import main
+from support.toml_fixtures import synthetic_config
 
-BASE = """
-model = "llama-3-8b"
-
-[hardware]
-accelerator = "H100"
-
-[workload]
-kind = "synthetic"
-num_requests = {n}
-arrival = {{ kind = "poisson", rate = 4.0 }}
-prompt = {{ kind = "fixed", value = 256 }}
-output = {{ kind = "fixed", value = 8 }}
-"""
 
 HYPOTHESIS = """
 [hypothesis]
@@ -53,8 +41,8 @@ change = { "cluster.instances" = 2 }
 
 @pytest.fixture()
 def hypothesis(tmp_path) -> Path:
-    (tmp_path / "base.toml").write_text(BASE.format(n=16))
-    (tmp_path / "small.toml").write_text(BASE.format(n=6))
+    (tmp_path / "base.toml").write_text(synthetic_config(num_requests=16, rate=4.0, prompt=256, output=8))
+    (tmp_path / "small.toml").write_text(synthetic_config(num_requests=6, rate=4.0, prompt=256, output=8))
     path = tmp_path / "h.toml"
     path.write_text(HYPOTHESIS)
     return path

@@ -13,31 +13,13 @@ import pytest
 from infralab.agent import tool_server
 from infralab.agent.tool_server import TOOLS, ToolCallError, argv_for, check_arguments, command_of, input_schema
 from infralab.cli import SEED_MAX, parse
+from support.toml_fixtures import KERNEL_HYPOTHESIS
 
 mcp = pytest.importorskip("mcp", reason="the MCP SDK (extra infralab[mcp]) is not installed")
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "experiments" / "sim" / "azure_conv_colocated.toml"
-HYPOTHESIS = '''
-[hypothesis]
-name = "tiny"
-claim = "3xTF32 is more accurate than TF32 under a K-split"
-kind = "kernel-numerics"
-metrics = ["rel_err"]
-validators = ["kernel-check"]
-acceptance = ["x3.rel_err < baseline.rel_err"]
-
-[baseline]
-kernel = "matmul"
-variant = "tf32"
-shape = "M=8;N=32;K=64"
-split = "row"
-tp = 2
-
-[[variant]]
-name = "x3"
-change = { variant = "3xtf32" }
-'''
+HYPOTHESIS = KERNEL_HYPOTHESIS
 
 
 def test_each_tools_schema_is_its_commands_flags() -> None:

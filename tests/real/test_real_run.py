@@ -28,20 +28,8 @@ from infralab.metrics.summary import RunSummary
 from infralab.calibration_table import read_provenance
 from infralab.real.config import load_real_config, resolved_config_text
 from infralab.real.contention import OTHER_SHARE_LIMIT, machine_cores
+from support.toml_fixtures import TINY_REAL_ENGINE, tiny_llama_model
 
-MODEL = """\
-name = "tiny-llama-test"
-source = "infralab tests: a tiny random-weight Llama (real/model_shape.py TINY)"
-num_layers = 2
-hidden_size = 64
-num_heads = 4
-num_kv_heads = 2
-head_dim = 16
-vocab_size = 1000
-context_length = {context}
-intermediate_size = 128
-tie_word_embeddings = false
-"""
 
 CONFIG = """\
 model = "tiny-model.toml"
@@ -60,30 +48,12 @@ arrival = {{ kind = "poisson", rate = 50.0 }}
 prompt = {{ kind = "uniform", low = 8, high = {prompt_high} }}
 output = {{ kind = "uniform", low = 1, high = 5 }}
 
-[cost]
-dtype = "fp32"
-step_table = "profile/step_table.csv"
-
-[engine]
-scheduler = "hf_fifo"
-max_batched_tokens = 48
-max_num_seqs = 6
-block_size = 32
-num_blocks = 24
-prefix_cache = false
-
-[real]
-warmup_requests = 1
-fingerprint_repeats = 1
-
-[real.profile]
-repeats = 1
-"""
+""" + TINY_REAL_ENGINE
 
 
 def write_config(folder: Path, prompt_high: int = 40, context: int = 2048, **replace: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "tiny-model.toml").write_text(MODEL.format(context=context))
+    (folder / "tiny-model.toml").write_text(tiny_llama_model(context))
     text = CONFIG.format(prompt_high=prompt_high)
     for old, new in replace.items():
         text = text.replace(old, new)
@@ -266,7 +236,7 @@ def _refused(argv: list[str], out: Path, capsys: pytest.CaptureFixture, *words: 
 def test_a_model_too_large_for_this_machine_is_refused_before_it_is_built(tmp_path: Path, capsys) -> None:
     config = write_config(tmp_path)
     # Llama-3-70B's widths with 800 layers, fp32: about 2.8 TB of weights (more than any machine here), built by nobody.
-    (tmp_path / "tiny-model.toml").write_text(MODEL.format(context=8192).replace("num_layers = 2", "num_layers = 800")
+    (tmp_path / "tiny-model.toml").write_text(tiny_llama_model(8192).replace("num_layers = 2", "num_layers = 800")
                                               .replace("hidden_size = 64", "hidden_size = 8192")
                                               .replace("num_heads = 4", "num_heads = 64")
                                               .replace("num_kv_heads = 2", "num_kv_heads = 8")

@@ -14,34 +14,10 @@ from infralab.errors import InputError
 from infralab.metrics.records import RequestRecord
 from infralab.sim.config import config_from_doc
 from infralab.sim.run import simulate_config
+from support.toml_fixtures import synthetic_config
 
-CONFIG = """\
-model = "llama-3-8b"
-
-[hardware]
-accelerator = "H100"
-
-[workload]
-kind = "synthetic"
-num_requests = 80
-
-[workload.arrival]
-kind = "poisson"
-rate = 200.0
-
-[workload.prompt]
-kind = "uniform"
-low = 50
-high = 1500
-
-[workload.output]
-kind = "uniform"
-low = 2
-high = 60
-
-[cluster]
-router = "least_outstanding_tokens"
-"""
+CONFIG = (synthetic_config(num_requests=80, rate=200.0, prompt=(50, 1500), output=(2, 60))
+          + '\n[cluster]\nrouter = "least_outstanding_tokens"\n')
 SIZES = {"colocated": "instances = 2", "disaggregated": 'layout = "disaggregated"\nprefill_instances = 2'}
 
 

@@ -11,29 +11,9 @@ from infralab.cli import main
 from infralab.errors import InputError
 from infralab.sim.config import SimConfig, load_config
 from infralab.workload.schema import SyntheticWorkload, TraceWorkload
+from support.toml_fixtures import synthetic_config
 
-VALID = """\
-model = "llama-3-8b"
-
-[hardware]
-accelerator = "H100"
-
-[workload]
-kind = "synthetic"
-num_requests = 5
-
-[workload.arrival]
-kind = "poisson"
-rate = 2.0
-
-[workload.prompt]
-kind = "fixed"
-value = 100
-
-[workload.output]
-kind = "fixed"
-value = 10
-"""
+VALID = synthetic_config(num_requests=5, rate=2.0, prompt=100, output=10)
 
 TRACE_CONFIG = """\
 model = "llama-3-8b"

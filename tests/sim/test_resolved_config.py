@@ -15,33 +15,12 @@ from infralab.cli import main
 from infralab.config_io import dump_toml, validate
 from infralab.errors import InputError
 from infralab.sim.config import SimConfig, config_doc, layout_defaults, load_config, resolved_config_text
+from support.toml_fixtures import synthetic_config
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "experiments" / "sim").glob("*.toml"))
 
-BASE = """\
-model = "llama-3-8b"
-
-[hardware]
-accelerator = "H100"
-
-[workload]
-kind = "synthetic"
-num_requests = 12
-
-[workload.arrival]
-kind = "poisson"
-rate = 3.0
-
-[workload.prompt]
-kind = "uniform"
-low = 20
-high = 300
-
-[workload.output]
-kind = "fixed"
-value = 6
-"""
+BASE = synthetic_config(num_requests=12, rate=3.0, prompt=(20, 300), output=6)
 
 
 def write(tmp_path: Path, text: str, name: str = "cfg.toml") -> Path:

@@ -18,6 +18,7 @@ from infralab.sim.config import CostConfig, EngineConfig, HostOverheadConfig, vl
 from infralab.sim.cost import CostModel, StepWork
 from infralab.sim.specs import load_accelerator, load_link, load_model
 from infralab.vidur_profile import VIDUR_DEVICES, read_vidur_profile
+from support.toml_fixtures import synthetic_config
 
 A100 = load_accelerator("A100")
 H100 = load_accelerator("H100")
@@ -300,31 +301,8 @@ def test_catalog_unknown_name_is_one_error(capsys):
 
 # ---- a run with a Vidur profile ----------------------------------------------------------------
 
-RUN = """\
-model = "llama-2-7b"
-
-[hardware]
-accelerator = "A100"
-
-[workload]
-kind = "synthetic"
-num_requests = 5
-
-[workload.arrival]
-kind = "poisson"
-rate = 2.0
-
-[workload.prompt]
-kind = "fixed"
-value = 100
-
-[workload.output]
-kind = "fixed"
-value = 10
-
-[cost]
-vidur_profile = "{profile}"
-"""
+RUN = (synthetic_config(model="llama-2-7b", accelerator="A100", num_requests=5, rate=2.0, prompt=100, output=10)
+       + '\n[cost]\nvidur_profile = "{profile}"\n')
 
 
 def test_a_run_reads_a_vidur_folder_and_reports_its_kv_capacity(tmp_path, capsys):

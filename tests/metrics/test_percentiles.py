@@ -20,31 +20,9 @@ from infralab.metrics.run_metrics import distribution, print_summary, summarize
 from infralab.metrics.schema import SLOConfig
 from infralab.metrics.summary import PERCENTILES, Distribution, RunSummary
 from infralab.sim.config import load_config
+from support.toml_fixtures import synthetic_config
 
-CONFIG = """\
-model = "llama-3-8b"
-
-[hardware]
-accelerator = "H100"
-
-[workload]
-kind = "synthetic"
-num_requests = 20
-
-[workload.arrival]
-kind = "poisson"
-rate = 4.0
-
-[workload.prompt]
-kind = "uniform"
-low = 10
-high = 400
-
-[workload.output]
-kind = "uniform"
-low = 2
-high = 20
-"""
+CONFIG = synthetic_config(num_requests=20, rate=4.0, prompt=(10, 400), output=(2, 20))
 
 
 def finished(i: int, arrival: float, ttft: float, step: float, tokens: int) -> RequestRecord:
