@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml setup.py constraints.txt
 	python3 -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,ray,real,mcp]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,ray,real,mcp,optimize]'
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -108,6 +108,22 @@ def search(args: argparse.Namespace) -> int:
     return 0
 
 
+def optimize(args: argparse.Namespace) -> int:
+    from infralab.agent.optimize import format_text, run_optimize
+    from infralab.agent.rate_grid import parse_numbers
+
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    seeds = tuple(parse_numbers(args.seeds, "--seeds", kind=int, positive=False, at_most=SEED_MAX))
+    report = run_optimize(args.space, args.out, methods=methods, budget=args.budget, seeds=seeds, jobs=args.jobs,
+                          overrides=args.set, execution=_execution(args))
+    if args.json:
+        sys.stdout.write(json.dumps(report, sort_keys=True, indent=2, allow_nan=False) + "\n")
+    else:
+        print(format_text(report))
+        print(f"wrote {args.out}/optimize.json, trajectory.png")
+    return 0
+
+
 def sim_sweep(args: argparse.Namespace) -> int:
     from infralab.agent.rate_grid import parse_numbers
     from infralab.agent.sweep import format_text, run_sweep

@@ -121,13 +121,13 @@ class Space:
 # ---- the SPACE file -----------------------------------------------------------------------------
 
 
-def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """Nested tables as dotted keys ({"engine": {"x": 1}} -> {"engine.x": 1}); lists stay values."""
     out: dict[str, Any] = {}
     for key, value in table.items():
         dotted = f"{prefix}{key}"
         if isinstance(value, dict):
-            out.update(_flatten(value, dotted + "."))
+            out.update(flatten(value, dotted + "."))
         else:
             out[dotted] = value
     return out
@@ -159,9 +159,9 @@ def load_space(path: str | Path, overrides: Sequence[str] = ()) -> Space:
     source = str(path)
     raw = apply_overrides(load_toml(path), overrides, "--set")
     if isinstance(raw.get("axes"), dict):
-        raw = {**raw, "axes": _flatten(raw["axes"])}
+        raw = {**raw, "axes": flatten(raw["axes"])}
     if isinstance(raw.get("fixed"), dict):
-        raw = {**raw, "fixed": _flatten(raw["fixed"])}
+        raw = {**raw, "fixed": flatten(raw["fixed"])}
     spec = validate(SpaceFile, raw, source)
     if not spec.axes:
         raise InputError(f"{source}: axes", "no axes", "at least one `key = [values]` under [axes]")

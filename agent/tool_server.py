@@ -2,7 +2,7 @@
 (stdio, the `mcp` SDK: the extra `infralab[mcp]`).
 
 Each tool is one command of the CLI table (`infralab/cli.py`): `sim_run`, `explain`, `test`,
-`search`, `kernels_check` and `fidelity` (`fidelity public`). A tool's JSON schema is generated from
+`search`, `optimize`, `kernels_check` and `fidelity` (`fidelity public`). A tool's JSON schema is generated from
 that command's flags (names, types and bounds, choices, what is required, the help text), so a
 tool accepts exactly what the command line accepts; files the command reads (configs, hypothesis
 and space files) are named by path and validated by the same models as on the command line.
@@ -51,6 +51,9 @@ TOOLS: tuple[ToolSpec, ...] = (
              "microbenchmark, simulator, real run); returns the verdict, each rung and the findings."),
     ToolSpec("search", ("search",), "Explore a configuration space (SPACE.toml) with the simulator: the best "
              "configurations and the Pareto front."),
+    ToolSpec("optimize", ("optimize",), "Walk a search space one trial at a time, each next point chosen from the "
+             "feedback of the runs so far (explain-guided), or compare it with grid, random and TPE; returns every "
+             "trial with its finding and the trials each method needed."),
     ToolSpec("kernels_check", ("kernels", "check"), "Check every Triton kernel against its reference and under "
              "every tensor-parallel split; returns the findings and a verdict per kernel."),
     ToolSpec("fidelity", ("fidelity", "public"), "Score the simulator's cost model on public measurements "

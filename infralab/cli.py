@@ -268,9 +268,24 @@ COMMANDS: tuple[Command, ...] = (
             ),
             description="RUN and BASELINE: a results folder of `infralab sim run`, or a timeline .json "
                         "(e.g. a study's timelines: `infralab reproduce --study NAME` writes them under studies/NAME/)."),
+    Command(("optimize",), "walk a search space one trial at a time from the runs' feedback; compare with grid, random and TPE",
+            "infralab.agent.cli:optimize", (
+                arg("space", metavar="SPACE.toml", help="search space, the `search` format (docs/explain.md)"),
+                arg("--out", required=True, metavar="DIR", help="results folder to write"),
+                arg("--methods", default="explain", metavar="M,...",
+                    help="explain (the explain-guided walk), grid, random, tpe; several: a comparison (default explain)"),
+                arg("--budget", type=positive_int, default=20, metavar="N", help="trials per method and seed (default 20)"),
+                arg("--seeds", default="0", metavar="S1,S2,...", help="seeds of each method (default 0)"),
+                arg("--jobs", type=positive_int, default=2, metavar="N",
+                    help="simulations at once when the whole space is simulated up front (a comparison; default 2)"),
+                arg("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="set a key of the SPACE file before validation (repeatable; TOML value)"),
+                arg("--json", action="store_true", help="print optimize.json on stdout"),
+                *BACKEND_ARGS,
+            )),
     Command(("mcp",), "serve infralab's commands as tools for an LLM agent over the Model Context Protocol (stdio)",
             "infralab.agent.tool_server:serve",
-            description="Tools: sim_run, explain, test, search, kernels_check, fidelity; each tool's JSON schema "
+            description="Tools: sim_run, explain, test, search, optimize, kernels_check, fidelity; each tool's JSON schema "
                         "is its command's flags (docs/agent.md). Needs the extra infralab[mcp]."),
     Command(("search",), "explore a configuration space with the simulator: best configurations and the Pareto front",
             "infralab.agent.cli:search", (
