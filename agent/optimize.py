@@ -32,7 +32,7 @@ from typing import Any
 from infralab.agent.search import METRICS, Space, flatten, load_space, point_label, violations
 from infralab.agent.sim_pool import Execution, SimJob, run_pool
 from infralab.errors import InputError
-from infralab.sim.knob_effects import CAUSES, knob_effect
+from infralab.sim.knob_effects import knob_effect, knob_value
 
 SCHEMA = "infralab.optimize/1"
 METHODS: tuple[str, ...] = ("explain", "grid", "random", "tpe")
@@ -166,9 +166,10 @@ def _index(coords: Sequence[int], sizes: Sequence[int]) -> int:
 
 
 def _numeric_fields(data: Mapping[str, Any]) -> dict[str, float]:
-    """A config's numeric fields by dotted path."""
-    return {path: float(value) for path, value in flatten(dict(data)).items()
-            if isinstance(value, (int, float)) and not isinstance(value, bool)}
+    """A config's fields that have a direction (numbers, and names with a declared scale), by
+    dotted path."""
+    values = {path: knob_value(path, value) for path, value in flatten(dict(data)).items()}
+    return {path: value for path, value in values.items() if value is not None}
 
 
 def predicted_effect(space: Space, a: int, b: int) -> dict[str, int]:
@@ -283,9 +284,11 @@ def _next_point(space: Space, best: PointResult, untried: list[int],
     if scored and scored[0][0] > 0:
         score, _, candidate, effect = scored[0]
         changed = [k for (k, v), (_, w) in zip(space.knobs[best.index], space.knobs[candidate]) if v != w]
+        # the cause the move is chosen for: the largest part of its score
+        gains = {cause: -weights.get(cause, 0.0) * sign for cause, sign in effect.items()}
         return candidate, {
             "move": "guided", "from": point_label(best.index, space.knobs[best.index]),
-            "cause": top_cause, "weights": {c: round(w, 4) for c, w in sorted(weights.items())},
+            "cause": max(gains, key=lambda c: gains[c]), "weights": {c: round(w, 4) for c, w in sorted(weights.items())},
             "knob": {k: dict(space.knobs[candidate])[k] for k in changed},
             "prediction": {c: ("down" if s < 0 else "up") for c, s in sorted(effect.items()) if s},
             "score": round(score, 4)}

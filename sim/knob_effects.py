@@ -10,7 +10,8 @@ cost accelerators; a larger token budget per step moves prompt tokens through fa
 decode step that shares the budget longer; more running sequences per instance admit sooner and
 slow each step; more HBM for the KV cache admits more sequences before they wait for blocks.
 
-`knob_effect(path)` is the lookup; a knob without a declaration acts on nothing known, and an
+`knob_effect(path)` is the lookup and `knob_value(path, value)` the number a value stands for
+(names such as a dtype by their bytes per element); a knob without a declaration acts on nothing known, and an
 optimiser may still try it blindly. Plain data: importing this module imports nothing else.
 """
 
@@ -35,8 +36,36 @@ KNOB_EFFECTS: Mapping[str, Mapping[str, int]] = MappingProxyType({
     "engine.max_num_seqs": MappingProxyType({"queue": -1, "kv_wait": -1, "decode": +1}),
     # HBM given to the KV cache: more sequences fit before admission waits for blocks
     "engine.gpu_memory_utilization": MappingProxyType({"queue": -1, "kv_wait": -1}),
+    # a parallel degree per layer class (docs/sim.md): KDA heads / the vocabulary over more ranks
+    "hardware.linear_tp": MappingProxyType({"prefill": -1, "decode": -1}),
+    "hardware.lm_head_tp": MappingProxyType({"prefill": -1, "decode": -1}),
+    # Layer Split: up to g times the full-attention KV capacity, a KV broadcast per layer and step
+    "hardware.layer_split": MappingProxyType({"queue": -1, "kv_wait": -1, "prefill": +1, "decode": +1}),
+    # bytes per element (KNOB_SCALES): weights and GEMMs (W8A8), or the KV cache
+    "cost.dtype": MappingProxyType({"queue": +1, "kv_wait": +1, "prefill": +1, "decode": +1}),
+    "cost.kv_dtype": MappingProxyType({"queue": +1, "kv_wait": +1, "decode": +1}),
 })
 """Dotted config path -> {cause: -1 (goes down) or +1 (goes up) when the field's value goes up}."""
+
+_BYTES = MappingProxyType({"fp32": 4, "bf16": 2, "fp16": 2, "fp8e4m3": 1, "int8": 1})
+
+KNOB_SCALES: Mapping[str, Mapping[str, float]] = MappingProxyType({
+    "cost.dtype": _BYTES,
+    "cost.kv_dtype": _BYTES,
+})
+"""Fields whose values are names: the number each name stands for (bytes per element), so that a
+change of them has a direction."""
+
+
+def knob_value(path: str, value: object) -> float | None:
+    """The number a field's value stands for: itself when numeric, its scale when a name with a
+    declared scale (`KNOB_SCALES`), else None (no direction)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    scale = KNOB_SCALES.get(path, {})
+    return float(scale[value]) if isinstance(value, str) and value in scale else None
 
 
 def knob_effect(path: str) -> Mapping[str, int]:

@@ -12,7 +12,7 @@ from infralab.agent.studies import HookRun
 
 HERE = Path(__file__).resolve().parent
 STUDY = "optimize_agent"
-SPACES = ("pd.toml", "colocated.toml")
+SPACES = ("pd.toml", "colocated.toml", "glm_stack.toml")
 FULL = {"spaces": SPACES, "seeds": tuple(range(20)), "budget": 30}
 QUICK = {"spaces": SPACES[:1], "seeds": tuple(range(5)), "budget": 20}
 CLAIM = ("explain-guided optimisation reaches 95 % of the best objective found in at least 3x fewer trials than "

@@ -64,6 +64,14 @@ def test_the_effect_of_a_move_is_the_declared_effect_of_the_fields_it_changes(sp
     assert predicted_effect(space, 0, 3) == {"queue": -2, "accelerators": 1, "kv_wait": -1, "decode": 1}
 
 
+def test_names_with_a_declared_scale_have_a_direction() -> None:
+    from infralab.sim.knob_effects import knob_value
+
+    assert knob_value("cost.dtype", "int8") == 1 and knob_value("cost.dtype", "bf16") == 2  # bytes per element
+    assert knob_value("cost.dtype", "mystery") is None and knob_value("run.name", "x") is None
+    assert knob_value("engine.max_num_seqs", 64) == 64.0 and knob_value("engine.prefix_cache", True) is None
+
+
 def _result(index: int, phases: dict[str, float], violated: tuple[str, ...] = (), value: float = 1.0) -> PointResult:
     metrics = {"output_throughput_per_accelerator": value, "ttft_p90_s": 0.5, "saturated": False}
     return PointResult(index, metrics, phases, violated)
