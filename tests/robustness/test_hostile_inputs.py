@@ -123,3 +123,55 @@ def test_same_config_same_bytes(tmp_path, capsys):
         assert code == 0, err
     for path in sorted((tmp_path / "a").iterdir()):
         assert path.read_bytes() == (tmp_path / "b" / path.name).read_bytes(), path.name
+
+
+# ---- issue 27's classes of hostile input: one test each ---------------------------------------------
+
+
+def assert_one_line(code: int, out: str, err: str, *needles: str) -> str:
+    """Exit 2, one line `error: ...` naming every needle, no traceback; returns the line."""
+    assert code == 2, (code, err, out)
+    assert len(err.splitlines()) == 1 and err.startswith("error: "), err
+    assert "Traceback" not in err + out
+    for needle in needles:
+        assert needle in err, (needle, err)
+    return err
+
+
+def test_class1_a_flag_beyond_its_fields_bound_is_the_flags_error(tmp_path, capsys):
+    """--jobs 2**70 with Ray reached Ray's resource check as a ValueError traceback; a rate beyond
+    workload.arrival.rate's bound was blamed on the config's field, which the user did not write."""
+    cfg = write(tmp_path, "cfg.toml", to_toml(BASE_CONFIG))
+    for argv, flag in (
+        (["sim", "sweep", str(cfg), "--rates", "1", "--backend", "ray", "--jobs", str(2**70)], "--jobs"),
+        (["sim", "sweep", str(cfg), "--rates", "1e308"], "--rates"),
+        (["sim", "capacity", str(cfg), "--start", "2e9"], "--start"),
+    ):
+        assert_one_line(*run([*argv, "--out", str(tmp_path / OUT), "--no-progress"], capsys), flag)
+    assert not (tmp_path / OUT).exists()
+
+
+def test_class1_flag_bounds_are_their_fields_bounds():
+    """--seed and --jobs are bounded by argparse with the bounds of the fields they set (run.seed,
+    setup.processes), so that the two never disagree."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from infralab.agent.validators.sim import ClusterSetup
+    from infralab.cli import JOBS_MAX, SEED_MAX
+    from infralab.metrics.schema import RunConfig
+
+    for schema, field, bound in ((RunConfig, "seed", SEED_MAX), (ClusterSetup, "processes", JOBS_MAX)):
+        given = {"config": "c.toml"} if schema is ClusterSetup else {}
+        TypeAdapter(schema).validate_python({**given, field: bound})
+        with pytest.raises(ValidationError):
+            TypeAdapter(schema).validate_python({**given, field: bound + 1})
+
+
+def test_class1_capacity_stops_at_the_rate_fields_bound(tmp_path, capsys):
+    """A search that meets the SLOs at every rate doubles up to the rate field's bound and stops
+    there (it probed 1.2e9 req/s, an error naming workload.arrival.rate)."""
+    lenient = with_value(with_value(BASE_CONFIG, "slo.ttft_s", 100.0), "slo.tpot_s", 100.0)
+    cfg = write(tmp_path, "cfg.toml", to_toml(lenient))
+    code, out, err = run(["sim", "capacity", str(cfg), "--start", "3e8", "--no-progress"], capsys)
+    assert code == 0, err
+    assert "up to 1e+09 req/s" in out
