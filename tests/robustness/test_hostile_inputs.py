@@ -175,3 +175,24 @@ def test_class1_capacity_stops_at_the_rate_fields_bound(tmp_path, capsys):
     code, out, err = run(["sim", "capacity", str(cfg), "--start", "3e8", "--no-progress"], capsys)
     assert code == 0, err
     assert "up to 1e+09 req/s" in out
+
+
+def test_class2_a_csv_field_over_the_csv_modules_limit_is_an_error_at_its_line(tmp_path, capsys):
+    """Every CSV the tools read turns csv's own error (a field over `csv.field_size_limit()`) into
+    one line at the file and line: traces (azure, vidur, csv), calibration tables, Vidur profiles
+    (this one was a `_csv.Error` traceback), a results folder's requests.csv."""
+    huge = "1" * 200_000
+    cases = {
+        "trace-csv": ("t.csv", "request_id,arrival_s,prompt_tokens,output_tokens\n0,0.0,10,5\n1,1.0," + huge + ",5\n",
+                      trace_config("t.csv", "csv"), "t.csv:3"),
+        "vidur-profile": ("prof/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv",
+                          "time_stats.emb.median,num_tokens\n0.2," + huge + "\n",
+                          with_value(BASE_CONFIG, "cost.vidur_profile", "prof"), "mlp.csv:2"),
+    }
+    for name, (path, text, config, needle) in cases.items():
+        folder = tmp_path / name
+        write(folder, path, text)
+        cfg = write(folder, "cfg.toml", to_toml(config))
+        line = assert_one_line(*run(["sim", "run", str(cfg), "--out", str(folder / OUT)], capsys), needle)
+        assert "field larger than field limit" in line, line
+        assert not (folder / OUT).exists()
