@@ -196,3 +196,50 @@ def test_class2_a_csv_field_over_the_csv_modules_limit_is_an_error_at_its_line(t
         line = assert_one_line(*run(["sim", "run", str(cfg), "--out", str(folder / OUT)], capsys), needle)
         assert "field larger than field limit" in line, line
         assert not (folder / OUT).exists()
+
+
+def kernel_hypothesis(kind: str, baseline: dict, variants: list[dict], setup: dict | None = None) -> dict:
+    """A kernel hypothesis file's document: numerics (kernel-check) or performance (microbench)."""
+    numerics = kind == "kernel-numerics"
+    doc = {
+        "hypothesis": {"name": "k", "claim": "c", "kind": kind, "metrics": ["rel_err" if numerics else "bytes"],
+                       "validators": ["kernel-check" if numerics else "microbench"],
+                       "acceptance": [f"{variants[0]['name']}.{'rel_err <= 1' if numerics else 'bytes > 0'}"]},
+        "baseline": baseline,
+        "variant": variants,
+    }
+    return {**doc, "setup": setup} if setup else doc
+
+
+def test_class3_a_kernel_shape_beyond_memory_is_refused_before_any_allocation(tmp_path, capsys, monkeypatch):
+    """A shape whose tensors exceed free memory is one error naming the field that sized them, before
+    any arm runs: a variant's shape (the baseline ran first before), the shape with setup.dims, and
+    a microbench shape on a GPU, sized against the GPU's free memory (it was torch's OOM traceback)."""
+    import infralab.agent.validators.microbench as microbench
+    import infralab.agent.validators.shape_memory as shape_memory
+    from infralab.kernels import partition
+
+    def never(*args, **kwargs):
+        raise AssertionError("a kernel ran before every shape was checked")
+
+    monkeypatch.setattr(partition, "run_task", never)
+    small = {"kernel": "matmul", "variant": "tf32", "shape": "M=8;N=128;K=64", "split": "none", "tp": 1}
+    huge_variant = kernel_hypothesis("kernel-numerics", small, [
+        {"name": "big", "change": {"shape": "M=400000;N=400000;K=400000"}}])
+    by_dims = kernel_hypothesis("kernel-numerics", small, [{"name": "row", "change": {"split": "row"}}],
+                                setup={"dims": {"M": 65536, "N": 65536, "K": 65536}})
+    for name, doc, needles in (("variant", huge_variant, ("h.toml", "big.shape", "GiB")),
+                               ("dims", by_dims, ("h.toml", "baseline.shape with setup.dims"))):
+        hyp = write(tmp_path / name, "h.toml", to_toml(doc))
+        assert_one_line(*run(["test", str(hyp), "--out", str(tmp_path / name / OUT)], capsys), *needles)
+
+    # microbench times kernels only on a GPU: a GPU with 1 MiB free, and timing that must not start.
+    monkeypatch.setattr(microbench, "_on_gpu", lambda: True)
+    monkeypatch.setattr(microbench, "gpu_times", never)
+    monkeypatch.setattr(shape_memory, "free_bytes", lambda: (2**20, "on the GPU"))
+    bench = kernel_hypothesis("kernel-performance", {"kernel": "kda_decode", "variant": "v1", "shape": "B=64;H=32;K=128;V=128"},
+                              [{"name": "v2", "change": {"variant": "v2"}}])
+    hyp = write(tmp_path / "bench", "h.toml", to_toml(bench))
+    assert_one_line(*run(["test", str(hyp), "--out", str(tmp_path / "bench" / OUT)], capsys),
+                    "h.toml", "baseline.shape", "free on the GPU")
+    assert not any((tmp_path / name / OUT).exists() for name in ("variant", "dims", "bench"))
