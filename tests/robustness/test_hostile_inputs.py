@@ -243,3 +243,22 @@ def test_class3_a_kernel_shape_beyond_memory_is_refused_before_any_allocation(tm
     assert_one_line(*run(["test", str(hyp), "--out", str(tmp_path / "bench" / OUT)], capsys),
                     "h.toml", "baseline.shape", "free on the GPU")
     assert not any((tmp_path / name / OUT).exists() for name in ("variant", "dims", "bench"))
+
+
+def test_class4_a_head_dim_apart_from_hidden_over_heads_is_refused_where_the_engine_would_differ(tmp_path, capsys):
+    """The simulator accepts a head_dim apart from hidden / heads (Qwen3, Gemma set it; see
+    test_a_head_dim_other_than_hidden_over_heads_is_accepted). The real engine builds a Llama whose
+    head_dim is hidden / heads: a model TOML saying otherwise was profiled silently as another
+    model than the simulator's; now refused at the file's head_dim (and heads that do not divide
+    hidden at num_heads)."""
+    real = {**BASE_CONFIG, "cost": {"dtype": "fp32", "step_table": "steps.csv"},
+            "engine": {"scheduler": "hf_fifo", "max_batched_tokens": 48, "max_num_seqs": 6, "block_size": 32,
+                       "num_blocks": 24, "prefix_cache": False}, "model": "m.toml"}
+    for name, spec, needle in (("head-dim", with_value(MODEL_SPEC, "head_dim", 32), "m.toml: head_dim"),
+                               ("heads", with_value(MODEL_SPEC, "num_heads", 6), "m.toml: num_heads")):
+        folder = tmp_path / name
+        write(folder, "m.toml", to_toml(spec))
+        cfg = write(folder, "cfg.toml", to_toml(real))
+        assert_one_line(*run(["real", "profile", str(cfg), "--out", str(folder / OUT), "--no-progress"], capsys),
+                        needle, "hidden_size / num_heads")
+        assert not (folder / OUT).exists()
