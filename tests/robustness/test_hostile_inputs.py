@@ -262,3 +262,24 @@ def test_class4_a_head_dim_apart_from_hidden_over_heads_is_refused_where_the_eng
         assert_one_line(*run(["real", "profile", str(cfg), "--out", str(folder / OUT), "--no-progress"], capsys),
                         needle, "hidden_size / num_heads")
         assert not (folder / OUT).exists()
+
+
+def test_class5_prompt_plus_output_beyond_the_context_is_refused(tmp_path, capsys):
+    """A request whose prompt fits the model's context (llama-3-8b: 8192) but whose prompt + output
+    does not is refused, naming the output's field: synthetic lengths, a trace's row, and images'
+    tokens added to a prompt (that one was accepted: only text + images was checked)."""
+    synthetic = with_value(with_value(BASE_CONFIG, "workload.prompt.value", 8000), "workload.output.value", 500)
+    images = with_value(with_value(BASE_CONFIG, "workload.output.value", 7700), "workload.multimodal",
+                        {"image_share": 1.0, "images_per_request": 1, "encoder": "clip-vit-l-14-336"})
+    rows = [dict(r) for r in MOONCAKE_ROWS]
+    rows[1].update(input_length=8000, output_length=500)
+    for name, config, needles in (
+        ("synthetic", synthetic, ("cfg.toml", "workload.output", "500 output")),
+        ("trace", trace_config("t.jsonl", "mooncake"), ("t.jsonl:2: output_length",)),
+        ("images", images, ("cfg.toml", "workload.multimodal", "576 image + 7700 output")),
+    ):
+        folder = tmp_path / name
+        write(folder, "t.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+        cfg = write(folder, "cfg.toml", to_toml(config))
+        assert_one_line(*run(["sim", "run", str(cfg), "--out", str(folder / OUT)], capsys), *needles)
+        assert not (folder / OUT).exists()
