@@ -283,3 +283,20 @@ def test_class5_prompt_plus_output_beyond_the_context_is_refused(tmp_path, capsy
         cfg = write(folder, "cfg.toml", to_toml(config))
         assert_one_line(*run(["sim", "run", str(cfg), "--out", str(folder / OUT)], capsys), *needles)
         assert not (folder / OUT).exists()
+
+
+def test_class6_more_prefix_hashes_than_prompt_blocks_is_refused_at_the_row(tmp_path, capsys):
+    """A Mooncake row names one hash per 512-token block of its prompt: 1025 tokens are 3 blocks, so
+    3 ids are a prompt and 4 are not (refused at file, line and field since b5663a1)."""
+    def trace_run(ids: int) -> tuple[int, str, str]:
+        rows = [dict(r) for r in MOONCAKE_ROWS]
+        rows[1].update(input_length=1025, hash_ids=list(range(10, 10 + ids)))
+        folder = tmp_path / str(ids)
+        write(folder, "t.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+        cfg = write(folder, "cfg.toml", to_toml(trace_config("t.jsonl", "mooncake")))
+        return run(["sim", "run", str(cfg), "--out", str(folder / OUT)], capsys)
+
+    code, _, err = trace_run(3)
+    assert code == 0, err
+    assert_one_line(*trace_run(4), "t.jsonl:2: hash_ids", "4 block ids for a prompt of 1025 tokens (3 blocks")
+    assert not (tmp_path / "4" / OUT).exists()
