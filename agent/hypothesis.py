@@ -207,6 +207,7 @@ def load_hypothesis(path: str | Path, quick: bool = False, overrides: Sequence[s
     if quick:
         setup.update(spec.quick)
     allowed = resolved(allowed_for(info.kind, info.validators, where), setup, path.resolve().parent, where)
+    _check_quick(spec.quick, dict(spec.setup), allowed, where)
     if not info.metrics:
         raise where.error("hypothesis.metrics", "is empty", "at least one metric the claim is about")
     for i, metric in enumerate(info.metrics):
@@ -422,6 +423,21 @@ def check_setup(hyp: Hypothesis, allowed: Allowed, where: Locator) -> None:
         if decl.check is not None and decl.check not in checked:
             checked.append(decl.check)
             decl.check(hyp, setup, where)
+
+
+def _check_quick(quick: dict[str, Any], setup: dict[str, Any], allowed: Allowed, where: Locator) -> None:
+    """[quick]'s keys replace [setup]'s under --quick; they are checked by the setup's schemas with or
+    without --quick (a misspelt one passed unnoticed until a quick run), and an error in one is
+    named `quick.<key>`, the table the user wrote it in (it was named `setup.<key>`). An error in
+    [setup]'s own keys is left to `check_setup`."""
+    for decl in allowed.declarations if quick else ():
+        try:
+            validate(decl.setup, {**setup, **quick}, where.source, prefix="setup")
+        except InputError as exc:
+            key = exc.where.split(": ", 1)[-1]
+            name = re.match(r"setup\.([\w\-]+)", key)
+            if name and name.group(1) in quick:
+                raise where.error("quick" + key[len("setup"):], exc.problem, exc.expected) from None
 
 
 # ---- error locations -----------------------------------------------------------------------------

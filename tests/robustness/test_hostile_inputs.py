@@ -16,6 +16,7 @@ from robustness.hostile_inputs import (
     MODEL_SPEC,
     CLASSES,
     MOONCAKE_ROWS,
+    SPACE,
     OUT,
     all_cases,
     counts,
@@ -300,3 +301,27 @@ def test_class6_more_prefix_hashes_than_prompt_blocks_is_refused_at_the_row(tmp_
     assert code == 0, err
     assert_one_line(*trace_run(4), "t.jsonl:2: hash_ids", "4 block ids for a prompt of 1025 tokens (3 blocks")
     assert not (tmp_path / "4" / OUT).exists()
+
+
+def test_class7_an_unknown_key_inside_a_variant_table_is_named_with_its_table(tmp_path, capsys):
+    """An unknown key written inside a table is refused naming the key in full and the table it was
+    written in: a variant's change or the baseline as a TOML sub-table (b5663a1), a search space's
+    fixed and axes sub-tables, and [quick] (its keys were checked only under --quick, and then
+    named as [setup]'s)."""
+    write(tmp_path, "cfg.toml", to_toml(BASE_CONFIG))
+    quick = write(tmp_path, "q.toml", to_toml({**HYPOTHESIS, "quick": {"bogus": 1}}))
+    cases = [
+        (["test", str(quick), "--quick"], ("q.toml", "quick.bogus", "unknown field")),
+        (["test", str(quick)], ("q.toml", "quick.bogus", "unknown field")),
+    ]
+    for name, hyp in (("change", with_value(HYPOTHESIS, "variant", [{"name": "fast", "change": {"engine": {"bogus": 1}}}])),
+                      ("baseline", with_value(HYPOTHESIS, "baseline", {"engine": {"max_num_seqs": 8, "bogus": 2}}))):
+        cases.append((["test", str(write(tmp_path, f"{name}.toml", to_toml(hyp)))],
+                      (f"{name}.toml", "variant[0].change" if name == "change" else "baseline.engine.bogus", "'engine.bogus'")))
+    for name, space in (("fixed", {**SPACE, "fixed": {"engine": {"bogus": 1}}}),
+                        ("axes", with_value(SPACE, "axes", {"engine": {"max_num_seqs": [4, 8], "bogus": [1]}}))):
+        cases.append((["search", str(write(tmp_path, f"{name}.toml", to_toml(space))), "--no-progress"],
+                      (f"{name}.toml", f"{name}.engine.bogus", "'engine.bogus'")))
+    for argv, needles in cases:
+        assert_one_line(*run([*argv, "--out", str(tmp_path / OUT)], capsys), *needles)
+    assert not (tmp_path / OUT).exists()
