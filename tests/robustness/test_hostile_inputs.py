@@ -325,3 +325,30 @@ def test_class7_an_unknown_key_inside_a_variant_table_is_named_with_its_table(tm
     for argv, needles in cases:
         assert_one_line(*run([*argv, "--out", str(tmp_path / OUT)], capsys), *needles)
     assert not (tmp_path / OUT).exists()
+
+
+def test_class8_a_cross_field_error_names_what_the_user_wrote(tmp_path, capsys):
+    """An error a hypothesis's knob causes is named at that knob in the hypothesis file, never at a
+    key the user did not write: a variant's unknown link name (it surfaced mid-run, named in the
+    base config), a baseline's unknown model name, and a baseline knob that breaks a config field
+    it did not set (it was named `baseline.<that field>`)."""
+    disaggregated = with_value(with_value(BASE_CONFIG, "cluster", {"layout": "disaggregated"}),
+                               "cluster.transfer", {"mode": "layerwise", "layer_groups": 8})
+    write(tmp_path, "cfg.toml", to_toml(BASE_CONFIG))
+    write(tmp_path, "pd.toml", to_toml(disaggregated))
+    write(tmp_path, "big.toml", to_toml(with_value(BASE_CONFIG, "workload.num_requests", 10_000_000)))
+    link = with_value(with_value(HYPOTHESIS, "setup.config", "pd.toml"), "variant",
+                      [{"name": "fast", "change": {"cluster.transfer.link": "no-such-link"}}])
+    model = with_value(HYPOTHESIS, "baseline", {"model": "no-such-model", "engine.max_num_seqs": 8})
+    memory = with_value(with_value(HYPOTHESIS, "setup.config", "big.toml"), "baseline",
+                        {"engine.max_num_seqs": 8, "workload.output.value": 10_000_000})
+    for name, doc, needles, absent in (
+        ("link", link, ("link.toml:", "variant[0].change", "no-such-link", "pd.toml: cluster.transfer.link"),
+         "layer_groups"),
+        ("model", model, ("model.toml:", "baseline.model", "no-such-model"), f"error: {tmp_path / 'cfg.toml'}"),
+        ("memory", memory, ("memory.toml: baseline:", "big.toml: workload.num_requests"), "baseline.workload.num_requests"),
+    ):
+        hyp = write(tmp_path, f"{name}.toml", to_toml(doc))
+        line = assert_one_line(*run(["test", str(hyp), "--out", str(tmp_path / OUT)], capsys), *needles)
+        assert absent not in line, line
+    assert not (tmp_path / OUT).exists()
