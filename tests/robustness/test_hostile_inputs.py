@@ -352,3 +352,24 @@ def test_class8_a_cross_field_error_names_what_the_user_wrote(tmp_path, capsys):
         line = assert_one_line(*run(["test", str(hyp), "--out", str(tmp_path / OUT)], capsys), *needles)
         assert absent not in line, line
     assert not (tmp_path / OUT).exists()
+
+
+def test_class9_a_result_folder_holding_what_infralab_did_not_write_is_never_replaced(tmp_path, capsys):
+    """infralab deletes no file it did not write, marker or not: a folder holding the result marker
+    but no result (its list of files never written) plus a user's file, and an earlier result
+    holding a user's (empty) folder, are refused with one line; the user's things stay."""
+    from infralab.results import MARKER
+
+    cfg = write(tmp_path, "cfg.toml", to_toml(BASE_CONFIG))
+    no_result = tmp_path / "no-result"
+    write(no_result, MARKER, "written by infralab\n")
+    write(no_result, "notes.txt", "mine")
+    earlier = tmp_path / "earlier"
+    code, _, err = run(["sim", "run", str(cfg), "--out", str(earlier)], capsys)
+    assert code == 0, err
+    (earlier / "mine").mkdir()
+    for out, needle, kept in ((no_result, "notes.txt", no_result / "notes.txt"), (earlier, "mine/", earlier / "mine")):
+        assert_one_line(*run(["sim", "run", str(cfg), "--out", str(out)], capsys), f"--out {out}", needle,
+                        "refusing to replace it")
+        assert kept.exists()
+    assert (no_result / "notes.txt").read_text() == "mine" and (earlier / "summary.json").exists()
