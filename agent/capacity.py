@@ -37,7 +37,7 @@ from infralab.agent.rate_grid import (
 from infralab.agent.sim_pool import Execution
 from infralab.agent.sweep import write_rows
 from infralab.errors import InputError
-from infralab.overrides import set_path
+from infralab.overrides import dotted_keys, set_path
 from infralab.results import atomic_output_dir, dump_json
 
 SCHEMA = "infralab.capacity/1"
@@ -226,13 +226,14 @@ def overlay_config(base: str | Path, overlay: Overlay) -> RateConfig:
 
     base = Path(base)
     doc = config_doc(base)
-    for key, value in overlay.changes.items():
+    changes = dotted_keys(dict(overlay.changes))  # a TOML sub-table changes its keys, never replaces a base table
+    for key, value in changes.items():
         set_path(doc, key.split("."), value, f"{overlay.where}.{key}")
     try:
         cfg = config_from_doc(doc, str(base), base.resolve().parent)
     except InputError as exc:
         field = exc.where.split(": ", 1)[-1]
-        key = next((k for k in overlay.changes if field == k or field.startswith(k + ".")), None)
+        key = next((k for k in changes if field == k or field.startswith(k + ".")), None)
         where = f"{overlay.where}.{key}" if key is not None else overlay.where
         raise InputError(where, f"{exc.problem} ({exc.where})", exc.expected) from None
     return rate_config(overlay.label, cfg, base.resolve().parent, str(base))

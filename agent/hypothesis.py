@@ -45,6 +45,7 @@ from infralab.config_io import STRICT, validate
 from infralab.errors import InputError
 from infralab.field_types import Int
 from infralab.input_files import parse_toml, read_text
+from infralab.overrides import dotted_keys
 
 ValidatorName = Literal["kernel-check", "microbench", "sim", "real"]
 LADDER: tuple[str, ...] = ("kernel-check", "microbench", "sim", "real")
@@ -166,19 +167,6 @@ def with_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, A
     return out
 
 
-def _dotted(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Knobs as dotted keys: TOML's unquoted `engine.max_num_seqs = 16` arrives as a sub-table
-    {"engine": {"max_num_seqs": 16}}, the same knob as the quoted key; every key inside it is then
-    checked as a knob of its own (an unknown one named in full)."""
-    flat: dict[str, Any] = {}
-    for key, value in table.items():
-        if isinstance(value, dict):
-            flat.update(_dotted(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 def load_hypothesis(path: str | Path, quick: bool = False, overrides: Sequence[str] = ()) -> Hypothesis:
     """Read, validate and resolve a hypothesis file. With `quick`, the `[quick]` table's keys replace
     the same keys of `[setup]` (smaller windows, fewer scenarios) for smoke runs. `overrides`
@@ -189,12 +177,12 @@ def load_hypothesis(path: str | Path, quick: bool = False, overrides: Sequence[s
     text = read_text(path, "config", "a hypothesis TOML")  # read once, through the input boundary
     raw = with_overrides(parse_toml(text, source, "a hypothesis TOML"), overrides)
     if isinstance(raw.get("baseline"), dict):
-        raw["baseline"] = _dotted(raw["baseline"])
+        raw["baseline"] = dotted_keys(raw["baseline"])
     for i, variant in enumerate(raw.get("variant", []) if isinstance(raw.get("variant"), list) else []):
         if isinstance(variant, dict) and "from" in variant:
             variant["parent"] = variant.pop("from")
         if isinstance(variant, dict) and isinstance(variant.get("change"), dict):
-            variant["change"] = _dotted(variant["change"])
+            variant["change"] = dotted_keys(variant["change"])
     try:
         spec = validate(HypothesisFile, raw, source)
     except InputError as exc:

@@ -83,3 +83,17 @@ def set_path(doc: dict[str, Any], parts: Sequence[str], value: Any, where: str) 
             )
         table = node
     table[parts[-1]] = value
+
+
+def dotted_keys(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A table of changes keyed by dotted paths: TOML's unquoted `engine.max_num_seqs = 16` arrives
+    as a sub-table {"engine": {"max_num_seqs": 16}}, the same change as the quoted key, not a
+    replacement of the whole [engine] table; every key inside is then a change of its own (an
+    unknown one named in full). Used for hypothesis knobs and config overlays alike."""
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            flat.update(dotted_keys(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

@@ -373,3 +373,19 @@ def test_class9_a_result_folder_holding_what_infralab_did_not_write_is_never_rep
                         "refusing to replace it")
         assert kept.exists()
     assert (no_result / "notes.txt").read_text() == "mine" and (earlier / "summary.json").exists()
+
+
+def test_class7_a_study_overlay_written_as_a_sub_table_changes_keys_not_tables(tmp_path):
+    """A study arm's `set` (agent.capacity.Overlay, glm_stack's stack.toml) written with unquoted
+    dotted keys is a TOML sub-table: it replaced the base config's whole table (the base's other
+    [engine] fields were dropped, silently); now it changes those keys, and an unknown key inside is
+    named in full at the arm."""
+    from infralab.agent.capacity import Overlay, overlay_config
+    from infralab.errors import InputError
+
+    base = write(tmp_path, "base.toml", to_toml(BASE_CONFIG))
+    nested = overlay_config(base, Overlay("a", {"engine": {"max_num_seqs": 16}}, "stack.toml: arm[1].set"))
+    quoted = overlay_config(base, Overlay("a", {"engine.max_num_seqs": 16}, "stack.toml: arm[1].set"))
+    assert nested.data == quoted.data and nested.data["engine"]["block_size"] == BASE_CONFIG["engine"]["block_size"]
+    with pytest.raises(InputError, match=r"^stack.toml: arm\[1\].set.engine.bogus: unknown field"):
+        overlay_config(base, Overlay("a", {"engine": {"bogus": 1}}, "stack.toml: arm[1].set"))
