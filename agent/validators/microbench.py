@@ -104,7 +104,8 @@ def check_gpu_memory(hyp: Hypothesis) -> None:
     from infralab.agent.validators.shape_memory import check_fits_memory
 
     for arm in hyp.arms:
-        check_fits_memory(str(arm.config["kernel"]), _timed_dims(hyp, arm), f"{hyp.source}: {arm.name}.shape")
+        check_fits_memory(str(arm.config["kernel"]), _timed_dims(hyp, arm), f"{hyp.source}: {arm.name}.shape",
+                          device="cuda")  # gpu_times allocates there
 
 
 def gpu_times(hyp: Hypothesis, arm: Arm, repetitions: int) -> list[float]:

@@ -237,12 +237,12 @@ def test_class3_a_kernel_shape_beyond_memory_is_refused_before_any_allocation(tm
     # microbench times kernels only on a GPU: a GPU with 1 MiB free, and timing that must not start.
     monkeypatch.setattr(microbench, "_on_gpu", lambda: True)
     monkeypatch.setattr(microbench, "gpu_times", never)
-    monkeypatch.setattr(shape_memory, "free_bytes", lambda: (2**20, "on the GPU"))
+    monkeypatch.setattr(shape_memory, "free_bytes", lambda device: (2**20 if device == "cuda" else 2**40, device))
     bench = kernel_hypothesis("kernel-performance", {"kernel": "kda_decode", "variant": "v1", "shape": "B=64;H=32;K=128;V=128"},
                               [{"name": "v2", "change": {"variant": "v2"}}])
     hyp = write(tmp_path / "bench", "h.toml", to_toml(bench))
     assert_one_line(*run(["test", str(hyp), "--out", str(tmp_path / "bench" / OUT)], capsys),
-                    "h.toml", "baseline.shape", "free on the GPU")
+                    "h.toml", "baseline.shape", "free cuda")
     assert not any((tmp_path / name / OUT).exists() for name in ("variant", "dims", "bench"))
 
 
