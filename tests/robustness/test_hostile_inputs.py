@@ -389,3 +389,20 @@ def test_class7_a_study_overlay_written_as_a_sub_table_changes_keys_not_tables(t
     assert nested.data == quoted.data and nested.data["engine"]["block_size"] == BASE_CONFIG["engine"]["block_size"]
     with pytest.raises(InputError, match=r"^stack.toml: arm\[1\].set.engine.bogus: unknown field"):
         overlay_config(base, Overlay("a", {"engine": {"bogus": 1}}, "stack.toml: arm[1].set"))
+
+
+def test_class1_a_command_line_value_beyond_its_field_is_named_at_its_flag(tmp_path, capsys):
+    """A value given with --set (or --percentiles) that its field refuses is one line naming the flag
+    and assignment the user typed, the file's field beside it (it was named as the config file's
+    field, a value the file does not hold)."""
+    cfg = write(tmp_path, "cfg.toml", to_toml(BASE_CONFIG))
+    space = write(tmp_path, "space.toml", to_toml(SPACE))
+    for argv, needles in (
+        (["sim", "run", str(cfg), "--set", f"run.seed={2**70}"], (f"--set 'run.seed={2**70}'", "cfg.toml: run.seed")),
+        (["sim", "run", str(cfg), "--set", "workload.prompt.value=9000"],
+         ("--set 'workload.prompt.value=9000'", "cfg.toml: workload.prompt")),
+        (["sim", "run", str(cfg), "--percentiles", "50,1e400"], ("--percentiles '50,1e400'", "metrics.percentiles")),
+        (["search", str(space), "--no-progress", "--set", f"search.top={10**9}"], ("--set 'search.top=", "space.toml: search.top")),
+    ):
+        assert_one_line(*run([*argv, "--out", str(tmp_path / OUT)], capsys), *needles)
+    assert not (tmp_path / OUT).exists()
