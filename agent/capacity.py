@@ -7,7 +7,8 @@ simulator's saturation verdict, docs/sim.md). A run with no such latency (no fin
 output beyond the first token) does not meet it.
 
 The search (`Bisection`): probe the config's own arrival rate (or --start); while it meets the
-rule, double the rate, while it fails, halve it (at most MAX_EXPANSIONS times each way), until a
+rule, double the rate, while it fails, halve it (at most MAX_EXPANSIONS times each way, and never
+past the bounds of the config's rate field: `RateConfig.rate_bounds`), until a
 meeting rate `low` and a failing rate `high` bracket the threshold; then probe the midpoint
 until high - low <= tolerance x high. The capacity is `low`: the highest rate seen to meet the
 rule, within `tolerance` (relative) below the lowest rate seen to fail. Bisection assumes the rule
@@ -27,6 +28,7 @@ from infralab.progress import progress
 from infralab.agent.rate_grid import (
     RateConfig,
     RatePoint,
+    check_rates,
     load_rate_configs,
     rate_config,
     rate_field_text,
@@ -35,7 +37,7 @@ from infralab.agent.rate_grid import (
 from infralab.agent.sim_pool import Execution
 from infralab.agent.sweep import write_rows
 from infralab.errors import InputError
-from infralab.overrides import set_path
+from infralab.overrides import dotted_keys, set_path
 from infralab.results import atomic_output_dir, dump_json
 
 SCHEMA = "infralab.capacity/1"
@@ -52,6 +54,10 @@ class Bisection:
 
     start: float
     tolerance: float
+    # The rates the config's rate field accepts: the search stops at them, as at MAX_EXPANSIONS,
+    # rather than probe a rate the config refuses.
+    floor: float = 0.0
+    ceiling: float = math.inf
     low: float | None = None  # highest rate seen to meet the rule
     high: float | None = None  # lowest rate seen to fail it
     probes: list[tuple[float, bool]] = dataclasses.field(default_factory=list)
@@ -62,7 +68,9 @@ class Bisection:
         if self.low is None or self.high is None:
             if len(self.probes) > MAX_EXPANSIONS:
                 return None  # no bracket: capacity above (or below) every rate tried
-            return self.low * 2 if self.high is None else self.high / 2
+            if self.high is None:
+                return None if self.low >= self.ceiling else min(self.low * 2, self.ceiling)
+            return None if self.high <= self.floor else max(self.high / 2, self.floor)
         if self.high - self.low <= self.tolerance * self.high:
             return None
         return (self.low + self.high) / 2
@@ -112,7 +120,9 @@ def find_capacities(
 ) -> tuple[list[Bisection], list[dict[str, Any]]]:
     """Each config's bisection, run in lockstep (one pool call per round holds every unfinished
     config's probe at every seed), and every probe's runs as rows for capacity_probes.csv."""
-    searches = [Bisection(start if start is not None else c.own_rate, tolerance) for c in configs]
+    if start is not None:
+        check_rates(configs, (start,), "--start")
+    searches = [Bisection(start if start is not None else c.own_rate, tolerance, *c.rate_bounds) for c in configs]
     rows: list[dict[str, Any]] = []
     with progress(len(configs), "capacity", "config", enabled=show_progress) as tick:
         while True:
@@ -216,13 +226,14 @@ def overlay_config(base: str | Path, overlay: Overlay) -> RateConfig:
 
     base = Path(base)
     doc = config_doc(base)
-    for key, value in overlay.changes.items():
+    changes = dotted_keys(dict(overlay.changes))  # a TOML sub-table changes its keys, never replaces a base table
+    for key, value in changes.items():
         set_path(doc, key.split("."), value, f"{overlay.where}.{key}")
     try:
         cfg = config_from_doc(doc, str(base), base.resolve().parent)
     except InputError as exc:
         field = exc.where.split(": ", 1)[-1]
-        key = next((k for k in overlay.changes if field == k or field.startswith(k + ".")), None)
+        key = next((k for k in changes if field == k or field.startswith(k + ".")), None)
         where = f"{overlay.where}.{key}" if key is not None else overlay.where
         raise InputError(where, f"{exc.problem} ({exc.where})", exc.expected) from None
     return rate_config(overlay.label, cfg, base.resolve().parent, str(base))

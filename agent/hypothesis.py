@@ -45,6 +45,7 @@ from infralab.config_io import STRICT, validate
 from infralab.errors import InputError
 from infralab.field_types import Int
 from infralab.input_files import parse_toml, read_text
+from infralab.overrides import dotted_keys
 
 
 def ladder() -> tuple[str, ...]:
@@ -170,19 +171,6 @@ def with_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, A
     return out
 
 
-def _dotted(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Knobs as dotted keys: TOML's unquoted `engine.max_num_seqs = 16` arrives as a sub-table
-    {"engine": {"max_num_seqs": 16}}, the same knob as the quoted key; every key inside it is then
-    checked as a knob of its own (an unknown one named in full)."""
-    flat: dict[str, Any] = {}
-    for key, value in table.items():
-        if isinstance(value, dict):
-            flat.update(_dotted(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 def load_hypothesis(path: str | Path, quick: bool = False, overrides: Sequence[str] = ()) -> Hypothesis:
     """Read, validate and resolve a hypothesis file. With `quick`, the `[quick]` table's keys replace
     the same keys of `[setup]` (smaller windows, fewer scenarios) for smoke runs. `overrides`
@@ -193,12 +181,12 @@ def load_hypothesis(path: str | Path, quick: bool = False, overrides: Sequence[s
     text = read_text(path, "config", "a hypothesis TOML")  # read once, through the input boundary
     raw = with_overrides(parse_toml(text, source, "a hypothesis TOML"), overrides)
     if isinstance(raw.get("baseline"), dict):
-        raw["baseline"] = _dotted(raw["baseline"])
+        raw["baseline"] = dotted_keys(raw["baseline"])
     for i, variant in enumerate(raw.get("variant", []) if isinstance(raw.get("variant"), list) else []):
         if isinstance(variant, dict) and "from" in variant:
             variant["parent"] = variant.pop("from")
         if isinstance(variant, dict) and isinstance(variant.get("change"), dict):
-            variant["change"] = _dotted(variant["change"])
+            variant["change"] = dotted_keys(variant["change"])
     try:
         spec = validate(HypothesisFile, raw, source)
     except InputError as exc:
@@ -216,6 +204,7 @@ def load_hypothesis(path: str | Path, quick: bool = False, overrides: Sequence[s
     if quick:
         setup.update(spec.quick)
     allowed = resolved(allowed_for(info.kind, info.validators, where), setup, path.resolve().parent, where)
+    _check_quick(spec.quick, dict(spec.setup), allowed, where)
     if not info.metrics:
         raise where.error("hypothesis.metrics", "is empty", "at least one metric the claim is about")
     for i, metric in enumerate(info.metrics):
@@ -431,6 +420,21 @@ def check_setup(hyp: Hypothesis, allowed: Allowed, where: Locator) -> None:
         if decl.check is not None and decl.check not in checked:
             checked.append(decl.check)
             decl.check(hyp, setup, where)
+
+
+def _check_quick(quick: dict[str, Any], setup: dict[str, Any], allowed: Allowed, where: Locator) -> None:
+    """[quick]'s keys replace [setup]'s under --quick; they are checked by the setup's schemas with or
+    without --quick (a misspelt one passed unnoticed until a quick run), and an error in one is
+    named `quick.<key>`, the table the user wrote it in (it was named `setup.<key>`). An error in
+    [setup]'s own keys is left to `check_setup`."""
+    for decl in allowed.declarations if quick else ():
+        try:
+            validate(decl.setup, {**setup, **quick}, where.source, prefix="setup")
+        except InputError as exc:
+            key = exc.where.split(": ", 1)[-1]
+            name = re.match(r"setup\.([\w\-]+)", key)
+            if name and name.group(1) in quick:
+                raise where.error("quick" + key[len("setup"):], exc.problem, exc.expected) from None
 
 
 # ---- error locations -----------------------------------------------------------------------------

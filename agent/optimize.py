@@ -29,9 +29,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infralab.agent.search import METRICS, Space, flatten, load_space, point_label, violations
+from infralab.agent.search import METRICS, Space, load_space, point_label, violations
 from infralab.agent.sim_pool import Execution, SimJob, run_pool
 from infralab.errors import InputError
+from infralab.overrides import dotted_keys
 from infralab.sim.knob_effects import knob_effect, knob_value
 
 SCHEMA = "infralab.optimize/1"
@@ -168,7 +169,7 @@ def _index(coords: Sequence[int], sizes: Sequence[int]) -> int:
 def _numeric_fields(data: Mapping[str, Any]) -> dict[str, float]:
     """A config's fields that have a direction (numbers, and names with a declared scale), by
     dotted path."""
-    values = {path: knob_value(path, value) for path, value in flatten(dict(data)).items()}
+    values = {path: knob_value(path, value) for path, value in dotted_keys(dict(data)).items()}
     return {path: value for path, value in values.items() if value is not None}
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from infralab.agent.sim_pool import Execution, SimJob, accelerator_count, checked_config, run_pool
 from infralab.errors import InputError
+from infralab.field_types import MAX_RATE, MAX_RATE_SCALE, MIN_RATE, MIN_RATE_SCALE
 from infralab.metrics.summary import LATENCY_STATS, RunSummary, metric_names
 from infralab.sim.config import SimConfig
 
@@ -62,6 +63,14 @@ class RateConfig:
     def rate_field(self) -> str:
         """The config field a rate sets: the arrival rate, or a trace's rate_scale."""
         return RATE_FIELD if self.trace_rate is None else TRACE_RATE_FIELD
+
+    @property
+    def rate_bounds(self) -> tuple[float, float]:
+        """The lowest and highest rate (req/s) its rate field accepts: the arrival rate's bounds,
+        or a trace's own rate times rate_scale's."""
+        if self.trace_rate is None:
+            return MIN_RATE, MAX_RATE
+        return self.trace_rate * MIN_RATE_SCALE, self.trace_rate * MAX_RATE_SCALE
 
     @property
     def own_rate(self) -> float:
@@ -140,6 +149,17 @@ def rate_config(label: str, cfg: SimConfig, base_dir: Path, source: str) -> Rate
                       trace_rate=check_rate_settable(cfg, source, base_dir))
 
 
+def check_rates(configs: Sequence[RateConfig], rates: Sequence[float], flag: str) -> None:
+    """InputError naming `flag` (where the user wrote the rate) for a rate beyond what a config's
+    rate field accepts; otherwise the error would name that field in a config that did not set it."""
+    for c in configs:
+        low, high = c.rate_bounds
+        for rate in rates:
+            if not low <= rate <= high:
+                raise InputError(flag, f"{rate:g} req/s is beyond what {c.label}'s {c.rate_field} accepts",
+                                 f"rates from {low:g} to {high:g} req/s")
+
+
 def at_rate(config: RateConfig, rate: float) -> dict[str, Any]:
     """The config's data at `rate` (req/s): the arrival rate set, or a trace's rate_scale = rate /
     its own rate; validated."""
@@ -147,7 +167,9 @@ def at_rate(config: RateConfig, rate: float) -> dict[str, Any]:
     if config.trace_rate is None:
         workload["arrival"] = {**workload["arrival"], "rate": rate}
     else:
-        workload["rate_scale"] = rate / config.trace_rate
+        # Clamped only against the rounding of the division at the bounds (`rate_bounds`: rates
+        # beyond them are refused before any run).
+        workload["rate_scale"] = min(max(rate / config.trace_rate, MIN_RATE_SCALE), MAX_RATE_SCALE)
     data = {**config.data, "workload": workload}
     checked_config(data, config.source, config.base_dir)
     return data

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from infralab.errors import InputError
-from infralab.input_files import read_json, read_text
+from infralab.input_files import csv_error, read_json, read_text
 from infralab.metrics.encode_records import ENCODE_FIELDS, EncodeRecord
 from infralab.metrics.records import CounterSample, Interval, RequestRecord
 
@@ -203,8 +203,7 @@ def _readable_csv(path: Path) -> Iterator[None]:
     try:
         yield
     except csv.Error as exc:
-        raise InputError(f"{path}", f"unreadable CSV ({exc})",
-                         f"requests.csv as `infralab sim run` writes it (fields under {csv.field_size_limit()} characters)") from None
+        raise csv_error(str(path), exc) from None
 
 
 def load_requests_with_gaps(path: Path) -> tuple[tuple[RequestRecord, ...], tuple[str, ...]]:

@@ -121,18 +121,6 @@ class Space:
 # ---- the SPACE file -----------------------------------------------------------------------------
 
 
-def flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested tables as dotted keys ({"engine": {"x": 1}} -> {"engine.x": 1}); lists stay values."""
-    out: dict[str, Any] = {}
-    for key, value in table.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(flatten(value, dotted + "."))
-        else:
-            out[dotted] = value
-    return out
-
-
 def _objective(text: str, where: str) -> tuple[str, Literal["max", "min"]]:
     match = re.fullmatch(r"\s*(maximize|minimize|max|min)\s+([A-Za-z0-9_]+)\s*", text)
     if not match:
@@ -152,17 +140,20 @@ def load_space(path: str | Path, overrides: Sequence[str] = ()) -> Space:
     `overrides` (`infralab search --set`): `dotted.key=value` assignments applied to the SPACE
     document before validation (infralab/overrides.py), e.g. `search.seed=1` or
     `fixed.workload.end_s=30` ([fixed] and [axes] tables are flattened into dotted knobs)."""
-    from infralab.overrides import apply_overrides
+    from infralab.overrides import apply_overrides, blame_override, dotted_keys, set_flags
     from infralab.sim.config import load_config
 
     path = Path(path)
     source = str(path)
     raw = apply_overrides(load_toml(path), overrides, "--set")
     if isinstance(raw.get("axes"), dict):
-        raw = {**raw, "axes": flatten(raw["axes"])}
+        raw = {**raw, "axes": dotted_keys(raw["axes"])}
     if isinstance(raw.get("fixed"), dict):
-        raw = {**raw, "fixed": flatten(raw["fixed"])}
-    spec = validate(SpaceFile, raw, source)
+        raw = {**raw, "fixed": dotted_keys(raw["fixed"])}
+    try:
+        spec = validate(SpaceFile, raw, source)
+    except InputError as exc:
+        raise blame_override(exc, source, set_flags(overrides)) from None
     if not spec.axes:
         raise InputError(f"{source}: axes", "no axes", "at least one `key = [values]` under [axes]")
     for key, values in spec.axes.items():

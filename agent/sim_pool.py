@@ -135,6 +135,8 @@ def arm_config(
     """The simulation config of a `cluster` hypothesis arm: the setup's config with its trace window
     and the arm's knobs applied, validated. Returns (config, the folder its paths resolve against);
     `where(knob)` names the hypothesis key in errors."""
+    from infralab.sim.run import load_specs
+
     config_path = hyp.resolve(setup.config)
     cfg, base_dir = load_config(config_path)
     data = dataclasses.asdict(cfg)
@@ -150,13 +152,28 @@ def arm_config(
         apply_knob(data, knob, value, where(knob), hyp.base_dir)
     try:
         cfg = checked_config(data, str(config_path), base_dir)
+        load_specs(cfg, base_dir, str(config_path))  # a knob's unknown model or link name: now, not mid-run
     except InputError as exc:
-        # Blame the knob that set the offending field when there is one, else the variant's change.
+        if not exc.where.startswith(f"{config_path}: "):
+            raise  # located in another file the user wrote (a spec TOML): named there already
         field = exc.where.split(": ", 1)[-1]
-        knob = field if field in arm.config else (arm.change[0] if arm.change else field)
-        raise InputError(where(knob), exc.problem + f" ({exc.where})", exc.expected) from None
+        knob = culprit_knob(field, arm)
+        # No knob of the baseline set the field (a cross-field check): name the arm, not a key
+        # the user did not write; the config's field follows in the message.
+        at = where(knob) if knob is not None else f"{hyp.source}: {arm.name}"
+        raise InputError(at, exc.problem + f" ({exc.where})", exc.expected) from None
     check_knobs_read(cfg, (knob for knob, _ in arm.knobs), where)
     return cfg, base_dir
+
+
+def culprit_knob(field: str, arm: Arm) -> str | None:
+    """The arm's knob that set `field` (the field itself, a table holding it, or a field inside it,
+    e.g. knob workload.output.value for field workload.output), else a variant's change (what it
+    adds to its parent), else None."""
+    for knob in arm.config:
+        if knob == field or field.startswith(knob + ".") or knob.startswith(field + "."):
+            return knob
+    return arm.change[0] if arm.change else None
 
 
 # ---- counts of a layout -------------------------------------------------------------------------

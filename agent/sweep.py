@@ -23,8 +23,8 @@ from typing import Any
 
 from infralab.agent import figure_style
 from infralab.progress import progress
-from infralab.agent.rate_grid import (ATTAINMENT, RUN_METRICS, RateConfig, RatePoint, load_rate_configs, rate_field_text,
-                                      run_rates)
+from infralab.agent.rate_grid import (ATTAINMENT, RUN_METRICS, RateConfig, RatePoint, check_rates, load_rate_configs,
+                                      rate_field_text, run_rates)
 from infralab.agent.sim_pool import Execution
 from infralab.results import atomic_output_dir, dump_json
 
@@ -182,6 +182,7 @@ def run_sweep(
     """Everything `infralab sim sweep` does; returns sweep.json's document. `seeds` None: each
     config's own run.seed."""
     configs = load_rate_configs(config_paths)
+    check_rates(configs, rates, "--rates")
     work = [(c, float(rate), seed) for c in configs for rate in sorted(rates)
             for seed in (seeds if seeds is not None else (c.seed,))]
     with atomic_output_dir(out) as tmp:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from infralab.cli import COMMANDS, SEED_MAX, Arg, Command, fraction, non_negative_int, positive_int, seed
+from infralab.cli import COMMANDS, JOBS_MAX, SEED_MAX, Arg, Command, fraction, jobs, non_negative_int, positive_int, seed
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,8 @@ def _value_schema(a: Arg) -> dict[str, Any]:
         return {"type": "integer", "minimum": 0}
     if kind is seed:
         return {"type": "integer", "minimum": 0, "maximum": SEED_MAX}
+    if kind is jobs:
+        return {"type": "integer", "minimum": 1, "maximum": JOBS_MAX}
     if kind is fraction:
         return {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
     if kind is float:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infralab.errors import InputError
-from infralab.input_files import read_text
+from infralab.input_files import csv_error, read_text
 
 COLUMNS: tuple[str, ...] = (
     "kernel",
@@ -180,8 +180,7 @@ def _cells(line: str, where: str) -> list[str]:
     try:
         return next(csv.reader([line]))
     except csv.Error as exc:
-        raise InputError(where, f"unreadable CSV line ({exc})",
-                         f"fields of at most {csv.field_size_limit()} characters, no NUL bytes") from None
+        raise csv_error(where, exc) from None
 
 
 def _parse_row(cells: dict[str, str], where: str) -> CalibrationRow:

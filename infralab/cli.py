@@ -50,6 +50,15 @@ def seed(text: str) -> int:
     return _int_at_least(text, 0, "an integer from 0 to 2^63 - 1", high=SEED_MAX)
 
 
+JOBS_MAX = 256  # `setup.processes`' bound (infralab/agent/validators/sim.py ClusterSetup; a test keeps them equal)
+
+
+def jobs(text: str) -> int:
+    """argparse type: workers, 1 <= N <= 256 (what `setup.processes` accepts; a larger --jobs
+    reached Ray's resource check as a traceback)."""
+    return _int_at_least(text, 1, f"an integer from 1 to {JOBS_MAX}", high=JOBS_MAX)
+
+
 def _int_at_least(text: str, low: int, what: str, high: int | None = None) -> int:
     try:
         value = int(text)
@@ -95,7 +104,7 @@ BACKEND_ARGS = (
 
 # Flags `sim sweep` and `sim capacity` share (their runs go through the agent's simulation pool).
 SWEEP_ARGS = (
-    arg("--jobs", type=positive_int, default=2, metavar="N", help="simulations at once (default 2)"),
+    arg("--jobs", type=jobs, default=2, metavar="N", help="simulations at once (default 2, at most 256)"),
     arg("--json", action="store_true", help="print the JSON document (docs/sweeps.md)"),
     arg("--no-progress", action="store_true", help="no progress on stderr"),
     *BACKEND_ARGS,
@@ -276,7 +285,7 @@ COMMANDS: tuple[Command, ...] = (
                     help="explain (the explain-guided walk), grid, random, tpe; several: a comparison (default explain)"),
                 arg("--budget", type=positive_int, default=20, metavar="N", help="trials per method and seed (default 20)"),
                 arg("--seeds", default="0", metavar="S1,S2,...", help="seeds of each method (default 0)"),
-                arg("--jobs", type=positive_int, default=2, metavar="N",
+                arg("--jobs", type=jobs, default=2, metavar="N",
                     help="simulations at once when the whole space is simulated up front (a comparison; default 2)"),
                 arg("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="set a key of the SPACE file before validation (repeatable; TOML value)"),
@@ -292,8 +301,8 @@ COMMANDS: tuple[Command, ...] = (
                 arg("space", metavar="SPACE.toml", help="search space (docs/explain.md)"),
                 arg("--out", metavar="DIR", default=None,
                     help="results folder (default results/search/<SPACE file stem>)"),
-                arg("--jobs", type=positive_int, default=2, metavar="N",
-                    help="local processes, or the CPUs of the local Ray cluster started for the run (default 2; "
+                arg("--jobs", type=jobs, default=2, metavar="N",
+                    help="local processes, or the CPUs of the local Ray cluster started for the run (default 2, at most 256; "
                          "a cluster joined with --ray-address runs as many points at once as it has CPUs)"),
                 arg("--json", action="store_true", help="print search.json on stdout"),
                 arg("--set", action="append", default=[], metavar="KEY=VALUE",

@@ -29,6 +29,8 @@ MAX_OVERHEAD_S = 3600.0
 MAX_SPAN_S = 1e9
 #: Requests per second of a synthetic arrival process.
 MIN_RATE, MAX_RATE = 1e-6, 1e9
+#: A trace's `workload.rate_scale` (its own arrival rate times this is the rate it replays at).
+MIN_RATE_SCALE, MAX_RATE_SCALE = 1e-6, 1e6
 #: Smallest efficiency (fraction of peak) or memory utilisation: below it a run would take ages.
 MIN_FRACTION = 1e-3
 

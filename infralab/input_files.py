@@ -14,6 +14,7 @@ Size caps (bytes), per kind of file; a larger file is refused before it is read:
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import stat
@@ -91,6 +92,13 @@ def read_json(path: str | Path, kind: Kind = "run", what: str = "a JSON document
         raise InputError(str(path), f"nested deeper than {MAX_NESTING} levels", what) from None
     _check_depth(data, str(path), what)
     return data
+
+
+def csv_error(where: str, exc: csv.Error) -> InputError:
+    """The InputError for a CSV row the csv module cannot read (a field over its size limit, a NUL
+    byte), at `where` (the file and line): every CSV reader raises this one, never `_csv.Error`."""
+    return InputError(where, f"unreadable CSV line ({exc})",
+                      f"fields of at most {csv.field_size_limit()} characters, no NUL bytes")
 
 
 # ---- the checks ------------------------------------------------------------------------------

@@ -11,10 +11,11 @@ created; a path through a value that is not a table is an error.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import re
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from infralab.errors import InputError
@@ -83,3 +84,48 @@ def set_path(doc: dict[str, Any], parts: Sequence[str], value: Any, where: str) 
             )
         table = node
     table[parts[-1]] = value
+
+
+def dotted_keys(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A table of changes keyed by dotted paths: TOML's unquoted `engine.max_num_seqs = 16` arrives
+    as a sub-table {"engine": {"max_num_seqs": 16}}, the same change as the quoted key, not a
+    replacement of the whole [engine] table; every key inside is then a change of its own (an
+    unknown one named in full). Used for hypothesis knobs and config overlays alike."""
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            flat.update(dotted_keys(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def blame_override(exc: InputError, source: str, written: Mapping[str, str]) -> InputError:
+    """`exc` named where the user wrote the value of its field, when an override set it: `written`
+    maps each assignment applied to `source`'s document to the words on the command line that made
+    it (`set_flags`, or e.g. "--percentiles '50,99'"); the file's field follows in the message. The
+    last assignment to the field, to a table holding it, or to a field inside it wins; `exc` comes
+    back unchanged otherwise (a field of the file, or an error located elsewhere)."""
+    prefix = f"{source}: "
+    if not exc.where.startswith(prefix):
+        return exc
+    field = re.sub(r"\[\d+\]", "", exc.where[len(prefix):])  # metrics.percentiles[0] was set as a whole
+    for assignment, words in reversed(list(written.items())):
+        key = ".".join(part.strip() for part in assignment.partition("=")[0].split("."))
+        if key == field or field.startswith(key + ".") or key.startswith(field + "."):
+            return InputError(words, f"{exc.problem} ({exc.where})", exc.expected)
+    return exc
+
+
+def set_flags(assignments: Sequence[str], flag: str = "--set") -> dict[str, str]:
+    """Each assignment with the command-line words that gave it (`flag 'key=value'`)."""
+    return {assignment: f"{flag} {assignment!r}" for assignment in assignments}
+
+
+@contextlib.contextmanager
+def overrides_blamed(source: str, written: Mapping[str, str]) -> Iterator[None]:
+    """Errors raised inside, re-raised at the override that set their field (`blame_override`)."""
+    try:
+        yield
+    except InputError as exc:
+        raise blame_override(exc, source, written) from None

@@ -10,7 +10,7 @@ The rules for an output FOLDER (`atomic_output_dir`), documented in docs/archite
 - A user's file put inside an earlier result folder is not lost: the run refuses to replace a folder
   that holds files the marker does not list (before any work), and checks again just before replacing.
   A marker without a list of files (or not infralab's) vouches for none: marker or not, a file
-  infralab did not list is never deleted.
+  infralab did not list, or a folder holding none it listed (even empty), is never deleted.
 - Replacing is one step that cannot lose both: the old folder is renamed aside (`.<name>.old-<pid>`)
   only once the new one is complete, the new one is renamed in, and only then is the old one deleted;
   on any failure in between the old one is renamed back.
@@ -18,7 +18,8 @@ The rules for an output FOLDER (`atomic_output_dir`), documented in docs/archite
   `flock`, which the kernel releases when a run dies); a second run stops with a one-line error.
 - Temporaries left by killed runs (`.<name>.tmp-<pid>`, `.<name>.old-<pid>` with a dead PID) are
   cleaned by the next run into the same place; an `.old` folder whose result never arrived is
-  renamed back first.
+  renamed back first. Only folders holding the marker are cleaned (a run's temporary holds it from
+  its start; an empty temporary too): anything else of that name is the user's.
 
 An output FILE (`check_new_file`) that exists is replaced only when the user says so (`--force`).
 
@@ -170,7 +171,7 @@ def _check_replaceable(final: Path, where: str) -> None:
     # Only the files the marker lists are ours: a marker without a list (a run that died before
     # writing it, an older version, or a file of that name put there by hand) vouches for nothing.
     listed = _manifest(final) or set()
-    extra = sorted(set(_files(final)) - listed - {MARKER})
+    extra = sorted(set(_files(final)) - listed - {MARKER}) + _unlisted_folders(final, listed)
     if extra:
         shown = ", ".join(extra[:3]) + (f" and {len(extra) - 3} more" if len(extra) > 3 else "")
         raise InputError(where, f"holds files an earlier infralab run did not write ({shown}); refusing to replace it",
@@ -185,6 +186,20 @@ def _files(folder: Path) -> list[str]:
         for name in names + [d for d in dirs if (base / d).is_symlink()]:
             found.append((base / name).relative_to(folder).as_posix())
     return found
+
+
+def _unlisted_folders(folder: Path, listed: set[str]) -> list[str]:
+    """Folders under `folder` that hold no file the marker lists (a user's folder, empty or not), as
+    "name/": the run never wrote them, so replacing the result must not delete them."""
+    found = []
+    for root, dirs, _ in os.walk(folder):
+        for name in dirs:
+            if (Path(root) / name).is_symlink():
+                continue  # a link is an entry of its own (`_files`)
+            rel = (Path(root) / name).relative_to(folder).as_posix()
+            if not any(path.startswith(rel + "/") for path in listed):
+                found.append(rel + "/")
+    return sorted(found)
 
 
 def _manifest(folder: Path) -> set[str] | None:
@@ -258,8 +273,10 @@ def clean_stale(final: Path) -> list[Path]:
             pid = int(pid_text)
             if pid != os.getpid() and _pid_alive(pid):
                 continue
-            if kind == "old" and not (entry / MARKER).is_file():
-                continue  # not a result folder of ours after all: leave it alone
+            if entry.is_symlink() or not entry.is_dir():
+                continue  # a user's file or link of that name
+            if not (entry / MARKER).is_file() and (kind == "old" or any(entry.iterdir())):
+                continue  # not a folder of ours after all (a run's tmp holds its marker from the start)
             if kind == "old" and not final.exists():
                 entry.rename(final)
                 continue

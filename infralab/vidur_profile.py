@@ -38,7 +38,7 @@ from pathlib import Path
 
 from infralab.calibration_table import CalibrationRow, Shape
 from infralab.errors import InputError
-from infralab.input_files import read_text
+from infralab.input_files import csv_error, read_text
 from infralab.work_formulas import scaling_work
 
 #: The names torch reports for the GPUs Vidur profiled (80 GB SXM parts), by Vidur's folder name.
@@ -78,8 +78,11 @@ def _records(path: Path) -> Iterator[tuple[str, dict[str, str]]]:
     """(where, record) per data line of a Vidur CSV; `where` is `file:line`."""
     text = read_text(path, "table", "a Vidur profile CSV")
     reader = csv.DictReader(text.splitlines())
-    for number, record in enumerate(reader, start=2):
-        yield f"{path}:{number}", record
+    try:
+        for number, record in enumerate(reader, start=2):
+            yield f"{path}:{number}", record
+    except csv.Error as exc:  # a field over the csv module's limit, a NUL byte: not a traceback
+        raise csv_error(f"{path}:{reader.reader.line_num}", exc) from None  # DictReader counts only rows read
 
 
 def _number(record: dict[str, str], column: str, where: str) -> float:

@@ -36,7 +36,7 @@ from infralab.config_io import STRICT, dump_toml, load_toml, validate
 from infralab.errors import InputError
 from infralab.field_types import MAX_TOKENS, Bool, Fraction, Int, PositiveSeconds, Tokens
 from infralab.metrics.schema import MetricsConfig, RunConfig, SLOConfig, check_percentiles
-from infralab.overrides import apply_overrides
+from infralab.overrides import apply_overrides, blame_override, set_flags
 from infralab.real.engine import EngineSettings
 from infralab.real.model_shape import is_model_path
 from infralab.workload.schema import WorkloadSpec, check_workload
@@ -116,7 +116,10 @@ def load_real_config(path: str | Path, overrides: Sequence[str] = ()) -> LoadedR
     """Read and validate a config for the real engine (`overrides`: `--set` assignments)."""
     path = Path(path)
     doc = apply_overrides(load_toml(path), overrides, source="--set")
-    return real_config_from_doc(doc, str(path), path.resolve().parent)
+    try:
+        return real_config_from_doc(doc, str(path), path.resolve().parent)
+    except InputError as exc:
+        raise blame_override(exc, str(path), set_flags(overrides)) from None
 
 
 def real_config_from_doc(doc: dict[str, Any], source: str, base_dir: Path) -> LoadedRealConfig:

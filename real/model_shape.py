@@ -59,7 +59,8 @@ def catalog_shape(name: str) -> ModelShape:
 
 def shape_from_table(table: dict[str, Any], source: str) -> ModelShape:
     """A model TOML's table (the catalog's field names) as a shape; InputError naming `source` and
-    the field when one is missing or not a positive integer. Other fields are ignored."""
+    the field when one is missing or not a positive integer, or when its widths are not a Llama's
+    (`check_head_dim`). Other fields are ignored."""
     fields = {f.name: f for f in dataclasses.fields(ModelShape)}
     values: dict[str, Any] = {}
     for name, field in fields.items():
@@ -79,7 +80,26 @@ def shape_from_table(table: dict[str, Any], source: str) -> ModelShape:
                              "a string" if name == "name" else "true or false" if name == "tie_word_embeddings"
                              else "a positive integer")
         values[name] = value
-    return ModelShape(**values)
+    shape = ModelShape(**values)
+    names = {"hidden_size": "hidden_size", "num_heads": "num_heads"}
+    check_head_dim(table.get("head_dim"), shape.hidden_size, shape.num_heads, source, names)
+    return shape
+
+
+def check_head_dim(head_dim: Any, hidden: Any, heads: Any, source: str, names: dict[str, str]) -> None:
+    """The engine builds a Llama whose head_dim is hidden / heads: heads must divide hidden, and a
+    head_dim the file gives (the simulator reads it: its projections are heads x head_dim wide)
+    must be that one, or the two sides would run different models. `names` are the file's own
+    names of hidden_size and num_heads, for messages."""
+    hidden_name, heads_name = names["hidden_size"], names["num_heads"]
+    if not (isinstance(hidden, int) and isinstance(heads, int) and heads > 0):
+        return  # a missing or bad width is its own field's error
+    if hidden % heads:
+        raise InputError(f"{source}: {heads_name}", f"{heads} heads do not divide {hidden_name} {hidden}",
+                         f"a divisor of {hidden_name} (the engine's head_dim is {hidden_name} / {heads_name})")
+    if head_dim is not None and head_dim != hidden // heads:
+        raise InputError(f"{source}: head_dim", f"{head_dim!r}, not {hidden_name} / {heads_name} ({hidden} / {heads})",
+                         f"a model whose head_dim is {hidden_name} / {heads_name}")
 
 
 HF_FIELDS = {"num_layers": "num_hidden_layers", "hidden_size": "hidden_size", "num_heads": "num_attention_heads",
@@ -106,11 +126,8 @@ def shape_from_hf_config(doc: Any, source: str) -> ModelShape:
         raise InputError(f"{source}: model_type", f"{kind!r}", f"one of {', '.join(HF_MODEL_TYPES)} "
                          "(the engine builds a Llama-architecture model)")
     heads, hidden = doc.get("num_attention_heads"), doc.get("hidden_size")
-    head_dim = doc.get("head_dim")
-    if head_dim is not None and isinstance(heads, int) and isinstance(hidden, int) and heads > 0 \
-            and head_dim != hidden // heads:
-        raise InputError(f"{source}: head_dim", f"{head_dim!r}, not hidden_size / num_attention_heads "
-                         f"({hidden} / {heads})", "a model whose head_dim is hidden_size / num_attention_heads")
+    check_head_dim(doc.get("head_dim"), hidden, heads, source,
+                   {"hidden_size": "hidden_size", "num_heads": "num_attention_heads"})
     if doc.get("sliding_window") is not None:
         raise InputError(f"{source}: sliding_window", f"{doc['sliding_window']!r}", "null (full attention)")
     table = {ours: doc[theirs] for ours, theirs in HF_FIELDS.items() if theirs in doc}

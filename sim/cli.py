@@ -10,12 +10,19 @@ from infralab.errors import InputError
 def run(args: argparse.Namespace) -> int:
     """`infralab sim run CONFIG.toml --out DIR [--seed N] [--set KEY=VALUE ...] [--percentiles Q,...]
     [--max-trace-events N] [--no-timeline]`."""
+    from pathlib import Path
+
+    from infralab.overrides import overrides_blamed, set_flags
     from infralab.sim.run import run_config_file
     from infralab.metrics.timeline import DEFAULT_MAX_EVENTS
 
     cap = DEFAULT_MAX_EVENTS if args.max_trace_events is None else args.max_trace_events
-    run_config_file(args.config, args.out, seed=args.seed, max_trace_events=cap, timeline=not args.no_timeline,
-                    overrides=[*args.set, *percentiles_override(args.percentiles)])
+    percentiles = percentiles_override(args.percentiles)
+    # An error in a value given on the command line is named at the flag that gave it.
+    written = {**set_flags(args.set), **{a: f"--percentiles {args.percentiles!r}" for a in percentiles}}
+    with overrides_blamed(str(Path(args.config)), written):
+        run_config_file(args.config, args.out, seed=args.seed, max_trace_events=cap, timeline=not args.no_timeline,
+                        overrides=[*args.set, *percentiles])
     return 0
 
 

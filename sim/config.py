@@ -32,7 +32,7 @@ from infralab.field_types import (
 )
 from infralab.locations import require_file
 from infralab.metrics.schema import MetricsConfig, RunConfig, SLOConfig, check_percentiles
-from infralab.overrides import apply_overrides
+from infralab.overrides import apply_overrides, blame_override, set_flags
 from infralab.sim.epd_schema import EmbeddingTransferConfig, PoolHardwareSet, check_epd_fields
 from infralab.workload.schema import (
     FixedLength,
@@ -317,7 +317,10 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> tuple[SimCon
     """
     path = Path(path)
     base_dir = path.resolve().parent
-    return config_from_doc(config_doc(path, overrides), str(path), base_dir), base_dir
+    try:
+        return config_from_doc(config_doc(path, overrides), str(path), base_dir), base_dir
+    except InputError as exc:
+        raise blame_override(exc, str(path), set_flags(overrides)) from None
 
 
 def config_doc(path: str | Path, overrides: Sequence[str] = ()) -> dict[str, Any]:

@@ -116,10 +116,19 @@ def simulate_config(
         )
 
 
-def prepare_run(cfg: SimConfig, base_dir: Path, source: str = "<config>") -> PreparedRun:
-    """Read the run's specs and workload and build its cost model (the "read" phase)."""
-    # Inputs are read (specs, workload) before anything is built, so that every input error
-    # surfaces before any work is done.
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunSpecs:
+    """The specs a run reads: its model, accelerator (None: timed by a step table) and links."""
+
+    model: Any
+    accel: Any | None
+    tp_link: Any
+    transfer_link: Any | None
+
+
+def load_specs(cfg: SimConfig, base_dir: Path, source: str = "<config>") -> RunSpecs:
+    """The run's specs, from catalog names or spec files: a bad name is an InputError naming the
+    config field, a bad spec file one naming that file and its field."""
     model = _load_spec(load_model, cfg.model, base_dir, source, "model")
     accel = None if cfg.hardware.accelerator is None else _load_spec(  # None: timed by a step table
         load_accelerator, cfg.hardware.accelerator, base_dir, source, "hardware.accelerator")
@@ -129,6 +138,15 @@ def prepare_run(cfg: SimConfig, base_dir: Path, source: str = "<config>") -> Pre
         transfer_link = _load_spec(
             load_link, cfg.cluster.transfer.link, base_dir, source, "cluster.transfer.link"
         )
+    return RunSpecs(model, accel, tp_link, transfer_link)
+
+
+def prepare_run(cfg: SimConfig, base_dir: Path, source: str = "<config>") -> PreparedRun:
+    """Read the run's specs and workload and build its cost model (the "read" phase)."""
+    # Inputs are read (specs, workload) before anything is built, so that every input error
+    # surfaces before any work is done.
+    specs = load_specs(cfg, base_dir, source)
+    model, accel, tp_link, transfer_link = specs.model, specs.accel, specs.tp_link, specs.transfer_link
     with _config_fields_of(source):
         requests = build_workload(cfg.workload, base_dir, cfg.run.seed, model.context_length)
         cost = _cost_model(cfg, base_dir, model, accel, tp_link, requests)

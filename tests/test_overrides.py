@@ -81,10 +81,14 @@ def test_an_override_meets_the_same_validation_as_the_file(tmp_path: Path) -> No
     path.write_text(CONFIG)
     cfg, _ = load_config(path, ["cluster.instances=3", "workload.arrival.rate=5"])
     assert cfg.cluster.instances == 3 and cfg.workload.arrival.rate == 5.0
-    with pytest.raises(InputError, match=r"cluster\.instancez: unknown field"):
+    # ... and its error is named at the flag that gave the value, the file's field beside it.
+    with pytest.raises(InputError, match=r"^--set 'cluster\.instancez=3': unknown field \(.*cfg\.toml: cluster\.instancez\)"):
         load_config(path, ["cluster.instancez=3"])
-    with pytest.raises(InputError, match=r"cluster\.instances: bad value 0"):
+    with pytest.raises(InputError, match=r"^--set 'cluster\.instances=0': bad value 0 \(.*cfg\.toml: cluster\.instances\)"):
         load_config(path, ["cluster.instances=0"])
+    path.write_text(CONFIG.replace("num_requests = 6", "num_requests = 0"))  # the file's own bad value
+    with pytest.raises(InputError, match=r"^\S*cfg\.toml: workload\.num_requests: bad value 0"):
+        load_config(path, ["run.name=x"])
 
 
 def test_sim_run_set_changes_the_run_and_a_bad_one_is_one_line(tmp_path: Path, capsys) -> None:

@@ -196,3 +196,29 @@ def test_kernels_bench_never_overwrites_a_file_without_force(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--force" in err and str(path) in err
     assert path.read_text() == "mine"
+
+
+def test_a_users_folder_inside_an_earlier_result_is_refused_even_empty(tmp_path):
+    """A folder the marker's list does not account for (no listed file inside) is the user's."""
+    out = tmp_path / "res"
+    write_result(out, {"a.txt": "1", "sub/b.txt": "1"})
+    (out / "mine" / "empty").mkdir(parents=True)
+    with pytest.raises(InputError, match=r"holds files .*mine/"):
+        with atomic_output_dir(out):
+            pytest.fail("entered")
+    assert (out / "mine" / "empty").is_dir() and (out / "sub" / "b.txt").read_text() == "1"
+
+
+def test_a_stale_temporary_without_the_marker_is_left_alone(tmp_path):
+    """Only a dead run's temporaries holding the marker (or nothing) are removed: a folder or file of
+    that name holding anything else is the user's."""
+    out = tmp_path / "res"
+    users, file, empty = (dead_pid() for _ in range(3))
+    (tmp_path / f".res.tmp-{users}").mkdir()
+    (tmp_path / f".res.tmp-{users}" / "keep.txt").write_text("mine")
+    (tmp_path / f".res.old-{file}").write_text("mine too")  # a file, not a folder
+    (tmp_path / f".res.tmp-{empty}").mkdir()  # empty: a run killed before its marker
+    write_result(out, {"a.txt": "1"})
+    assert (tmp_path / f".res.tmp-{users}" / "keep.txt").read_text() == "mine"
+    assert (tmp_path / f".res.old-{file}").read_text() == "mine too"
+    assert not (tmp_path / f".res.tmp-{empty}").exists()

@@ -103,10 +103,12 @@ def task_of(hyp: Hypothesis, arm: Arm, seed: int) -> Any:
         split = Split("row", tp, knobs.get("reduction", "sequential"))
     else:
         split = Split(kind, tp)
-    shape = parse_shape(str(knobs["shape"]), f"{where}.shape")
+    written = parse_shape(str(knobs["shape"]), f"{where}.shape")
     dims = setup_as(hyp, KernelSetup).dims
-    shape = tuple((name, dims.get(name, size)) for name, size in shape)
-    check_fits_memory(str(knobs["kernel"]), dict(shape), f"{where}.shape")
+    shape = tuple((name, dims.get(name, size)) for name, size in written)
+    # The sizes are the arm's shape and setup.dims together: name both when dims changed one.
+    sized_by = f"{where}.shape" + (" with setup.dims" if shape != written else "")
+    check_fits_memory(str(knobs["kernel"]), dict(shape), sized_by)
     return PartitionTask(str(knobs["kernel"]), str(knobs["variant"]), "hypothesis", shape, split, tp, seed)
 
 
@@ -133,6 +135,9 @@ class KernelCheck:
         findings: list[Finding] = []
         notes = [f"device: {device}"]
         rows = []
+        # Every arm's tasks first: a shape beyond memory (task_of) is refused before any arm runs.
+        tasks = {arm.name: {seed: task_of(hyp, arm, seed) for seed in hyp.seeds}
+                 for arm in hyp.arms if partitioned_kernel(str(arm.config["kernel"])) is not None}
         for arm in hyp.arms:
             adapter = partitioned_kernel(str(arm.config["kernel"]))
             if adapter is None:
@@ -141,7 +146,7 @@ class KernelCheck:
                 continue
             per_seed = {}
             for seed in hyp.seeds:  # each seed draws other inputs; the numerics are deterministic
-                task = task_of(hyp, arm, seed)
+                task = tasks[arm.name][seed]
                 try:
                     result = run_task(task, adapter, cache)
                 except InputError as exc:

@@ -90,14 +90,30 @@ def work_metrics(hyp: Hypothesis, arm: Arm) -> dict[str, Any]:
                            ring_len=_ring_len(arm))
 
 
+def _timed_dims(hyp: Hypothesis, arm: Arm) -> dict[str, int]:
+    """The dimensions a timed call allocates: the arm's shape, with the ring length where it has one."""
+    dims = _dims(hyp, arm)
+    if "ring_len" in arm.config or str(arm.config["variant"]) == "replay":
+        dims.setdefault("L", _ring_len(arm))
+    return dims
+
+
+def check_gpu_memory(hyp: Hypothesis) -> None:
+    """Every arm's tensors fit the GPU's free memory before any is timed: a shape beyond it is one
+    InputError naming the arm's shape (it was torch's out-of-memory traceback)."""
+    from infralab.agent.validators.shape_memory import check_fits_memory
+
+    for arm in hyp.arms:
+        check_fits_memory(str(arm.config["kernel"]), _timed_dims(hyp, arm), f"{hyp.source}: {arm.name}.shape",
+                          device="cuda")  # gpu_times allocates there
+
+
 def gpu_times(hyp: Hypothesis, arm: Arm, repetitions: int) -> list[float]:
     """Median seconds per step of the Triton kernel at the arm's shape, one per repetition (GPU only)."""
     from infralab.kernels.bench import gpu_timer
     from infralab.kernels.bench_cases import BenchCase, prepare
 
-    dims = _dims(hyp, arm)
-    if "ring_len" in arm.config or str(arm.config["variant"]) == "replay":
-        dims.setdefault("L", _ring_len(arm))
+    dims = _timed_dims(hyp, arm)
     case = BenchCase(str(arm.config["kernel"]), str(arm.config["variant"]), "fp32", tuple(dims.items()), "fp32",
                      f"hypothesis {hyp.name}")
     timer = gpu_timer()
@@ -129,6 +145,8 @@ class Microbench:
         findings: list[Finding] = []
         rows = []
         work = {arm.name: work_metrics(hyp, arm) for arm in hyp.arms}
+        if on_gpu:
+            check_gpu_memory(hyp)
         for arm in hyp.arms:
             metrics = work[arm.name]
             times = gpu_times(hyp, arm, len(keys)) if on_gpu else []

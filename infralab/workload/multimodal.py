@@ -36,7 +36,7 @@ def with_image_tokens(requests: RequestTable, images: array, image_tokens: int, 
                       context_length: int | None) -> RequestTable:
     """`requests` with `image_tokens` more prompt tokens on every request that has images, its
     block hashes cut to the text's whole prefix blocks. InputError naming
-    `workload.multimodal` when a prompt no longer fits the model's `context_length`."""
+    `workload.multimodal` when a prompt (with its output) no longer fits the model's `context_length`."""
     prompts, hashes = array("q"), []
     has_hashes = any(r.block_hashes for r in requests)
     for r, count in zip(requests, images):
@@ -44,11 +44,12 @@ def with_image_tokens(requests: RequestTable, images: array, image_tokens: int, 
         if count:
             blocks = blocks[: prompt // prefix_block_tokens]
             prompt += image_tokens
-            if context_length is not None and prompt > context_length:
+            # The request's KV ends at prompt + output (as build checks for text alone).
+            if context_length is not None and prompt + r.output_tokens > context_length:
                 raise InputError("workload.multimodal",
-                                 f"request {r.id}: {r.prompt_tokens} text + {image_tokens} image tokens exceed the "
-                                 f"model's context_length {context_length}",
-                                 "fewer images_per_request or tokens_per_image, or shorter prompts")
+                                 f"request {r.id}: {r.prompt_tokens} text + {image_tokens} image + {r.output_tokens} "
+                                 f"output tokens exceed the model's context_length {context_length}",
+                                 "fewer images_per_request or tokens_per_image, or shorter prompts or outputs")
         prompts.append(prompt)
         hashes.append(blocks)
     arrivals = array("d", (r.arrival_s for r in requests))

@@ -18,10 +18,12 @@ from infralab.config_io import STRICT
 from infralab.errors import InputError
 from infralab.field_types import (
     MAX_RATE,
+    MAX_RATE_SCALE,
     MAX_REQUESTS,
     MAX_SPAN_S,
     MAX_TOKENS,
     MIN_RATE,
+    MIN_RATE_SCALE,
     Int,
     Number,
     PositiveSeconds,
@@ -123,7 +125,7 @@ class TraceWorkload:
     kind: Literal["trace"]
     path: str  # relative paths resolve against the config file's folder
     format: TraceFormat
-    rate_scale: Number(ge=1e-6, le=1e6) = 1.0  # >1 compresses inter-arrival times (more load)
+    rate_scale: Number(ge=MIN_RATE_SCALE, le=MAX_RATE_SCALE) = 1.0  # >1 compresses inter-arrival times (more load)
     start_s: SpanSeconds = 0.0  # time window, seconds from the trace's first request
     end_s: PositiveSeconds | None = None
     max_requests: Int(gt=0, le=MAX_REQUESTS) | None = None  # truncation after windowing

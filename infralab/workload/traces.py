@@ -42,7 +42,7 @@ import numpy as np
 
 from infralab.errors import InputError
 from infralab.field_types import MAX_TOKENS
-from infralab.input_files import read_text
+from infralab.input_files import csv_error, read_text
 from infralab.workload.request_table import RequestTable
 from infralab.workload.schema import TRACE_FORMATS, TraceFormat
 
@@ -392,8 +392,7 @@ def _next_row(path: Path, reader) -> list[str] | None:
     try:
         return next(reader, None)
     except csv.Error as exc:
-        raise InputError(f"{path}:{reader.line_num}", f"unreadable CSV row ({exc})",
-                         f"fields of at most {csv.field_size_limit()} characters, no NUL bytes") from None
+        raise csv_error(f"{path}:{reader.line_num}", exc) from None
 
 
 def _csv_header(path: Path, reader, format: str) -> list[str]:

@@ -170,6 +170,19 @@ def test_bisection_without_a_bracket_stops():
     assert not always.bracketed and always.high is None and always.low == 2.0 ** 16
 
 
+def test_bisection_stops_at_the_rate_fields_bounds():
+    """Doubling or halving never probes a rate the config's rate field refuses: the bound itself is
+    the last probe (before, the probe past it was an error naming workload.arrival.rate)."""
+    up = Bisection(3e8, 0.05, 1e-6, 1e9)
+    while (rate := up.next_rate()) is not None:
+        up.record(rate, True)
+    assert [r for r, _ in up.probes] == [3e8, 6e8, 1e9]
+    down = Bisection(3e-6, 0.05, 1e-6, 1e9)
+    while (rate := down.next_rate()) is not None:
+        down.record(rate, False)
+    assert [r for r, _ in down.probes] == [3e-6, 1.5e-6, 1e-6]
+
+
 def point(seed: int, ttft: float | None, tpot: float | None, saturated: bool = False) -> RatePoint:
     return RatePoint("c", 1.0, seed, {"ttft_p90_s": ttft, "tpot_p90_s": tpot, "saturated": saturated})
 

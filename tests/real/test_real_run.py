@@ -240,6 +240,7 @@ def test_a_model_too_large_for_this_machine_is_refused_before_it_is_built(tmp_pa
                                               .replace("hidden_size = 64", "hidden_size = 8192")
                                               .replace("num_heads = 4", "num_heads = 64")
                                               .replace("num_kv_heads = 2", "num_kv_heads = 8")
+                                              .replace("head_dim = 16", "head_dim = 128")  # 8192 / 64, as the engine builds it
                                               .replace("vocab_size = 1000", "vocab_size = 128256")
                                               .replace("intermediate_size = 128", "intermediate_size = 28672"))
     for command in ("run", "profile"):

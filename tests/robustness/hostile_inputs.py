@@ -705,6 +705,11 @@ def flag_cases() -> Iterator[Case]:
                                 "--replay-ssm-ring", str(2**70)], "--replay-ssm-ring"),
         ("sweep-seeds-2**63", ["sim", "sweep", "CFG", "--rates", "1", "--seeds", str(2**63), "--out", "OUT"], "--seeds"),
         ("capacity-seeds-2**63", ["sim", "capacity", "CFG", "--seeds", f"0,{2**63}", "--out", "OUT"], "--seeds"),
+        ("sweep-jobs-2**70", ["sim", "sweep", "CFG", "--rates", "1", "--jobs", str(2**70), "--out", "OUT"], "--jobs"),
+        ("search-jobs-257", ["search", "CFG", "--jobs", "257", "--out", "OUT"], "--jobs"),
+        # A rate beyond workload.arrival.rate's bound: named by the flag, not by the config's field.
+        ("sweep-rates-1e308", ["sim", "sweep", "CFG", "--rates", "1,1e308", "--out", "OUT"], "--rates"),
+        ("capacity-start-2e9", ["sim", "capacity", "CFG", "--start", "2e9", "--out", "OUT"], "--start"),
     ):
         yield Case("flags", label, flags(argv, needle))
 
