@@ -11,15 +11,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any, TypeAlias
 
+from pydantic import StrictInt
 from pydantic.dataclasses import dataclass
 
 from infralab.config_io import STRICT
 from infralab.errors import InputError
-from infralab.field_types import Int
+from infralab.field_types import int_bounds
 
-Degree = Int(gt=0, le=1024)  # a parallel degree (ranks), as sim.config's
+Degree: TypeAlias = Annotated[StrictInt, int_bounds(gt=0, le=1024)]  # a parallel degree (ranks), as sim.config's
 
 
 @dataclass(frozen=True, config=STRICT)

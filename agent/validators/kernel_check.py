@@ -17,8 +17,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
+from pydantic import StrictInt
 from pydantic.dataclasses import dataclass
 
 from infralab.agent.findings import Evidence, Finding, Where
@@ -28,7 +29,7 @@ from infralab.agent.validators.shape_memory import check_fits_memory
 from infralab.calibration_table import parse_shape
 from infralab.config_io import STRICT
 from infralab.errors import InputError
-from infralab.field_types import Int
+from infralab.field_types import int_bounds
 from infralab.kernels.interpreter import use_interpreter_without_gpu
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ class KernelSetup:
     """`dims` replaces named dimensions in every arm's shape (e.g. a smaller K for quick runs;
     dimensions an arm's shape lacks are left alone)."""
 
-    dims: dict[str, Int(gt=0, le=65536)] = dataclasses.field(default_factory=dict)
+    dims: dict[str, Annotated[StrictInt, int_bounds(gt=0, le=65536)]] = dataclasses.field(default_factory=dict)
 
 
 DECLARATIONS = (Declaration(

@@ -24,8 +24,9 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeAlias
 
+from pydantic import StrictInt
 from pydantic.dataclasses import dataclass
 
 from infralab.agent.findings import Evidence, Finding, Where
@@ -34,7 +35,7 @@ from infralab.agent.validators import hook
 from infralab.agent.validators.base import Declaration, Measurement, sample_keys
 from infralab.config_io import STRICT
 from infralab.errors import InputError
-from infralab.field_types import MAX_REQUESTS, MAX_SPAN_S, Int, Number
+from infralab.field_types import MAX_REQUESTS, MAX_SPAN_S, RealNumber, int_bounds, number_bounds
 from infralab.metrics.records import RunRecord
 from infralab.metrics.summary import Metric, ResourceStats, RunSummary, metric_names
 
@@ -65,15 +66,15 @@ CLUSTER_METRICS = metric_names(
 MEAN_METRICS = metric_names("ttft_mean_s", "tpot_mean_s")
 
 
-WindowSeconds = Number(ge=0.0, le=MAX_SPAN_S)
+WindowSeconds: TypeAlias = Annotated[RealNumber, number_bounds(ge=0.0, le=MAX_SPAN_S)]
 
 
 @dataclass(frozen=True, config=STRICT)
 class ClusterSetup:
     config: str  # a simulation config (`infralab sim run` format), relative to the hypothesis file
     window_s: tuple[WindowSeconds, WindowSeconds] | None = None  # trace time window [start, end) in seconds
-    max_requests: Int(gt=0, le=MAX_REQUESTS) | None = None
-    processes: Int(gt=0, le=256) = 2  # arms x seeds run in parallel over this many workers (processes, Ray CPUs)
+    max_requests: Annotated[StrictInt, int_bounds(gt=0, le=MAX_REQUESTS)] | None = None
+    processes: Annotated[StrictInt, int_bounds(gt=0, le=256)] = 2  # arms x seeds run in parallel over this many workers (processes, Ray CPUs)
 
 
 def check_cluster_setup(hyp: Hypothesis, setup: ClusterSetup, where: Any) -> None:
