@@ -54,7 +54,7 @@ def _field_path(loc: tuple[Any, ...], data: Any) -> str:
     return "".join(parts) or "<top level>"
 
 
-def _has(node: dict | list, item: Any) -> bool:
+def _has(node: dict[object, object] | list[object], item: object) -> bool:
     return item in node if isinstance(node, dict) else isinstance(item, int) and 0 <= item < len(node)
 
 

@@ -229,7 +229,7 @@ def truncation_warning(facts: dict[str, Any], end_s: float) -> str | None:
 # ---- checking a written trace -------------------------------------------------------------------
 
 
-def _exact_ns(value: Any) -> int:
+def _exact_ns(value: Decimal | float) -> int:
     """A ts/dur value (microseconds) as whole nanoseconds; exact for a Decimal (`load_exact`)."""
     if isinstance(value, Decimal):
         return int((value * 1000).to_integral_value())
@@ -239,7 +239,8 @@ def _exact_ns(value: Any) -> int:
 def load_exact(path: str | Path) -> dict[str, Any]:
     """A trace file parsed with its numbers as Decimals, so times compare exactly in ns."""
     with Path(path).open(encoding="utf-8") as handle:
-        return json.load(handle, parse_float=Decimal)
+        trace: dict[str, Any] = json.load(handle, parse_float=Decimal)
+        return trace
 
 
 def partial_overlaps(trace: dict[str, Any]) -> list[tuple[tuple[int, int], dict[str, Any], dict[str, Any]]]:
