@@ -29,7 +29,7 @@ from pydantic.dataclasses import dataclass
 
 from infralab.agent.hypothesis import Hypothesis, setup_as
 from infralab.agent.studies import load_hook
-from infralab.agent.validators.base import Declaration
+from infralab.agent.validators.base import Declaration, Measurement
 from infralab.config_io import STRICT
 from infralab.errors import InputError
 
@@ -96,10 +96,11 @@ def unavailable(hyp: Hypothesis, validator: str) -> str | None:
     return None if why is None else why(hyp, setup_as(hyp, module.SETUP))
 
 
-def measure(hyp: Hypothesis, workdir: Path | None, validator: str):
+def measure(hyp: Hypothesis, workdir: Path | None, validator: str) -> Measurement:
     """The hook's measurement for `validator` ("sim" or "real")."""
     module = hook_of(hyp)
-    return getattr(module, f"measure_{validator}")(hyp, setup_as(hyp, module.SETUP), workdir)
+    measurement: Measurement = getattr(module, f"measure_{validator}")(hyp, setup_as(hyp, module.SETUP), workdir)
+    return measurement
 
 
 __all__ = ["KIND", "declaration", "hook_of", "load", "measure", "unavailable"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 from pydantic import StrictInt
 from pydantic.dataclasses import dataclass
@@ -34,6 +34,7 @@ from infralab.kernels.interpreter import use_interpreter_without_gpu
 
 if TYPE_CHECKING:
     from infralab.agent.sim_pool import Execution  # measures on this machine whatever the pool's backend
+    from infralab.kernels.partition import Reduction, SplitKind
 
 NAME = "kernel-check"
 KIND = "kernel-numerics"
@@ -101,9 +102,10 @@ def task_of(hyp: Hypothesis, arm: Arm, seed: int) -> Any:
     if kind == "none":
         split = Split("none", 1)
     elif kind == "row":
-        split = Split("row", tp, knobs.get("reduction", "sequential"))
+        # the declaration's knob check admits only Reduction and SplitKind values
+        split = Split("row", tp, cast("Reduction", knobs.get("reduction", "sequential")))
     else:
-        split = Split(kind, tp)
+        split = Split(cast("SplitKind", kind), tp)
     shape = parse_shape(str(knobs["shape"]), f"{where}.shape")
     dims = setup_as(hyp, KernelSetup).dims
     shape = tuple((name, dims.get(name, size)) for name, size in shape)
@@ -129,7 +131,7 @@ class KernelCheck:
         device = use_interpreter_without_gpu()
         from infralab.kernels.partition import run_task
 
-        cache: dict = {}
+        cache: dict[tuple[object, ...], object] = {}
         samples: dict[str, list[dict[str, Any]]] = {}
         findings: list[Finding] = []
         notes = [f"device: {device}"]

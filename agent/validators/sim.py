@@ -30,7 +30,7 @@ from pydantic import StrictInt
 from pydantic.dataclasses import dataclass
 
 from infralab.agent.findings import Evidence, Finding, Where
-from infralab.agent.hypothesis import Arm, Hypothesis, setup_as
+from infralab.agent.hypothesis import Arm, Hypothesis, Locator, setup_as
 from infralab.agent.validators import hook
 from infralab.agent.validators.base import Declaration, Measurement, sample_keys
 from infralab.config_io import STRICT
@@ -77,7 +77,7 @@ class ClusterSetup:
     processes: Annotated[StrictInt, int_bounds(gt=0, le=256)] = 2  # arms x seeds run in parallel over this many workers (processes, Ray CPUs)
 
 
-def check_cluster_setup(hyp: Hypothesis, setup: ClusterSetup, where: Any) -> None:
+def check_cluster_setup(hyp: Hypothesis, setup: ClusterSetup, where: Locator) -> None:
     """The config loads, and every arm's knobs apply to it (each error at the arm's key and line)."""
     from infralab.agent.sim_pool import arm_config
     from infralab.sim.config import load_config
@@ -91,7 +91,10 @@ def check_cluster_setup(hyp: Hypothesis, setup: ClusterSetup, where: Any) -> Non
         raise where.error("setup.config", f"{exc.where}: {exc.problem}", exc.expected) from None
     for i, arm in enumerate(hyp.arms):
         key = "baseline" if arm.change is None else f"variant[{i - 1}].change"
-        arm_config(hyp, setup, arm, where=lambda knob, k=key: where.at(f"{k}.{knob}" if k == "baseline" else k))
+        def knob_where(knob: str, k: str = key) -> str:
+            return where.at(f"{k}.{knob}" if k == "baseline" else k)
+
+        arm_config(hyp, setup, arm, where=knob_where)
 
 
 DECLARATIONS = (
@@ -130,9 +133,15 @@ def measure_cluster(hyp: Hypothesis, setup: ClusterSetup, workdir: Path | None, 
 
     seeds = list(hyp.seeds)
     source = str(hyp.resolve(setup.config))
-    keys, jobs, resolved, notes = [], [], {}, {}
+    keys: list[tuple[str, int]] = []
+    jobs: list[SimJob] = []
+    resolved: dict[tuple[str, int], str] = {}
+    notes: dict[str | None, None] = {}  # layout notes, once each, in order
     for arm in hyp.arms:
-        cfg, base_dir = arm_config(hyp, setup, arm, where=lambda knob, a=arm.name: f"{hyp.source}: {a}.{knob}")
+        def knob_where(knob: str, a: str = arm.name) -> str:
+            return f"{hyp.source}: {a}.{knob}"
+
+        cfg, base_dir = arm_config(hyp, setup, arm, where=knob_where)
         notes.setdefault(layout_switch_note(Path(source), arm.knobs, cfg))
         for seed in seeds:
             keys.append((arm.name, seed))
