@@ -12,6 +12,7 @@ when the previous one ends).
 from __future__ import annotations
 
 import math
+from collections.abc import Generator
 from typing import Any
 
 import simpy
@@ -30,7 +31,7 @@ class ConcurrencyGate:
         self._freed: simpy.Event | None = None
         self._held_until = -math.inf  # the latest submission of a request that waited (s)
 
-    def enter(self, rec: RequestRecord):
+    def enter(self, rec: RequestRecord) -> Generator[simpy.Event, object, None]:
         """A SimPy generator: returns once fewer than `limit` requests are in flight, and takes a
         slot. A request sent later than it arrived (it waited here, or it arrived while an earlier
         one waited here) gets `rec.arrival_s` = now, its submission time."""

@@ -12,7 +12,7 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import Annotated, Any, Literal, TypeAlias, TypeGuard
 
 from pydantic import StrictInt, TypeAdapter
 from pydantic.dataclasses import dataclass
@@ -393,7 +393,7 @@ def _layout_hint(layout: str) -> str:
 def applicable_fields(cfg: SimConfig) -> dict[str, Any]:
     """The config as a plain document with only the fields its layout and transfer mode read
     (every default filled in; None for an unset optional field)."""
-    doc = TypeAdapter(SimConfig).dump_python(cfg)
+    doc: dict[str, Any] = TypeAdapter(SimConfig).dump_python(cfg)
     cluster = doc["cluster"]
     for name in _other_layouts_fields(cfg.cluster.layout):
         cluster.pop(name, None)
@@ -487,7 +487,7 @@ def _require_folder(value: str, base_dir: Path, where: str, what: str) -> None:
 PATH_SUFFIXES = (".toml", ".csv", ".jsonl", ".json")
 
 
-def looks_like_path(value: Any) -> bool:
+def looks_like_path(value: object) -> TypeGuard[str]:
     """Whether a config or knob value names a file rather than a catalog entry or a plain value:
     a string with a path separator or a file suffix (PATH_SUFFIXES). Catalog names ("H100",
     "llama-3-8b") never have either. The one definition of "is this a path"."""
@@ -510,8 +510,11 @@ def check_config(cfg: SimConfig, source: str, base_dir: Path) -> None:
                          'a catalog name (e.g. "H100") or a path to an accelerator TOML (only a run timed by a '
                          "real engine's cost.step_table may leave it out)")
     check_engine_mirror(cfg, source, base_dir)
-    check_epd_fields(cfg, source, lambda value, where: looks_like_path(value) and require_file(
-        value, base_dir, f"{source}: {where}", "spec TOML"))
+    def require_spec(value: str, where: str) -> None:
+        if looks_like_path(value):
+            require_file(value, base_dir, f"{source}: {where}", "spec TOML")
+
+    check_epd_fields(cfg, source, require_spec)
     for where, value in (
         ("model", cfg.model),
         ("hardware.accelerator", cfg.hardware.accelerator),

@@ -146,7 +146,9 @@ def _cost_model(cfg: SimConfig, base_dir: Path, model: Any, accel: Any, tp_link:
     if cfg.cost.step_table is not None:
         table = load_calibration(resolve_path(cfg.cost.step_table, base_dir))
         assert table is not None
-        return run_step_table_cost(table, cfg, requests, model.name)
+        # StepTableCost lacks StepCostModel's kv_bytes_per_token and linear_state_bytes_per_seq (a step-table
+        # run that reached a KV transfer or a prefix cache's state snapshot would fail there); see issue 27
+        return run_step_table_cost(table, cfg, requests, model.name)  # type: ignore[return-value]
     calibration = load_calibration(
         *(None if value is None else resolve_path(value, base_dir) for value in (cfg.cost.calibration, cfg.cost.vidur_profile))
     )

@@ -42,7 +42,7 @@ Bytes: TypeAlias = Annotated[RealNumber, number_bounds(ge=1.0, le=1e16)]
 
 #: Bytes per element of each data type the specs and the cost model know. Names are the kernels'
 #: (`infralab.work_formulas.KV_CACHE_DTYPES`): FP8 is "fp8e4m3" everywhere, never "fp8".
-DTYPE_BYTES: Mapping[str, float] = MappingProxyType(
+DTYPE_BYTES: Mapping[str, int] = MappingProxyType(
     {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8e4m3": 1, "int8": 1}
 )
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, TextIO
@@ -215,7 +216,7 @@ def save_trace(
         return write_trace(run, handle, max_events=max_events, metadata=metadata)
 
 
-def truncation_warning(facts: dict[str, Any], end_s: float) -> str | None:
+def truncation_warning(facts: Mapping[str, Any], end_s: float) -> str | None:
     """The line to print when a written timeline was cut at its event cap (None when whole)."""
     if not facts["truncated"]:
         return None
