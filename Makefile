@@ -16,7 +16,7 @@ setup: $(STAMP)
 run: $(STAMP)
 	$(BIN)/infralab reproduce
 
-test: $(STAMP)
+test: $(STAMP) typecheck
 	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -p no:cacheprovider
 
 # mypy --strict over sim/, infralab/ and agent/validators/ (configuration: pyproject.toml, [tool.mypy]).
