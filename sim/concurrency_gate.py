@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator
-from typing import Any
+from typing import TYPE_CHECKING
 
 import simpy
 
 from infralab.metrics.records import RequestRecord
+
+if TYPE_CHECKING:
+    from infralab.sim.engine.instance import Instance
+    from infralab.sim.engine.request_state import Seq
 
 
 class ConcurrencyGate:
@@ -46,14 +50,14 @@ class ConcurrencyGate:
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
 
-    def leave(self, _seq: Any) -> None:
+    def leave(self, _seq: Seq) -> None:
         """A request finished (an instance's `on_finished`): free its slot."""
         self.in_flight -= 1
         if self._freed is not None and not self._freed.triggered:
             self._freed.succeed()
 
 
-def concurrency_gate(env: simpy.Environment, max_concurrency: int | None, instances: list[Any]) -> ConcurrencyGate | None:
+def concurrency_gate(env: simpy.Environment, max_concurrency: int | None, instances: list[Instance]) -> ConcurrencyGate | None:
     """A gate of `max_concurrency` slots told about every finish on `instances`; None (open loop)
     when `max_concurrency` is None."""
     if max_concurrency is None:

@@ -15,13 +15,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from infralab.errors import InputError
 from infralab.sim.config import HardwareConfig, SimConfig
 from infralab.sim.encoder_cost import EncoderCost
 from infralab.sim.protocols import StepCostModel
-from infralab.sim.specs import load_accelerator, load_encoder, load_link
+from infralab.sim.specs import AcceleratorSpec, LinkSpec, load_accelerator, load_encoder, load_link
 from infralab.workload.multimodal import draw_images, with_image_tokens
 from infralab.workload.request_table import RequestTable
 
@@ -90,11 +90,17 @@ class ClusterPools:
     encoder: EncoderCost | None = None
     images: Mapping[int, int] = dataclasses.field(default_factory=dict)
     image_tokens: int = 0
-    embedding_link: Any | None = None
+    embedding_link: LinkSpec | None = None
 
 
-LoadSpec = Callable[[Callable[..., Any], str, Path, str, str], Any]
-MakeCost = Callable[[SimConfig, Any, Any], StepCostModel]  # (cfg with a pool's hardware, accel, tp_link)
+_Spec = TypeVar("_Spec")
+
+
+class LoadSpec(Protocol):
+    def __call__(self, loader: Callable[[str, Path], _Spec], value: str, base_dir: Path, source: str, field: str) -> _Spec: ...
+
+
+MakeCost = Callable[[SimConfig, AcceleratorSpec, LinkSpec], StepCostModel]  # (cfg with a pool's hardware, accel, tp_link)
 
 
 def prepare_pools(cfg: SimConfig, base_dir: Path, source: str, requests: RequestTable, context_length: int | None,

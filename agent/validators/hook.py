@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic.dataclasses import dataclass
 
-from infralab.agent.hypothesis import Hypothesis, setup_as
+from infralab.agent.hypothesis import Hypothesis, Locator, setup_as
 from infralab.agent.studies import load_hook
 from infralab.agent.validators.base import Declaration, Measurement
 from infralab.config_io import STRICT
@@ -70,7 +70,7 @@ def load(setup: Mapping[str, Any], base_dir: Path, source: str = "hypothesis") -
 def declaration(validator: str) -> Declaration:
     """`validator`'s declaration for kind `hook`: resolved from the hook the setup names."""
 
-    def resolve(setup: Mapping[str, Any], base_dir: Path, where: Any) -> Declaration:
+    def resolve(setup: Mapping[str, Any], base_dir: Path, where: Locator) -> Declaration:
         try:
             module = load(setup, base_dir)
         except InputError as exc:

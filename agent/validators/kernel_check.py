@@ -34,7 +34,7 @@ from infralab.kernels.interpreter import use_interpreter_without_gpu
 
 if TYPE_CHECKING:
     from infralab.agent.sim_pool import Execution  # measures on this machine whatever the pool's backend
-    from infralab.kernels.partition import Reduction, SplitKind
+    from infralab.kernels.partition import PartitionedKernel, PartitionResult, PartitionTask, Reduction, SplitKind
 
 NAME = "kernel-check"
 KIND = "kernel-numerics"
@@ -82,16 +82,17 @@ DECLARATIONS = (Declaration(
 ),)
 
 
-def partitioned_kernel(kernel: str) -> Any:
+def partitioned_kernel(kernel: str) -> PartitionedKernel | None:
     """The partitioning harness's adapter for `kernel`, as `kernels check` runs it (None when it has
     none). Picks where kernels run first: triton reads TRITON_INTERPRET when they are imported."""
     from infralab.kernels.registry import partition_adapter
 
     use_interpreter_without_gpu()
-    return partition_adapter(kernel)
+    adapter: PartitionedKernel | None = partition_adapter(kernel)
+    return adapter
 
 
-def task_of(hyp: Hypothesis, arm: Arm, seed: int) -> Any:
+def task_of(hyp: Hypothesis, arm: Arm, seed: int) -> PartitionTask:
     """The partition task of `arm` with inputs drawn from `seed`."""
     from infralab.kernels.partition import PartitionTask, Split
 
@@ -158,7 +159,7 @@ class KernelCheck:
         return Measurement(NAME, samples, tuple(findings), varies=False, extras={"table": rows}, notes=tuple(notes))
 
 
-def metrics_of(result: Any) -> dict[str, Any]:
+def metrics_of(result: PartitionResult) -> dict[str, float | bool]:
     outs = list(result.split_vs_unsplit)
     return {
         "rel_err": max(result.split_vs_float64[o].rel_fro for o in outs),
@@ -171,7 +172,7 @@ def metrics_of(result: Any) -> dict[str, Any]:
     }
 
 
-def findings_of(arm: Arm, result: Any) -> list[Finding]:
+def findings_of(arm: Arm, result: PartitionResult) -> list[Finding]:
     """One finding per output: where the split result departs most from the unsplit one."""
     task = result.task
     out = []

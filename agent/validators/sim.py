@@ -253,7 +253,7 @@ def write_run_folder(workdir: Path, arm: str, seed: int, summary: RunSummary, re
     return name
 
 
-def _cluster_findings(arm: Arm, m: dict[str, Any], d: dict[str, Any]) -> list[Finding]:
+def _cluster_findings(arm: Arm, m: Mapping[str, Metric], d: dict[str, Any]) -> list[Finding]:
     out = []
     for key in ("busiest_instance", "busiest_link"):
         item = d[key]

@@ -428,7 +428,7 @@ def print_summary(summary: RunSummary, file: TextIO = sys.stdout, title: str = "
     the defaults mean nothing for the engine): goodput is not printed against targets nobody set."""
     width = 50
 
-    def line(label: str, value: Any) -> None:
+    def line(label: str, value: object) -> None:
         print(f"{label:<40}{value:<10}", file=file)
 
     def rule(title: str) -> None:
@@ -494,7 +494,7 @@ def print_summary(summary: RunSummary, file: TextIO = sys.stdout, title: str = "
     print("=" * width, file=file)
 
 
-def print_encode(encode: Mapping[str, Any], line: Callable[[str, Any], None], rule: Callable[[str], None]) -> None:
+def print_encode(encode: Mapping[str, Any], line: Callable[[str, object], None], rule: Callable[[str], None]) -> None:
     """print_summary's lines of a multimodal run's encode stage (summary.json "encode"): image
     counts, the seconds the encode stage adds to TTFT (encode_s, in ms) and, with an encode pool,
     its busy fractions."""
