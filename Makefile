@@ -3,7 +3,7 @@ VENV  ?= .venv
 BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup run test bench-sim
+.PHONY: setup run test typecheck bench-sim
 
 $(STAMP): pyproject.toml setup.py constraints.txt
 	python3 -m venv $(VENV)
@@ -16,8 +16,12 @@ setup: $(STAMP)
 run: $(STAMP)
 	$(BIN)/infralab reproduce
 
-test: $(STAMP)
+test: $(STAMP) typecheck
 	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -p no:cacheprovider
+
+# mypy --strict over sim/, infralab/ and agent/validators/ (configuration: pyproject.toml, [tool.mypy]).
+typecheck: $(STAMP)
+	tools/typecheck.sh
 
 bench-sim: $(STAMP)
 	$(BIN)/python benchmarks/sim_speed.py

@@ -339,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     the same class (argparse's default), so every usage error is one line."""
     parser = OneLineParser(prog="infralab", description="infralab: a testbed for LLM-serving hypotheses")
     top = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    groups: dict[str, argparse._SubParsersAction] = {}
+    groups: dict[str, argparse._SubParsersAction[OneLineParser]] = {}
     for command in COMMANDS:
         if len(command.words) == 1:
             sub = top.add_parser(command.words[0], help=command.help, description=command.description)
@@ -357,7 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
 def resolve(handler: str) -> Callable[[argparse.Namespace], int | None]:
     """Import "module:function" and return the function."""
     module, _, name = handler.partition(":")
-    return getattr(importlib.import_module(module), name)
+    function: Callable[[argparse.Namespace], int | None] = getattr(importlib.import_module(module), name)
+    return function
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:

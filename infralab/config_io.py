@@ -54,11 +54,11 @@ def _field_path(loc: tuple[Any, ...], data: Any) -> str:
     return "".join(parts) or "<top level>"
 
 
-def _has(node: dict | list, item: Any) -> bool:
+def _has(node: dict[object, object] | list[object], item: object) -> bool:
     return item in node if isinstance(node, dict) else isinstance(item, int) and 0 <= item < len(node)
 
 
-def _short(value: Any, limit: int = 80) -> str:
+def _short(value: object, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -183,7 +183,7 @@ def _toml_key(key: str) -> str:
     return key if _BARE_TOML_KEY.fullmatch(key) else _toml_string(key)
 
 
-def _toml_value(value: Any) -> str:
+def _toml_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):

@@ -12,9 +12,10 @@ docs/sim.md ("Limits").
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeAlias
 
 from pydantic import BeforeValidator, Field, StrictBool, StrictInt
+from pydantic.fields import FieldInfo
 
 Bool = StrictBool
 
@@ -35,7 +36,7 @@ MIN_RATE_SCALE, MAX_RATE_SCALE = 1e-6, 1e6
 MIN_FRACTION = 1e-3
 
 
-def _real_number(value: Any) -> Any:
+def _real_number(value: object) -> float:
     """Integers and decimals pass (an int for a float field stays accepted); booleans and text do
     not, even when they look like numbers."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -45,19 +46,39 @@ def _real_number(value: Any) -> Any:
     return value
 
 
+def int_bounds(ge: int | None = None, gt: int | None = None, le: int = 2**63 - 1) -> FieldInfo:
+    """The bounds of an integer field as pydantic metadata: `Annotated[StrictInt, int_bounds(gt=0)]`
+    is the type `Int(gt=0)` builds, written so that a type checker reads it as `int`."""
+    bounds: FieldInfo = Field(ge=ge, gt=gt, le=le)
+    return bounds
+
+
+def number_bounds(ge: float | None = None, gt: float | None = None, le: float = 1e18) -> FieldInfo:
+    """The bounds of a number field as pydantic metadata: `Annotated[RealNumber, number_bounds(ge=0.0)]`
+    is the type `Number(ge=0.0)` builds, written so that a type checker reads it as `float`."""
+    bounds: FieldInfo = Field(ge=ge, gt=gt, le=le, allow_inf_nan=False)
+    return bounds
+
+
+#: A number that is an integer or a decimal, never a boolean or text (bounds: `number_bounds`).
+RealNumber: TypeAlias = Annotated[float, BeforeValidator(_real_number)]
+
+
 def Int(ge: int | None = None, gt: int | None = None, le: int = 2**63 - 1) -> Any:
-    """An integer above `ge`/`gt` and at most `le`; booleans, decimals and text are errors."""
-    return Annotated[StrictInt, Field(ge=ge, gt=gt, le=le)]
+    """An integer above `ge`/`gt` and at most `le`; booleans, decimals and text are errors.
+    (A call is no type to a type checker: annotations say `Annotated[StrictInt, int_bounds(...)]`.)"""
+    return Annotated[StrictInt, int_bounds(ge, gt, le)]
 
 
 def Number(ge: float | None = None, gt: float | None = None, le: float = 1e18) -> Any:
-    """A finite number in the given range (an integer is accepted and becomes a float)."""
-    return Annotated[float, BeforeValidator(_real_number), Field(ge=ge, gt=gt, le=le, allow_inf_nan=False)]
+    """A finite number in the given range (an integer is accepted and becomes a float).
+    (A call is no type to a type checker: annotations say `Annotated[RealNumber, number_bounds(...)]`.)"""
+    return Annotated[RealNumber, number_bounds(ge, gt, le)]
 
 
-PositiveInt = Int(gt=0)
-NonNegInt = Int(ge=0)
-Tokens = Int(gt=0, le=MAX_TOKENS)
-Fraction = Number(ge=MIN_FRACTION, le=1.0)
-Seconds = Number(ge=0.0, le=MAX_OVERHEAD_S)
-PositiveSeconds = Number(gt=0.0, le=MAX_SPAN_S)
+PositiveInt: TypeAlias = Annotated[StrictInt, int_bounds(gt=0)]
+NonNegInt: TypeAlias = Annotated[StrictInt, int_bounds(ge=0)]
+Tokens: TypeAlias = Annotated[StrictInt, int_bounds(gt=0, le=MAX_TOKENS)]
+Fraction: TypeAlias = Annotated[RealNumber, number_bounds(ge=MIN_FRACTION, le=1.0)]
+Seconds: TypeAlias = Annotated[RealNumber, number_bounds(ge=0.0, le=MAX_OVERHEAD_S)]
+PositiveSeconds: TypeAlias = Annotated[RealNumber, number_bounds(gt=0.0, le=MAX_SPAN_S)]

@@ -79,7 +79,7 @@ class Finding:
         }
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     if isinstance(value, (tuple, list)):
@@ -87,7 +87,7 @@ def _short(value: Any) -> str:
     return str(value)
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: object) -> object:
     if isinstance(value, tuple):
         return [_jsonable(v) for v in value]
     if isinstance(value, float) and value != value:

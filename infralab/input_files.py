@@ -22,7 +22,7 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from infralab.errors import InputError
 
@@ -133,11 +133,11 @@ class _NonFinite(ValueError):
     pass
 
 
-def _refuse_constant(name: str) -> Any:
+def _refuse_constant(name: str) -> NoReturn:
     raise _NonFinite(name)
 
 
-def _check_depth(data: Any, source: str, what: str) -> None:
+def _check_depth(data: object, source: str, what: str) -> None:
     """Nesting of the parsed value (dotted TOML keys nest without brackets), iteratively."""
     stack = [(data, 1)]
     while stack:

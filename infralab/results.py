@@ -125,7 +125,7 @@ def atomic_output_file(path: str | Path, flag: str = "--out") -> Iterator[TextIO
         raise
 
 
-def dump_json(obj: Any, path: str | Path) -> None:
+def dump_json(obj: object, path: str | Path) -> None:
     """Write JSON with sorted keys and a trailing newline, so equal inputs give equal bytes."""
     Path(path).write_text(json.dumps(obj, sort_keys=True, indent=2, allow_nan=False) + "\n")
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from typing import TypeVar
 
 F32, BF16, INT8 = 4, 2, 1  # bytes per element
 
@@ -88,7 +89,7 @@ class WorkCounts:
             "programs": self.programs / self.steps,
         }
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, object]:
         """Flat, JSON-ready form (shape as a mapping, transcendentals by kind plus a total)."""
         out = asdict(self)
         out["shape"] = dict(self.shape)
@@ -105,7 +106,10 @@ TF32_SPLIT_OPS = 2 * TF32_ROUND_OPS + 1
 _TRANSFORM_OPS = {"fp32": 0, "tf32": TF32_ROUND_OPS, "3xtf32": TF32_SPLIT_OPS}
 
 
-def gemm_elements(m: float, n: float, k: float) -> float:
+_Count = TypeVar("_Count", int, float)
+
+
+def gemm_elements(m: _Count, n: _Count, k: _Count) -> _Count:
     """Elements of A [M,K], B [K,N] and C [M,N]: each read or written once."""
     return m * k + k * n + m * n
 

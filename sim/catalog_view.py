@@ -21,7 +21,7 @@ from infralab.config_io import validate
 from infralab.errors import InputError
 from infralab.sim.config import CostConfig, EngineConfig, HardwareConfig
 from infralab.sim.cost import W8A8_DTYPES, CostModel
-from infralab.sim.specs import catalog_names, load_accelerator, load_encoder, load_link, load_model
+from infralab.sim.specs import ModelSpec, catalog_names, load_accelerator, load_encoder, load_link, load_model
 
 T = TypeVar("T")
 
@@ -136,7 +136,7 @@ def _kind_of(name: str) -> str:
     raise InputError(f"catalog {name!r}", "unknown name", f"one of {every}, or a model spec TOML path")
 
 
-def _kv_capacity(model, accelerator: str, tp: int, cost_cfg: CostConfig, utilization: float,
+def _kv_capacity(model: ModelSpec, accelerator: str, tp: int, cost_cfg: CostConfig, utilization: float,
                  max_num_seqs: int | None, max_batched_tokens: int | None, block_size: int,
                  knobs: dict[str, int | None]) -> dict[str, Any]:
     accel = load_accelerator(accelerator)
@@ -146,6 +146,7 @@ def _kv_capacity(model, accelerator: str, tp: int, cost_cfg: CostConfig, utiliza
     engine = _from_flags(EngineConfig, dict(max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
                                             block_size=block_size, gpu_memory_utilization=utilization))
     engine = engine.with_vllm_defaults(accel.usable_memory, accel.calibration_device, model.context_length)
+    assert engine.max_num_seqs is not None and engine.max_batched_tokens is not None  # with_vllm_defaults sets both
     plan = cost.memory_plan(utilization, engine.max_num_seqs, engine.max_batched_tokens)
     return {
         "accelerator": accel.name,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
+from typing import Any
 
 from infralab.errors import InputError
 
@@ -54,7 +56,7 @@ def catalog(args: argparse.Namespace) -> int:
     return 0
 
 
-def _glm_knobs(args: argparse.Namespace) -> dict:
+def _glm_knobs(args: argparse.Namespace) -> dict[str, Any]:
     """The GLM-class knobs of `sim catalog` (None: off), as `spec_figures` takes them."""
     from infralab.sim.catalog_view import HARDWARE_KNOBS
 
@@ -77,7 +79,7 @@ def percentiles_override(text: str | None) -> list[str]:
     return [f"metrics.percentiles=[{', '.join(repr(v) for v in values)}]"]
 
 
-def _flatten(data: dict, prefix: str = "") -> list[tuple[str, object]]:
+def _flatten(data: Mapping[str, object], prefix: str = "") -> list[tuple[str, object]]:
     out: list[tuple[str, object]] = []
     for key, value in data.items():
         if isinstance(value, dict):

@@ -22,14 +22,15 @@ arrival order and instance index.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 import simpy
 
 from infralab.errors import InputError
 from infralab.metrics.records import RequestRecord, RunRecord
 from infralab.sim.concurrency_gate import ConcurrencyGate, concurrency_gate
 from infralab.sim.config import EngineConfig, SimConfig
-from infralab.sim.encode_pool import EncodeInstance, EncodePool, EncodeRecord, InlineEncoder, encode_records
+from infralab.metrics.encode_records import EncodeRecord
+from infralab.sim.encode_pool import EncodeInstance, EncodePool, InlineEncoder, encode_records
 from infralab.sim.engine.instance import Instance
 from infralab.sim.engine.kv_blocks import state_snapshot_blocks
 from infralab.sim.engine.request_state import Seq
@@ -98,6 +99,7 @@ def simulate(
                 listener, check_invariants, horizon, policies[role]
             )
             if inline and role != "decode":
+                assert pools is not None and pools.encoder is not None and encodes is not None  # inline
                 engine.extra_step_s = InlineEncoder(ve_name, pools.encoder, encodes)
             made.append(engine)
         return made
@@ -137,7 +139,7 @@ def simulate(
     decode_emits_first = cluster.layout != "colocated" and cluster.transfer.first_token == "decode"
     admit = _admission(make_router(cluster.router), front, decode_emits_first)
     if cluster.layout == "epd":
-        assert pools is not None and pools.encoder is not None and pools.embedding_link is not None
+        assert pools is not None and pools.encoder is not None and pools.embedding_link is not None and encodes is not None
         admit = _encode_pool(env, cfg, pools, encodes, record, admit).admit
     env.process(_arrivals(env, requests, records, admit, arrivals))
     env.run()
@@ -167,7 +169,7 @@ class _ArrivalClock:
     def next_s(self) -> float:
         return self.next
 
-    def wait_for_slot(self, rec: RequestRecord):
+    def wait_for_slot(self, rec: RequestRecord) -> Generator[simpy.Event, object, None]:
         if self.gate is not None:
             self.next = math.inf
             yield from self.gate.enter(rec)
@@ -179,7 +181,7 @@ def _arrivals(
     records: list[RequestRecord],
     admit: Admit,
     clock: _ArrivalClock,
-):
+) -> Generator[simpy.Event, object, None]:
     """Hand each request to `admit` (the front pool) at its arrival time (ties: input order).
     Each request is read once in the loop (a `RequestTable` builds one per access)."""
     latest, in_order = -math.inf, True
@@ -188,6 +190,7 @@ def _arrivals(
             in_order = False
             break
         latest = request.arrival_s
+    stream: Iterator[tuple[ServedRequest, RequestRecord]]
     if in_order:
         stream = zip(requests, records)
     else:  # stable: in order, as given
@@ -226,7 +229,7 @@ def _encode_pool(env: simpy.Environment, cfg: SimConfig, pools: ClusterPools, en
                  record: RunRecord, to_prefill: Admit) -> EncodePool:
     """The EPD layout's encode pool, each instance with its NIC link ("nic-encode-<i>", one lane
     per accelerator) for the embeddings."""
-    assert pools.encoder is not None
+    assert pools.encoder is not None and pools.embedding_link is not None
     lanes = pools.encoder.cost.tp
     instances = [
         EncodeInstance(env, i, pools.encoder, Link(env, pools.embedding_link, f"nic-encode-{i}", record, lanes=lanes),
@@ -264,6 +267,7 @@ def _kv_capacity_blocks(cost: StepCostModel, engine: EngineConfig) -> int:
             f"{engine.prefix_block_tokens} is not a multiple of engine.block_size {engine.block_size}",
             "a prefix block made of whole KV blocks",
         )
+    assert engine.max_num_seqs is not None and engine.max_batched_tokens is not None  # _with_batch_defaults
     tokens = cost.kv_capacity_tokens(
         engine.gpu_memory_utilization, engine.max_num_seqs, max_batched_tokens=engine.max_batched_tokens
     )

@@ -12,11 +12,16 @@ when the previous one ends).
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Generator
+from typing import TYPE_CHECKING
 
 import simpy
 
 from infralab.metrics.records import RequestRecord
+
+if TYPE_CHECKING:
+    from infralab.sim.engine.instance import Instance
+    from infralab.sim.engine.request_state import Seq
 
 
 class ConcurrencyGate:
@@ -30,7 +35,7 @@ class ConcurrencyGate:
         self._freed: simpy.Event | None = None
         self._held_until = -math.inf  # the latest submission of a request that waited (s)
 
-    def enter(self, rec: RequestRecord):
+    def enter(self, rec: RequestRecord) -> Generator[simpy.Event, object, None]:
         """A SimPy generator: returns once fewer than `limit` requests are in flight, and takes a
         slot. A request sent later than it arrived (it waited here, or it arrived while an earlier
         one waited here) gets `rec.arrival_s` = now, its submission time."""
@@ -45,14 +50,14 @@ class ConcurrencyGate:
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
 
-    def leave(self, _seq: Any) -> None:
+    def leave(self, _seq: Seq) -> None:
         """A request finished (an instance's `on_finished`): free its slot."""
         self.in_flight -= 1
         if self._freed is not None and not self._freed.triggered:
             self._freed.succeed()
 
 
-def concurrency_gate(env: simpy.Environment, max_concurrency: int | None, instances: list[Any]) -> ConcurrencyGate | None:
+def concurrency_gate(env: simpy.Environment, max_concurrency: int | None, instances: list[Instance]) -> ConcurrencyGate | None:
     """A gate of `max_concurrency` slots told about every finish on `instances`; None (open loop)
     when `max_concurrency` is None."""
     if max_concurrency is None:

@@ -12,23 +12,24 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypeAlias, TypeGuard
 
-from pydantic import TypeAdapter
+from pydantic import StrictInt, TypeAdapter
 from pydantic.dataclasses import dataclass
 
 from infralab import locations
 from infralab.config_io import STRICT, dump_toml, load_toml, validate
 from infralab.errors import InputError
 from infralab.field_types import (
-    Number,
     MAX_INSTANCES,
     MAX_TOKENS,
     Bool,
     Fraction,
-    Int,
+    RealNumber,
     Seconds,
     Tokens,
+    int_bounds,
+    number_bounds,
 )
 from infralab.locations import require_file
 from infralab.metrics.schema import MetricsConfig, RunConfig, SLOConfig, check_percentiles
@@ -47,7 +48,7 @@ from infralab.workload.schema import (
 # ---- hardware, model, costs ------------------------------------------------------------------
 
 
-Degree = Int(gt=0, le=1024)  # a parallel degree (ranks)
+Degree: TypeAlias = Annotated[StrictInt, int_bounds(gt=0, le=1024)]  # a parallel degree (ranks)
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -145,7 +146,7 @@ class RooflineExtrasConfig:
     # benchmarks/fit_step_constants.py on the 54 calibration decode, prefill and serving points of
     # experiments/fidelity_public (mean |log error| 0.31 -> 0.21; both launch gaps ended at their
     # grids' upper edges, 8 and 4 us); never on its evaluation points.
-    ridge_sharpness: Number(ge=1.0, le=64.0) | None = 2.0
+    ridge_sharpness: Annotated[RealNumber, number_bounds(ge=1.0, le=64.0)] | None = 2.0
     eager_launch_s: Seconds = 8e-6
     graph_launch_s: Seconds = 4e-6
 
@@ -172,7 +173,7 @@ class CostConfig:
     # size limit), or "nccl" for every message (`--disable-custom-all-reduce`). docs/sim.md.
     allreduce: Literal["nccl", "custom"] = "custom"
     # ReplaySSM ring length L for the KDA decode state (kernels/ops/kda_decode/replay_ssm.py); None: plain state.
-    replay_ssm_ring: Int(gt=0, le=4096) | None = None
+    replay_ssm_ring: Annotated[StrictInt, int_bounds(gt=0, le=4096)] | None = None
     efficiency: EfficiencyConfig = EfficiencyConfig()
     extras: RooflineExtrasConfig = RooflineExtrasConfig()
     host: HostOverheadConfig = HostOverheadConfig()
@@ -185,7 +186,7 @@ class CostConfig:
     # The machine's step speed relative to when the step table was profiled (1.1 = 10 % slower):
     # every table time (forward and batch building) is multiplied by it. The fidelity study sets it
     # from the reference steps timed around a replay (real/fingerprint.py); 1.0: as profiled.
-    step_table_speed: Number(gt=0.0, le=100.0) = 1.0
+    step_table_speed: Annotated[RealNumber, number_bounds(gt=0.0, le=100.0)] = 1.0
 
 
 # ---- engine and cluster ----------------------------------------------------------------------
@@ -213,12 +214,12 @@ def vllm_batch_defaults(device_memory_bytes: float = 0.0, device_name: str = "")
 @dataclass(frozen=True, config=STRICT)
 class EngineConfig:
     # Unset: vLLM's defaults for the run's accelerator (`vllm_batch_defaults`, `with_vllm_defaults`).
-    max_num_seqs: Int(gt=0, le=1_000_000) | None = None  # running sequences per instance
+    max_num_seqs: Annotated[StrictInt, int_bounds(gt=0, le=1_000_000)] | None = None  # running sequences per instance
     max_batched_tokens: Tokens | None = None  # token budget per step (chunked prefill)
-    block_size: Int(gt=0, le=65536) = 16  # tokens per paged KV block
+    block_size: Annotated[StrictInt, int_bounds(gt=0, le=65536)] = 16  # tokens per paged KV block
     gpu_memory_utilization: Fraction = 0.9  # of HBM, before weights are subtracted
     prefix_cache: Bool = True
-    prefix_block_tokens: Int(gt=0, le=65536) = 512  # granularity of prompt-prefix identity (Mooncake hash_ids)
+    prefix_block_tokens: Annotated[StrictInt, int_bounds(gt=0, le=65536)] = 512  # granularity of prompt-prefix identity (Mooncake hash_ids)
     preemption: Literal["recompute"] = "recompute"
     # "fast": times runs of identical decode steps together; "reference": the plain per-step
     # scheduler it must match exactly (slower; for checking a new admission or preemption rule);
@@ -230,7 +231,7 @@ class EngineConfig:
     safety_margin: Fraction | None = None
     # The KV cache in blocks of block_size tokens, as the real engine's `num_blocks` (required with
     # cost.step_table, which has no memory model; otherwise unset: sized from device memory).
-    num_blocks: Int(gt=0, le=MAX_TOKENS) | None = None
+    num_blocks: Annotated[StrictInt, int_bounds(gt=0, le=MAX_TOKENS)] | None = None
 
     def policy_options(self) -> dict[str, Any]:
         """Keyword options of the scheduler policy beyond `Instance`'s common ones."""
@@ -263,7 +264,7 @@ class TransferConfig:
     # "per_prefill_nic": one link per prefill instance (its egress NIC), shared by its flows;
     # "shared": one link for the whole cluster.
     topology: Literal["per_prefill_nic", "shared"] = "per_prefill_nic"
-    layer_groups: Int(gt=0, le=1024) = 4  # layerwise mode: KV sent in this many flows per prefill step
+    layer_groups: Annotated[StrictInt, int_bounds(gt=0, le=1024)] = 4  # layerwise mode: KV sent in this many flows per prefill step
     # Who emits token 1 to the client: "decode" (its first step after the KV arrived, as vLLM's and
     # SGLang's P/D paths report it) or "prefill" (the end of prefill; TTFT then omits the transfer
     # and the decode admission).
@@ -276,14 +277,14 @@ class TransferConfig:
 @dataclass(frozen=True, config=STRICT)
 class ClusterConfig:
     layout: Literal["colocated", "disaggregated", "epd"] = "colocated"
-    instances: Int(gt=0, le=MAX_INSTANCES) = 1  # colocated
-    prefill_instances: Int(gt=0, le=MAX_INSTANCES) = 1  # disaggregated
-    decode_instances: Int(gt=0, le=MAX_INSTANCES) = 1
+    instances: Annotated[StrictInt, int_bounds(gt=0, le=MAX_INSTANCES)] = 1  # colocated
+    prefill_instances: Annotated[StrictInt, int_bounds(gt=0, le=MAX_INSTANCES)] = 1  # disaggregated
+    decode_instances: Annotated[StrictInt, int_bounds(gt=0, le=MAX_INSTANCES)] = 1
     router: Literal["round_robin", "least_outstanding_tokens", "prefix_aware"] = "round_robin"
     decode_router: Literal["round_robin", "least_outstanding_tokens"] = "least_outstanding_tokens"
     transfer: TransferConfig = TransferConfig()
     # Layout "epd" (sim.encode_pool): an encode pool in front of the prefill pool, for image requests.
-    encode_instances: Int(gt=0, le=MAX_INSTANCES) = 1
+    encode_instances: Annotated[StrictInt, int_bounds(gt=0, le=MAX_INSTANCES)] = 1
     encode_router: Literal["round_robin", "least_outstanding_tokens"] = "least_outstanding_tokens"
     embedding_transfer: EmbeddingTransferConfig = EmbeddingTransferConfig()
     pool_hardware: PoolHardwareSet | None = None  # per-pool accelerator / tp / pp (sim.pool_hardware)
@@ -395,7 +396,7 @@ def _layout_hint(layout: str) -> str:
 def applicable_fields(cfg: SimConfig) -> dict[str, Any]:
     """The config as a plain document with only the fields its layout and transfer mode read
     (every default filled in; None for an unset optional field)."""
-    doc = TypeAdapter(SimConfig).dump_python(cfg)
+    doc: dict[str, Any] = TypeAdapter(SimConfig).dump_python(cfg)
     cluster = doc["cluster"]
     for name in _other_layouts_fields(cfg.cluster.layout):
         cluster.pop(name, None)
@@ -489,7 +490,7 @@ def _require_folder(value: str, base_dir: Path, where: str, what: str) -> None:
 PATH_SUFFIXES = (".toml", ".csv", ".jsonl", ".json")
 
 
-def looks_like_path(value: Any) -> bool:
+def looks_like_path(value: object) -> TypeGuard[str]:
     """Whether a config or knob value names a file rather than a catalog entry or a plain value:
     a string with a path separator or a file suffix (PATH_SUFFIXES). Catalog names ("H100",
     "llama-3-8b") never have either. The one definition of "is this a path"."""
@@ -512,8 +513,11 @@ def check_config(cfg: SimConfig, source: str, base_dir: Path) -> None:
                          'a catalog name (e.g. "H100") or a path to an accelerator TOML (only a run timed by a '
                          "real engine's cost.step_table may leave it out)")
     check_engine_mirror(cfg, source, base_dir)
-    check_epd_fields(cfg, source, lambda value, where: looks_like_path(value) and require_file(
-        value, base_dir, f"{source}: {where}", "spec TOML"))
+    def require_spec(value: str, where: str) -> None:
+        if looks_like_path(value):
+            require_file(value, base_dir, f"{source}: {where}", "spec TOML")
+
+    check_epd_fields(cfg, source, require_spec)
     for where, value in (
         ("model", cfg.model),
         ("hardware.accelerator", cfg.hardware.accelerator),

@@ -24,7 +24,7 @@ inline, the encoder's compute inside the prefill step.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 
 import simpy
@@ -36,10 +36,10 @@ from infralab.sim.protocols import Router, ServedRequest
 from infralab.metrics.encode_records import EncodeRecord
 from infralab.metrics.records import CounterSample, Interval, RequestRecord, RunRecord
 
-def encode_records(requests, images: Mapping[int, int], image_tokens: int) -> dict[int, EncodeRecord]:
+def encode_records(requests: Iterable[ServedRequest], images: Mapping[int, int], image_tokens: int) -> dict[int, EncodeRecord]:
     """An EncodeRecord per request id (`images[id]` images each, `image_tokens` prompt tokens
     for a request that has any)."""
-    out = {}
+    out: dict[int, EncodeRecord] = {}
     for r in requests:
         n = images.get(r.id, 0)
         out[r.id] = EncodeRecord(n, image_tokens if n else 0, arrival_s=r.arrival_s)
@@ -97,6 +97,10 @@ class EncodeInstance:
         """Image tokens queued or encoding here (what `least_outstanding_tokens` compares)."""
         return self._queued_tokens
 
+    def cached_prefix_tokens(self, request: ServedRequest) -> int:
+        """An encode instance holds no prefix cache (`cluster.encode_router` offers no prefix_aware)."""
+        return 0
+
     def submit(self, request: ServedRequest, rec: RequestRecord, enc: EncodeRecord) -> None:
         enc.encode_instance = self.name
         self._queue.append(_Job(request, rec, enc))
@@ -108,7 +112,7 @@ class EncodeInstance:
     def _count(self) -> None:
         self.record.counters.append(CounterSample(self.track, "waiting", self.env.now, len(self._queue)))
 
-    def _run(self):
+    def _run(self) -> Generator[simpy.Event, object, None]:
         env = self.env
         while True:
             if not self._queue:

@@ -11,15 +11,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, TypeAlias
 
+from pydantic import StrictInt
 from pydantic.dataclasses import dataclass
 
 from infralab.config_io import STRICT
 from infralab.errors import InputError
-from infralab.field_types import Int
+from infralab.field_types import int_bounds
 
-Degree = Int(gt=0, le=1024)  # a parallel degree (ranks), as sim.config's
+if TYPE_CHECKING:
+    from infralab.sim.config import SimConfig  # which imports this module
+
+Degree: TypeAlias = Annotated[StrictInt, int_bounds(gt=0, le=1024)]  # a parallel degree (ranks), as sim.config's
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -57,7 +61,7 @@ LAYOUT_POOLS: dict[str, tuple[str, ...]] = {
 }
 
 
-def check_epd_fields(cfg: Any, source: str, require_file: Callable[[str, str], None]) -> None:
+def check_epd_fields(cfg: SimConfig, source: str, require_file: Callable[[str, str], None]) -> None:
     """Cross-field checks of the EPD and pool-hardware knobs of a `SimConfig` (before any work);
     `require_file(value, field)` checks a spec named by path exists (a catalog name passes). Each
     error names its field."""

@@ -32,7 +32,7 @@ instance frees the request's blocks and the decode instance takes the request:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 import simpy
 
@@ -127,14 +127,14 @@ class KVTransfer:
         self._jobs[seq.id] = job
         return job
 
-    def _send_after_prefill(self, job: _Job):
+    def _send_after_prefill(self, job: _Job) -> Generator[simpy.Event, object, None]:
         if not job.granted.processed:
             yield job.granted
         nbytes = job.prefill_seq.prompt * self.kv_bytes_per_token + self.state_bytes
         job.in_flight += 1
         self._flow(job, nbytes)
 
-    def _send_groups(self, job: _Job, nbytes: float, start_s: float, duration_s: float):
+    def _send_groups(self, job: _Job, nbytes: float, start_s: float, duration_s: float) -> Generator[simpy.Event, object, None]:
         part = nbytes / self.groups
         for i in range(self.groups):
             release = start_s + (i + 1) * duration_s / self.groups

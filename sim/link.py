@@ -17,6 +17,8 @@ import heapq
 import itertools
 import math
 from dataclasses import dataclass, field
+from typing import Any
+
 import simpy
 
 from infralab.metrics.records import CounterSample, Interval, RunRecord
@@ -33,7 +35,7 @@ class _Flow:
     start_s: float  # when transfer() was called (the latency phase starts)
     done: simpy.Event
     label: str
-    args: tuple
+    args: tuple[tuple[str, Any], ...]
     entry_v: float = 0.0  # the virtual clock when the byte phase began
     finish_v: float = field(default=0.0)  # entry_v + nbytes
 
@@ -82,7 +84,7 @@ class Link:
 
     # ---- public ------------------------------------------------------------------------------
 
-    def transfer(self, nbytes: int, label: str = "", args: tuple = ()) -> simpy.Event:
+    def transfer(self, nbytes: float, label: str = "", args: tuple[tuple[str, Any], ...] = ()) -> simpy.Event:
         """Send `nbytes` bytes; the event succeeds with the time (s) its last byte arrives.
 
         The flow waits `spec.latency`, then shares the bandwidth with the other flows in their byte

@@ -15,14 +15,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from infralab.errors import InputError
 from infralab.sim.config import HardwareConfig, SimConfig
 from infralab.sim.encoder_cost import EncoderCost
 from infralab.sim.protocols import StepCostModel
-from infralab.sim.specs import load_accelerator, load_encoder, load_link
+from infralab.sim.specs import AcceleratorSpec, LinkSpec, load_accelerator, load_encoder, load_link
 from infralab.workload.multimodal import draw_images, with_image_tokens
+from infralab.workload.request_table import RequestTable
+
+if TYPE_CHECKING:
+    from infralab.sim.cost import CostModel
 
 POOLS = ("encode", "prefill", "decode")
 HARDWARE_KNOBS = ("accelerator", "tp", "pp", "tp_link")
@@ -86,16 +90,22 @@ class ClusterPools:
     encoder: EncoderCost | None = None
     images: Mapping[int, int] = dataclasses.field(default_factory=dict)
     image_tokens: int = 0
-    embedding_link: Any | None = None
+    embedding_link: LinkSpec | None = None
 
 
-LoadSpec = Callable[[Callable[..., Any], str, Path, str, str], Any]
-MakeCost = Callable[[SimConfig, Any, Any], StepCostModel]  # (cfg with a pool's hardware, accel, tp_link)
+_Spec = TypeVar("_Spec")
 
 
-def prepare_pools(cfg: SimConfig, base_dir: Path, source: str, requests: Sequence[Any], context_length: int | None,
+class LoadSpec(Protocol):
+    def __call__(self, loader: Callable[[str, Path], _Spec], value: str, base_dir: Path, source: str, field: str) -> _Spec: ...
+
+
+MakeCost = Callable[[SimConfig, AcceleratorSpec, LinkSpec], StepCostModel]  # (cfg with a pool's hardware, accel, tp_link)
+
+
+def prepare_pools(cfg: SimConfig, base_dir: Path, source: str, requests: RequestTable, context_length: int | None,
                   load_spec: LoadSpec, make_cost: MakeCost,
-                  run_cost: StepCostModel) -> tuple[Sequence[Any], ClusterPools | None]:
+                  run_cost: StepCostModel) -> tuple[RequestTable, ClusterPools | None]:
     """The run's requests (image tokens added) and its pools, or (requests, None) for a config
     without multimodal requests or pool hardware. `load_spec(loader, value, base_dir, source,
     field)` reads a spec and names the field on a bad name; `make_cost` builds a cost model."""
@@ -104,6 +114,8 @@ def prepare_pools(cfg: SimConfig, base_dir: Path, source: str, requests: Sequenc
 
     def cost_on(pool: str) -> StepCostModel:
         hw = pool_hardware(cfg, pool)
+        # only a run timed by cost.step_table leaves it unset, and such a run has no pools (check_epd_fields)
+        assert hw.accelerator is not None
         where = f"cluster.pool_hardware.{pool}"
         accel = load_spec(load_accelerator, hw.accelerator, base_dir, source, f"{where}.accelerator")
         link = load_spec(load_link, hw.tp_link, base_dir, source, f"{where}.tp_link")
@@ -133,7 +145,8 @@ def prepare_pools(cfg: SimConfig, base_dir: Path, source: str, requests: Sequenc
         raise InputError(f"{source}: {field}", f"{tp} ranks do not divide the encoder's {spec.num_heads} heads",
                          f"a tp that divides {spec.num_heads} where images are encoded")
     if cfg.cluster.layout == "epd":
-        encoder = EncoderCost(spec, cost_on("encode"), per_image)
+        # the roofline: a run with images has no cost.step_table (check_epd_fields)
+        encoder = EncoderCost(spec, cast("CostModel", cost_on("encode")), per_image)
         link_name = cfg.cluster.embedding_transfer.link or cfg.cluster.transfer.link
         field = "cluster.embedding_transfer.link" if cfg.cluster.embedding_transfer.link else "cluster.transfer.link"
         link = load_spec(load_link, link_name, base_dir, source, field)
@@ -142,5 +155,5 @@ def prepare_pools(cfg: SimConfig, base_dir: Path, source: str, requests: Sequenc
     if not hasattr(front, "accel"):
         raise InputError(f"{source}: workload.multimodal", "needs the roofline cost model (the encoder is costed "
                          "on the instance's accelerator)", "no cost.step_table")
-    return requests, ClusterPools(costs, EncoderCost(spec, front, per_image), images, image_tokens)
+    return requests, ClusterPools(costs, EncoderCost(spec, cast("CostModel", front), per_image), images, image_tokens)
 

@@ -9,7 +9,7 @@ Each satisfies `infralab.sim.protocols.Router`; instances are read through `Rout
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from infralab.sim.protocols import InstanceT, Router, ServedRequest
 
@@ -44,7 +44,7 @@ class PrefixAware:
         )
 
 
-ROUTERS = {
+ROUTERS: dict[str, Callable[[], Router]] = {
     "round_robin": RoundRobin,
     "least_outstanding_tokens": LeastOutstandingTokens,
     "prefix_aware": PrefixAware,

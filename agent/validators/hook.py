@@ -27,9 +27,9 @@ from typing import Any
 
 from pydantic.dataclasses import dataclass
 
-from infralab.agent.hypothesis import Hypothesis, setup_as
+from infralab.agent.hypothesis import Hypothesis, Locator, setup_as
 from infralab.agent.studies import load_hook
-from infralab.agent.validators.base import Declaration
+from infralab.agent.validators.base import Declaration, Measurement
 from infralab.config_io import STRICT
 from infralab.errors import InputError
 
@@ -70,7 +70,7 @@ def load(setup: Mapping[str, Any], base_dir: Path, source: str = "hypothesis") -
 def declaration(validator: str) -> Declaration:
     """`validator`'s declaration for kind `hook`: resolved from the hook the setup names."""
 
-    def resolve(setup: Mapping[str, Any], base_dir: Path, where: Any) -> Declaration:
+    def resolve(setup: Mapping[str, Any], base_dir: Path, where: Locator) -> Declaration:
         try:
             module = load(setup, base_dir)
         except InputError as exc:
@@ -96,10 +96,11 @@ def unavailable(hyp: Hypothesis, validator: str) -> str | None:
     return None if why is None else why(hyp, setup_as(hyp, module.SETUP))
 
 
-def measure(hyp: Hypothesis, workdir: Path | None, validator: str):
+def measure(hyp: Hypothesis, workdir: Path | None, validator: str) -> Measurement:
     """The hook's measurement for `validator` ("sim" or "real")."""
     module = hook_of(hyp)
-    return getattr(module, f"measure_{validator}")(hyp, setup_as(hyp, module.SETUP), workdir)
+    measurement: Measurement = getattr(module, f"measure_{validator}")(hyp, setup_as(hyp, module.SETUP), workdir)
+    return measurement
 
 
 __all__ = ["KIND", "declaration", "hook_of", "load", "measure", "unavailable"]

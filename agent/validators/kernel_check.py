@@ -17,8 +17,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
+from pydantic import StrictInt
 from pydantic.dataclasses import dataclass
 
 from infralab.agent.findings import Evidence, Finding, Where
@@ -28,11 +29,12 @@ from infralab.agent.validators.shape_memory import check_fits_memory
 from infralab.calibration_table import parse_shape
 from infralab.config_io import STRICT
 from infralab.errors import InputError
-from infralab.field_types import Int
+from infralab.field_types import int_bounds
 from infralab.kernels.interpreter import use_interpreter_without_gpu
 
 if TYPE_CHECKING:
     from infralab.agent.sim_pool import Execution  # measures on this machine whatever the pool's backend
+    from infralab.kernels.partition import PartitionedKernel, PartitionResult, PartitionTask, Reduction, SplitKind
 
 NAME = "kernel-check"
 KIND = "kernel-numerics"
@@ -67,7 +69,7 @@ class KernelSetup:
     """`dims` replaces named dimensions in every arm's shape (e.g. a smaller K for quick runs;
     dimensions an arm's shape lacks are left alone)."""
 
-    dims: dict[str, Int(gt=0, le=65536)] = dataclasses.field(default_factory=dict)
+    dims: dict[str, Annotated[StrictInt, int_bounds(gt=0, le=65536)]] = dataclasses.field(default_factory=dict)
 
 
 DECLARATIONS = (Declaration(
@@ -80,16 +82,17 @@ DECLARATIONS = (Declaration(
 ),)
 
 
-def partitioned_kernel(kernel: str) -> Any:
+def partitioned_kernel(kernel: str) -> PartitionedKernel | None:
     """The partitioning harness's adapter for `kernel`, as `kernels check` runs it (None when it has
     none). Picks where kernels run first: triton reads TRITON_INTERPRET when they are imported."""
     from infralab.kernels.registry import partition_adapter
 
     use_interpreter_without_gpu()
-    return partition_adapter(kernel)
+    adapter: PartitionedKernel | None = partition_adapter(kernel)
+    return adapter
 
 
-def task_of(hyp: Hypothesis, arm: Arm, seed: int) -> Any:
+def task_of(hyp: Hypothesis, arm: Arm, seed: int) -> PartitionTask:
     """The partition task of `arm` with inputs drawn from `seed`."""
     from infralab.kernels.partition import PartitionTask, Split
 
@@ -100,9 +103,10 @@ def task_of(hyp: Hypothesis, arm: Arm, seed: int) -> Any:
     if kind == "none":
         split = Split("none", 1)
     elif kind == "row":
-        split = Split("row", tp, knobs.get("reduction", "sequential"))
+        # the declaration's knob check admits only Reduction and SplitKind values
+        split = Split("row", tp, cast("Reduction", knobs.get("reduction", "sequential")))
     else:
-        split = Split(kind, tp)
+        split = Split(cast("SplitKind", kind), tp)
     written = parse_shape(str(knobs["shape"]), f"{where}.shape")
     dims = setup_as(hyp, KernelSetup).dims
     shape = tuple((name, dims.get(name, size)) for name, size in written)
@@ -130,7 +134,7 @@ class KernelCheck:
         device = use_interpreter_without_gpu()
         from infralab.kernels.partition import run_task
 
-        cache: dict = {}
+        cache: dict[tuple[object, ...], object] = {}
         samples: dict[str, list[dict[str, Any]]] = {}
         findings: list[Finding] = []
         notes = [f"device: {device}"]
@@ -160,7 +164,7 @@ class KernelCheck:
         return Measurement(NAME, samples, tuple(findings), varies=False, extras={"table": rows}, notes=tuple(notes))
 
 
-def metrics_of(result: Any) -> dict[str, Any]:
+def metrics_of(result: PartitionResult) -> dict[str, float | bool]:
     outs = list(result.split_vs_unsplit)
     return {
         "rel_err": max(result.split_vs_float64[o].rel_fro for o in outs),
@@ -173,7 +177,7 @@ def metrics_of(result: Any) -> dict[str, Any]:
     }
 
 
-def findings_of(arm: Arm, result: Any) -> list[Finding]:
+def findings_of(arm: Arm, result: PartitionResult) -> list[Finding]:
     """One finding per output: where the split result departs most from the unsplit one."""
     task = result.task
     out = []

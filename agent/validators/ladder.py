@@ -16,6 +16,7 @@ Rules (documented in docs/agent.md):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,7 +77,7 @@ class TestResult:
         return test_json(self)
 
 
-def flat_samples(m: Measurement) -> list[dict[str, Any]]:
+def flat_samples(m: Measurement) -> list[Mapping[str, Any]]:
     """Per repetition i: {"arm.metric": value} over every arm (arms paired by index)."""
     n = min((len(s) for s in m.samples.values()), default=0)
     return [{f"{arm}.{k}": v for arm, s in m.samples.items() for k, v in s[i].items()} for i in range(n)]
@@ -127,6 +128,7 @@ def run_test(
     extra: list[Finding] = []
     if decided:
         final = decided[-1]
+        assert final.verdict is not None  # a decided rung's verdict is one of DECIDED
         verdict = final.verdict
         if len(decided) > 1 and decided[0].verdict != final.verdict:
             extra.append(_disagreement(decided[0], final))
@@ -162,6 +164,7 @@ def _reason(verdict: str, judgements: tuple[Judgement, ...]) -> str:
 
 
 def _disagreement(first: Rung, final: Rung) -> Finding:
+    assert final.verdict is not None  # both rungs decided (run_test)
     return Finding(
         validator=final.validator, arm="(all)",
         where=Where.of("ladder", cheaper=first.validator, confirming=final.validator),
@@ -246,7 +249,8 @@ def test_json(result: TestResult) -> dict[str, Any]:
         "findings": [f.to_dict() for f in result.findings],
         "command": test_command(hyp, result.confirm),
     }
-    return _finite(out)
+    finite: dict[str, Any] = _finite(out)
+    return finite
 
 
 def j_to_dict(j: Judgement) -> dict[str, Any]:

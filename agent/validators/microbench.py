@@ -82,7 +82,7 @@ def _ring_len(arm: Arm) -> int:
     return int(arm.config.get("ring_len", DEFAULT_RING_LEN))
 
 
-def work_metrics(hyp: Hypothesis, arm: Arm) -> dict[str, Any]:
+def work_metrics(hyp: Hypothesis, arm: Arm) -> dict[str, float]:
     """Per-step work counts and state memory of `arm` (no device needed), from the kernels registry."""
     from infralab.kernels.registry import work_metrics as registered_work
 
@@ -165,7 +165,9 @@ class Microbench:
             "no GPU: times not measured (the Triton interpreter is not a timer); work counts only",)
         return Measurement(NAME, samples, tuple(findings), varies=on_gpu, extras={"table": rows}, notes=notes)
 
-    def _finding(self, hyp: Hypothesis, arm: Arm, metrics: dict, work: dict, times: list[float]) -> Finding:
+    def _finding(
+        self, hyp: Hypothesis, arm: Arm, metrics: dict[str, float], work: dict[str, dict[str, float]], times: list[float]
+    ) -> Finding:
         parent = work.get(arm.parent) if arm.parent else None
         if parent is None:
             what = (f"{metrics['divisions']:.0f} divisions, {metrics['repeated_elementwise']:.0f} repeated "
@@ -177,10 +179,11 @@ class Microbench:
                 if before != after:
                     pct = f" ({(after - before) / before:+.0%})" if before else ""
                     changes.append(f"{key} {before:.4g} -> {after:.4g}{pct}")
+            assert arm.change is not None  # an arm with a parent is a variant, which names its change
             what = f"{arm.change[0]}={arm.change[1]} vs {arm.parent}: " + ("; ".join(changes) or "no change in work")
         if times:
             what += f"; median {sorted(times)[len(times) // 2] * 1e6:.1f} us per step"
-        numbers = dict(metrics)
+        numbers: dict[str, float | tuple[float, ...]] = dict(metrics)
         if times:
             numbers["time_s_samples"] = tuple(times)
         return Finding(

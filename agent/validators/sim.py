@@ -24,17 +24,18 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeAlias
 
+from pydantic import StrictInt
 from pydantic.dataclasses import dataclass
 
 from infralab.agent.findings import Evidence, Finding, Where
-from infralab.agent.hypothesis import Arm, Hypothesis, setup_as
+from infralab.agent.hypothesis import Arm, Hypothesis, Locator, setup_as
 from infralab.agent.validators import hook
 from infralab.agent.validators.base import Declaration, Measurement, sample_keys
 from infralab.config_io import STRICT
 from infralab.errors import InputError
-from infralab.field_types import MAX_REQUESTS, MAX_SPAN_S, Int, Number
+from infralab.field_types import MAX_REQUESTS, MAX_SPAN_S, RealNumber, int_bounds, number_bounds
 from infralab.metrics.records import RunRecord
 from infralab.metrics.summary import Metric, ResourceStats, RunSummary, metric_names
 
@@ -65,18 +66,18 @@ CLUSTER_METRICS = metric_names(
 MEAN_METRICS = metric_names("ttft_mean_s", "tpot_mean_s")
 
 
-WindowSeconds = Number(ge=0.0, le=MAX_SPAN_S)
+WindowSeconds: TypeAlias = Annotated[RealNumber, number_bounds(ge=0.0, le=MAX_SPAN_S)]
 
 
 @dataclass(frozen=True, config=STRICT)
 class ClusterSetup:
     config: str  # a simulation config (`infralab sim run` format), relative to the hypothesis file
     window_s: tuple[WindowSeconds, WindowSeconds] | None = None  # trace time window [start, end) in seconds
-    max_requests: Int(gt=0, le=MAX_REQUESTS) | None = None
-    processes: Int(gt=0, le=256) = 2  # arms x seeds run in parallel over this many workers (processes, Ray CPUs)
+    max_requests: Annotated[StrictInt, int_bounds(gt=0, le=MAX_REQUESTS)] | None = None
+    processes: Annotated[StrictInt, int_bounds(gt=0, le=256)] = 2  # arms x seeds run in parallel over this many workers (processes, Ray CPUs)
 
 
-def check_cluster_setup(hyp: Hypothesis, setup: ClusterSetup, where: Any) -> None:
+def check_cluster_setup(hyp: Hypothesis, setup: ClusterSetup, where: Locator) -> None:
     """The config loads, and every arm's knobs apply to it (each error at the arm's key and line)."""
     from infralab.agent.sim_pool import arm_config
     from infralab.sim.config import load_config
@@ -90,7 +91,10 @@ def check_cluster_setup(hyp: Hypothesis, setup: ClusterSetup, where: Any) -> Non
         raise where.error("setup.config", f"{exc.where}: {exc.problem}", exc.expected) from None
     for i, arm in enumerate(hyp.arms):
         key = "baseline" if arm.change is None else f"variant[{i - 1}].change"
-        arm_config(hyp, setup, arm, where=lambda knob, k=key: where.at(f"{k}.{knob}" if k == "baseline" else k))
+        def knob_where(knob: str, k: str = key) -> str:
+            return where.at(f"{k}.{knob}" if k == "baseline" else k)
+
+        arm_config(hyp, setup, arm, where=knob_where)
 
 
 DECLARATIONS = (
@@ -129,9 +133,15 @@ def measure_cluster(hyp: Hypothesis, setup: ClusterSetup, workdir: Path | None, 
 
     seeds = list(hyp.seeds)
     source = str(hyp.resolve(setup.config))
-    keys, jobs, resolved, notes = [], [], {}, {}
+    keys: list[tuple[str, int]] = []
+    jobs: list[SimJob] = []
+    resolved: dict[tuple[str, int], str] = {}
+    notes: dict[str | None, None] = {}  # layout notes, once each, in order
     for arm in hyp.arms:
-        cfg, base_dir = arm_config(hyp, setup, arm, where=lambda knob, a=arm.name: f"{hyp.source}: {a}.{knob}")
+        def knob_where(knob: str, a: str = arm.name) -> str:
+            return f"{hyp.source}: {a}.{knob}"
+
+        cfg, base_dir = arm_config(hyp, setup, arm, where=knob_where)
         notes.setdefault(layout_switch_note(Path(source), arm.knobs, cfg))
         for seed in seeds:
             keys.append((arm.name, seed))
@@ -243,7 +253,7 @@ def write_run_folder(workdir: Path, arm: str, seed: int, summary: RunSummary, re
     return name
 
 
-def _cluster_findings(arm: Arm, m: dict[str, Any], d: dict[str, Any]) -> list[Finding]:
+def _cluster_findings(arm: Arm, m: Mapping[str, Metric], d: dict[str, Any]) -> list[Finding]:
     out = []
     for key in ("busiest_instance", "busiest_link"):
         item = d[key]

@@ -52,6 +52,6 @@ class EncodeRecord:
 ENCODE_COLUMNS = ENCODE_FIELDS + ENCODE_DERIVED
 
 
-def encode_values(enc: EncodeRecord) -> list[Any]:
+def encode_values(enc: EncodeRecord) -> list[object]:
     """One request's encode columns (ENCODE_COLUMNS), NaN where undefined."""
     return [*(getattr(enc, name) for name in ENCODE_FIELDS), enc.encode_s if enc.images else math.nan]

@@ -15,9 +15,9 @@ from __future__ import annotations
 import heapq
 import math
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 
 class TokenTimes:
@@ -32,21 +32,21 @@ class TokenTimes:
     __slots__ = ("_earlier", "_times", "_first", "_last", "_len", "_own")
 
     def __init__(self, times: Iterable[float] = ()) -> None:
-        self._earlier: list[tuple[array, int, int]] | None = None
-        self._times: array | None = None
+        self._earlier: list[tuple[array[float], int, int]] | None = None
+        self._times: array[float] | None = None
         self._first = self._last = 0
         self._len = 0
-        self._own: array | None = None  # the array `append` and `extend` write to
+        self._own: array[float] | None = None  # the array `append` and `extend` write to
         if times:  # no empty array of its own for every record the engine fills (80 B each)
             self.extend(times)
 
     @property
-    def pieces(self) -> list[tuple[array, int, int]]:
+    def pieces(self) -> list[tuple[array[float], int, int]]:
         """The pieces (times, first, last), in order."""
         last = [] if self._times is None else [(self._times, self._first, self._last)]
         return (self._earlier or []) + last
 
-    def add_steps(self, step_ends: array, first: int, last: int) -> None:
+    def add_steps(self, step_ends: array[float], first: int, last: int) -> None:
         """Add the times step_ends[first..last] (inclusive); a piece that continues the last one
         (same array, next index) extends it."""
         if last < first:
@@ -76,7 +76,7 @@ class TokenTimes:
     def __len__(self) -> int:
         return self._len
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[float]:
         for times, a, b in self.pieces:
             yield from times[a : b + 1]
 
@@ -91,7 +91,7 @@ class TokenTimes:
             index -= b - a + 1
         raise AssertionError("unreachable")
 
-    def to_array(self) -> array:
+    def to_array(self) -> array[float]:
         """The times as one array('d') (a copy)."""
         out = array("d")
         for times, a, b in self.pieces:
@@ -107,7 +107,7 @@ class TokenTimes:
         return f"TokenTimes({list(self)!r})"
 
 
-def token_time_pieces(times: TokenTimes | array) -> list[tuple[array, int, int]]:
+def token_time_pieces(times: TokenTimes | array[float]) -> list[tuple[array[float], int, int]]:
     """The pieces of a request's token times; plain arrays (records made by hand) are one piece."""
     if isinstance(times, TokenTimes):
         return times.pieces
@@ -130,7 +130,7 @@ class RequestRecord:
     # End time of every output token, first included; len == output_tokens once finished. The
     # engine fills a TokenTimes (pieces of its step end times); records made by hand may hold an
     # array('d').
-    token_times_s: TokenTimes | array = field(default_factory=TokenTimes)
+    token_times_s: TokenTimes | array[float] = field(default_factory=TokenTimes)
     kv_transfer_start_s: float = math.nan  # disaggregated layouts only
     kv_transfer_end_s: float = math.nan
     prefill_end_s: float = math.nan  # disaggregated: end of the step that completed its prompt there
@@ -175,8 +175,8 @@ class CounterSeries:
     __slots__ = ("times", "values")
 
     def __init__(self) -> None:
-        self.times = array("d")
-        self.values = array(_VALUE_TYPECODES[0])
+        self.times: array[float] = array("d")
+        self.values: array[float] = array(_VALUE_TYPECODES[0])  # whole numbers until widened to 'd'
 
     def add(self, t_s: float, value: float) -> None:
         try:
@@ -197,7 +197,7 @@ class CounterSeries:
             return
         raise TypeError(f"a counter value must be a number, not {value!r}")
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[array[float]]:
         """(times, values), so a series unpacks like the pair it stands for."""
         return iter((self.times, self.values))
 
@@ -222,7 +222,7 @@ class ResourceTally:
     """
 
     def __init__(self) -> None:
-        self.spans: dict[str, array] = {}
+        self.spans: dict[str, array[float]] = {}
         self.link_bytes: dict[str, float] = {}
         self.counters: dict[str, dict[str, CounterSeries]] = {}
         self.last_end_s = -math.inf
@@ -291,9 +291,9 @@ class EarliestEvents:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.total = 0
-        self._heap: list[tuple[float, int, bool, Any]] = []  # (-time, -order, is interval, event)
+        self._heap: list[tuple[float, int, bool, Interval | CounterSample]] = []  # (-time, -order, is interval, event)
 
-    def offer(self, t: float, is_interval: bool, event: Any) -> None:
+    def offer(self, t: float, is_interval: bool, event: Interval | CounterSample) -> None:
         self.total += 1
         heap = self._heap
         if len(heap) <= self.limit:
@@ -301,13 +301,16 @@ class EarliestEvents:
         elif t < -heap[0][0]:
             heapq.heapreplace(heap, (-t, -self.total, is_interval, event))
 
-    def kept(self, is_interval: bool) -> list[Any]:
+    def kept(self, is_interval: bool) -> list[Interval | CounterSample]:
         """The kept intervals (or counter samples), in recording order."""
         mine = sorted((-order, event) for _, order, interval, event in self._heap if interval == is_interval)
         return [event for _, event in mine]
 
 
-class _EventLog(list):
+_Event = TypeVar("_Event", bound="Interval | CounterSample")
+
+
+class _EventLog(list[_Event], Generic[_Event]):
     """A run's intervals or counter samples: each appended one is folded into `tally`, and kept
     only when `keep` (all of them, or, with `earliest`, only the earliest; `RunRecord.close`).
 
@@ -321,15 +324,15 @@ class _EventLog(list):
         self.keep = keep
         self.earliest = earliest if keep else None
 
-    def extend(self, items: Iterable[Any]) -> None:
+    def extend(self, items: Iterable[_Event]) -> None:
         for item in items:
             self.append(item)
 
-    def _fold(self, item: Any) -> float:
+    def _fold(self, item: _Event) -> float:
         """Fold `item` into the tally; returns its time (s)."""
         raise NotImplementedError
 
-    def append(self, item: Any) -> None:
+    def append(self, item: _Event) -> None:
         t = self._fold(item)
         if self.earliest is not None:
             self.earliest.offer(t, self.IS_INTERVAL, item)
@@ -344,11 +347,12 @@ class _EventLog(list):
     def close(self) -> None:
         """Keep the earliest events (recording order) as the list's items."""
         if self.earliest is not None:
-            list.extend(self, self.earliest.kept(self.IS_INTERVAL))
+            # the shared heap holds both kinds; those of this log's kind (IS_INTERVAL) are _Event
+            list.extend(self, cast(list[_Event], self.earliest.kept(self.IS_INTERVAL)))
             self.earliest = None
 
 
-class IntervalLog(_EventLog):
+class IntervalLog(_EventLog["Interval"]):
     """A run's intervals (see `_EventLog`)."""
 
     def _fold(self, iv: Interval) -> float:
@@ -356,7 +360,7 @@ class IntervalLog(_EventLog):
         return iv.start_s
 
 
-class CounterLog(_EventLog):
+class CounterLog(_EventLog["CounterSample"]):
     """A run's counter samples (see `_EventLog`)."""
 
     IS_INTERVAL = False

@@ -28,7 +28,7 @@ _FLOAT_FIELDS = frozenset(f.name for f in dataclasses.fields(RequestRecord) if f
 DERIVED_FIELDS = ("ttft_s", "tpot_s", "e2e_s")
 
 
-def _csv_value(value: Any) -> Any:
+def _csv_value(value: object) -> object:
     if isinstance(value, float):
         return "" if math.isnan(value) else repr(value)
     return value
@@ -39,7 +39,7 @@ def _csv_time(value: float) -> str:
     return "" if math.isnan(value) else repr(value)
 
 
-def _request_rows(run: RunRecord) -> Iterator[list[Any]]:
+def _request_rows(run: RunRecord) -> Iterator[list[object]]:
     """requests.csv's rows, ordered by request id (one getter per row: this is a hot loop at a
     million requests)."""
     fields = operator.attrgetter(*REQUEST_FIELDS)

@@ -140,7 +140,8 @@ def itl_sample(done: Sequence[RequestRecord]) -> PooledSample:
 
     def gaps_of(first: int, last: int) -> np.ndarray:
         """The gaps of requests first..last-1, in order."""
-        views, sizes = [], []
+        views: list[np.ndarray] = []
+        sizes: list[int] = []
         for r in done[first:last]:
             pieces = token_time_pieces(r.token_times_s)
             views.extend(np.frombuffer(t, dtype=float)[a : b + 1] for t, a, b in pieces)
@@ -164,7 +165,7 @@ def _step_gap_parts(done: Sequence[RequestRecord]) -> Callable[[], Iterator[tupl
     """(gaps, counts) parts that together hold every inter-token gap of `done` (see `itl_sample`),
     made again on each call, one block of steps at a time."""
     # Piece bounds per shared array as int64 arrays (8 bytes each, not an int object per request).
-    arrays: dict[int, tuple[array, array, array]] = {}
+    arrays: dict[int, tuple[array[float], array[int], array[int]]] = {}
     between: list[float] = []  # gaps from one piece to the next
     for r in done:
         previous = None
@@ -254,7 +255,8 @@ def _sorted_counter_stats(times: np.ndarray, values: np.ndarray, lo: float, hi: 
         edges = np.clip(times[start : stop + 1], lo, hi)
         if stop == n:
             edges = np.append(edges, hi)
-        return values[start:stop].astype(float) * np.diff(edges)
+        products: np.ndarray = values[start:stop].astype(float) * np.diff(edges)
+        return products
 
     span = hi - lo
     mean = pooled_stats.pairwise_sum(weighted, 0, n) / span if span > 0 else float(values[-1])
@@ -426,7 +428,7 @@ def print_summary(summary: RunSummary, file: TextIO = sys.stdout, title: str = "
     the defaults mean nothing for the engine): goodput is not printed against targets nobody set."""
     width = 50
 
-    def line(label: str, value: Any) -> None:
+    def line(label: str, value: object) -> None:
         print(f"{label:<40}{value:<10}", file=file)
 
     def rule(title: str) -> None:
@@ -492,7 +494,7 @@ def print_summary(summary: RunSummary, file: TextIO = sys.stdout, title: str = "
     print("=" * width, file=file)
 
 
-def print_encode(encode: Mapping[str, Any], line: Callable[[str, Any], None], rule: Callable[[str], None]) -> None:
+def print_encode(encode: Mapping[str, Any], line: Callable[[str, object], None], rule: Callable[[str], None]) -> None:
     """print_summary's lines of a multimodal run's encode stage (summary.json "encode"): image
     counts, the seconds the encode stage adds to TTFT (encode_s, in ms) and, with an encode pool,
     its busy fractions."""

@@ -5,17 +5,20 @@ summaries one module computes (`infralab.metrics.run_metrics.summarize`). Units:
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from pydantic import StrictInt
 from pydantic.dataclasses import dataclass
 
 from infralab.config_io import STRICT
 from infralab.errors import InputError
-from infralab.field_types import Int, Number
+from infralab.field_types import RealNumber, int_bounds, number_bounds
 
 
 @dataclass(frozen=True, config=STRICT)
 class SLOConfig:
-    ttft_s: Number(gt=0.0, le=86400.0) = 2.0
-    tpot_s: Number(gt=0.0, le=86400.0) = 0.1
+    ttft_s: Annotated[RealNumber, number_bounds(gt=0.0, le=86400.0)] = 2.0
+    tpot_s: Annotated[RealNumber, number_bounds(gt=0.0, le=86400.0)] = 0.1
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -23,13 +26,13 @@ class MetricsConfig:
     """What the summary reports. `percentiles`: of every latency distribution (0..100, strictly
     increasing; numpy's linear percentiles, as `vllm bench serve --metric-percentiles`)."""
 
-    percentiles: tuple[Number(ge=0.0, le=100.0), ...] = (50.0, 90.0, 99.0)
+    percentiles: tuple[Annotated[RealNumber, number_bounds(ge=0.0, le=100.0)], ...] = (50.0, 90.0, 99.0)
 
 
 @dataclass(frozen=True, config=STRICT)
 class RunConfig:
     name: str = "run"
-    seed: Int(ge=0, le=2**63 - 1) = 0
+    seed: Annotated[StrictInt, int_bounds(ge=0, le=2**63 - 1)] = 0
 
 
 def check_percentiles(qs: tuple[float, ...], where: str) -> None:

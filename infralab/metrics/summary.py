@@ -88,7 +88,8 @@ class Distribution:
     def stat(self, name: str) -> float | None:
         """mean, median, std or a computed percentile ("p90"); KeyError for one not computed."""
         if name in ("mean", "median", "std"):
-            return getattr(self, name)
+            value: float | None = getattr(self, name)
+            return value
         return self.percentiles[name]
 
     def to_json(self) -> dict[str, float | None]:
@@ -113,7 +114,8 @@ class Latencies:
 
     def of(self, latency: str) -> Distribution:
         """The distribution of one of LATENCIES."""
-        return getattr(self, f"{latency}_s")
+        distribution: Distribution = getattr(self, f"{latency}_s")
+        return distribution
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -201,7 +203,8 @@ class Saturation:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Saturation:
-        return cls(**{f.name: data.get(f.name) for f in dataclasses.fields(cls)})
+        fields: dict[str, Any] = {f.name: data.get(f.name) for f in dataclasses.fields(cls)}
+        return cls(**fields)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

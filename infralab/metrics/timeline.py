@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, TextIO
@@ -215,7 +216,7 @@ def save_trace(
         return write_trace(run, handle, max_events=max_events, metadata=metadata)
 
 
-def truncation_warning(facts: dict[str, Any], end_s: float) -> str | None:
+def truncation_warning(facts: Mapping[str, Any], end_s: float) -> str | None:
     """The line to print when a written timeline was cut at its event cap (None when whole)."""
     if not facts["truncated"]:
         return None
@@ -229,7 +230,7 @@ def truncation_warning(facts: dict[str, Any], end_s: float) -> str | None:
 # ---- checking a written trace -------------------------------------------------------------------
 
 
-def _exact_ns(value: Any) -> int:
+def _exact_ns(value: Decimal | float) -> int:
     """A ts/dur value (microseconds) as whole nanoseconds; exact for a Decimal (`load_exact`)."""
     if isinstance(value, Decimal):
         return int((value * 1000).to_integral_value())
@@ -239,7 +240,8 @@ def _exact_ns(value: Any) -> int:
 def load_exact(path: str | Path) -> dict[str, Any]:
     """A trace file parsed with its numbers as Decimals, so times compare exactly in ns."""
     with Path(path).open(encoding="utf-8") as handle:
-        return json.load(handle, parse_float=Decimal)
+        trace: dict[str, Any] = json.load(handle, parse_float=Decimal)
+        return trace
 
 
 def partial_overlaps(trace: dict[str, Any]) -> list[tuple[tuple[int, int], dict[str, Any], dict[str, Any]]]:

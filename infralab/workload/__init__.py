@@ -9,9 +9,9 @@ from infralab.workload.build import build_workload
 from infralab.workload.lengths import lognormal_lengths, sample_lengths
 from infralab.workload.request import Request
 from infralab.workload.request_table import RequestTable
+from infralab.workload.schema import TRACE_FORMATS
 from infralab.workload.traces import (
     MOONCAKE_BLOCK_TOKENS,
-    TRACE_FORMATS,
     ZeroLengthWarning,
     read_trace,
     read_trace_column,

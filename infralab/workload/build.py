@@ -11,7 +11,7 @@ from infralab.random_streams import stream
 from infralab.workload.arrivals import arrival_times
 from infralab.workload.lengths import sample_lengths
 from infralab.workload.request_table import RequestTable
-from infralab.workload.schema import SyntheticWorkload, TraceWorkload
+from infralab.workload.schema import LengthSpec, SyntheticWorkload, TraceWorkload
 from infralab.workload.traces import read_trace
 
 
@@ -56,9 +56,10 @@ def _synthetic(spec: SyntheticWorkload, base_dir: Path, seed: int) -> RequestTab
     return RequestTable(arrivals, prompts, outputs, None)
 
 
-def _lengths(spec, n: int, seed: int, base_dir: Path, field: str) -> list[int]:
+def _lengths(spec: LengthSpec, n: int, seed: int, base_dir: Path, field: str) -> list[int]:
     # The config field doubles as the stream name: "workload.prompt", "workload.output".
-    return sample_lengths(spec, n, stream(seed, field), base_dir, field).tolist()
+    lengths: list[int] = sample_lengths(spec, n, stream(seed, field), base_dir, field).tolist()
+    return lengths
 
 
 def _check_context(requests: RequestTable, context_length: int) -> None:

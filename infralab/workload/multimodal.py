@@ -25,14 +25,14 @@ from infralab.workload.schema import MultimodalConfig
 STREAM = "workload.multimodal"
 
 
-def draw_images(spec: MultimodalConfig, n: int, seed: int) -> array:
+def draw_images(spec: MultimodalConfig, n: int, seed: int) -> array[int]:
     """Images per request (0 or `images_per_request`) for requests 0..n-1, from the
     "workload.multimodal" stream of `seed`."""
     carries = stream(seed, STREAM).random(n) < spec.image_share
     return array("q", (spec.images_per_request if c else 0 for c in carries.tolist()))
 
 
-def with_image_tokens(requests: RequestTable, images: array, image_tokens: int, prefix_block_tokens: int,
+def with_image_tokens(requests: RequestTable, images: array[int], image_tokens: int, prefix_block_tokens: int,
                       context_length: int | None) -> RequestTable:
     """`requests` with `image_tokens` more prompt tokens on every request that has images, its
     block hashes cut to the text's whole prefix blocks. InputError naming

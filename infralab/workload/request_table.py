@@ -26,11 +26,11 @@ class RequestTable(Sequence[Request]):
 
     def __init__(
         self,
-        arrival_s: array,
-        prompt_tokens: array,
-        output_tokens: array,
+        arrival_s: array[float],
+        prompt_tokens: array[int],
+        output_tokens: array[int],
         block_hashes: list[tuple[int, ...]] | None,
-        ids: array | None = None,
+        ids: array[int] | None = None,
     ) -> None:
         n = len(arrival_s)
         lengths = {len(prompt_tokens), len(output_tokens), n if block_hashes is None else len(block_hashes),

@@ -9,9 +9,9 @@ Units: seconds, tokens, requests per second.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal, Union, get_args
+from typing import Annotated, Literal, TypeAlias, Union, get_args
 
-from pydantic import Field
+from pydantic import Field, StrictInt
 from pydantic.dataclasses import dataclass
 
 from infralab.config_io import STRICT
@@ -24,16 +24,17 @@ from infralab.field_types import (
     MAX_TOKENS,
     MIN_RATE,
     MIN_RATE_SCALE,
-    Int,
-    Number,
     PositiveSeconds,
+    RealNumber,
     Tokens,
+    int_bounds,
+    number_bounds,
 )
 from infralab.locations import require_file
 
 # Every field is strict and bounded (infralab.field_types; the limits are listed in docs/sim.md).
-Rate = Number(ge=MIN_RATE, le=MAX_RATE)  # requests per second
-SpanSeconds = Number(ge=0.0, le=MAX_SPAN_S)
+Rate: TypeAlias = Annotated[RealNumber, number_bounds(ge=MIN_RATE, le=MAX_RATE)]  # requests per second
+SpanSeconds: TypeAlias = Annotated[RealNumber, number_bounds(ge=0.0, le=MAX_SPAN_S)]
 
 # The trace formats the workload readers parse (infralab.workload.traces), named once here.
 TraceFormat = Literal["mooncake", "azure", "vidur", "csv"]
@@ -61,8 +62,8 @@ class LogNormalLength:
     """Lengths whose log is normal; `median` in tokens, `sigma` the std-dev of the log."""
 
     kind: Literal["lognormal"]
-    median: Number(ge=1.0, le=MAX_TOKENS)
-    sigma: Number(ge=0.0, le=10.0)  # exp(10) already spans four orders of magnitude
+    median: Annotated[RealNumber, number_bounds(ge=1.0, le=MAX_TOKENS)]
+    sigma: Annotated[RealNumber, number_bounds(ge=0.0, le=10.0)]  # exp(10) already spans four orders of magnitude
     max: Tokens | None = None  # clip (without it, lengths are clipped to MAX_TOKENS)
 
 
@@ -93,7 +94,7 @@ class GammaArrivals:
 
     kind: Literal["gamma"]
     rate: Rate
-    cv: Number(ge=1e-3, le=100.0)
+    cv: Annotated[RealNumber, number_bounds(ge=1e-3, le=100.0)]
 
 
 ArrivalSpec = Annotated[Union[PoissonArrivals, GammaArrivals], Field(discriminator="kind")]
@@ -107,8 +108,8 @@ class MultimodalConfig:
     """`[workload.multimodal]`: which requests carry images, how many, and the encoder that turns
     them into prompt tokens (infralab.workload.multimodal; the simulator costs the encoder)."""
 
-    image_share: Number(ge=0.0, le=1.0)  # fraction of requests with images
-    images_per_request: Int(ge=1, le=1024) = 1
+    image_share: Annotated[RealNumber, number_bounds(ge=0.0, le=1.0)]  # fraction of requests with images
+    images_per_request: Annotated[StrictInt, int_bounds(ge=1, le=1024)] = 1
     encoder: str = "clip-vit-l-14-336"  # catalog encoder or a TOML path
     tokens_per_image: Tokens | None = None  # None: the encoder's tokens_per_image
 
@@ -125,24 +126,24 @@ class TraceWorkload:
     kind: Literal["trace"]
     path: str  # relative paths resolve against the config file's folder
     format: TraceFormat
-    rate_scale: Number(ge=MIN_RATE_SCALE, le=MAX_RATE_SCALE) = 1.0  # >1 compresses inter-arrival times (more load)
+    rate_scale: Annotated[RealNumber, number_bounds(ge=MIN_RATE_SCALE, le=MAX_RATE_SCALE)] = 1.0  # >1 compresses inter-arrival times (more load)
     start_s: SpanSeconds = 0.0  # time window, seconds from the trace's first request
     end_s: PositiveSeconds | None = None
-    max_requests: Int(gt=0, le=MAX_REQUESTS) | None = None  # truncation after windowing
+    max_requests: Annotated[StrictInt, int_bounds(gt=0, le=MAX_REQUESTS)] | None = None  # truncation after windowing
     max_prompt_tokens: Tokens | None = None  # clip prompts (e.g. to the model's context)
     # Closed loop: at most this many requests in flight (infralab.sim.concurrency_gate); None: open loop.
-    max_concurrency: Int(gt=0, le=MAX_REQUESTS) | None = None
+    max_concurrency: Annotated[StrictInt, int_bounds(gt=0, le=MAX_REQUESTS)] | None = None
     multimodal: MultimodalConfig | None = None  # a share of requests with images
 
 
 @dataclass(frozen=True, config=STRICT)
 class SyntheticWorkload:
     kind: Literal["synthetic"]
-    num_requests: Int(gt=0, le=MAX_REQUESTS)
+    num_requests: Annotated[StrictInt, int_bounds(gt=0, le=MAX_REQUESTS)]
     arrival: ArrivalSpec
     prompt: LengthSpec
     output: LengthSpec
-    max_concurrency: Int(gt=0, le=MAX_REQUESTS) | None = None  # closed loop, as in TraceWorkload
+    max_concurrency: Annotated[StrictInt, int_bounds(gt=0, le=MAX_REQUESTS)] | None = None  # closed loop, as in TraceWorkload
     multimodal: MultimodalConfig | None = None  # as in TraceWorkload
 
 

@@ -33,10 +33,10 @@ import math
 import re
 import warnings
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -45,6 +45,9 @@ from infralab.field_types import MAX_TOKENS
 from infralab.input_files import csv_error, read_text
 from infralab.workload.request_table import RequestTable
 from infralab.workload.schema import TRACE_FORMATS, TraceFormat
+
+if TYPE_CHECKING:
+    from _csv import Reader as CsvReader  # what csv.reader returns
 
 
 # Mooncake's hash_ids each cover this many prompt tokens.
@@ -71,14 +74,14 @@ class TraceColumns:
     Numbers are kept in arrays (8 bytes each, not an object per value): a million-request trace
     is parsed without a million floats and ints that outlive their line."""
 
-    arrival_s: array | None  # array('d'); None: no arrival times (a length-only trace)
-    prompt_tokens: array  # array('q')
-    output_tokens: array  # array('q')
+    arrival_s: array[float] | None  # array('d'); None: no arrival times (a length-only trace)
+    prompt_tokens: array[int]  # array('q')
+    output_tokens: array[int]  # array('q')
     block_hashes: list[tuple[int, ...]] | None  # None: the format carries no prefix identity
-    lines: array  # array('q'): the file line of each request, for errors found after parsing
+    lines: array[int]  # array('q'): the file line of each request, for errors found after parsing
     prompt_field: str  # the prompt-length column's name in this file, for those errors
     output_field: str  # likewise the output-length column's
-    ids: array | None = None  # array('q'): the file's own request ids (the plain CSV); None: numbered 0..
+    ids: array[int] | None = None  # array('q'): the file's own request ids (the plain CSV); None: numbered 0..
 
 
 # ---- public API ------------------------------------------------------------------------------
@@ -159,7 +162,9 @@ def text_lines(text: str) -> Iterator[str]:
 # ---- windowing, scaling, numbering ------------------------------------------------------------
 
 
-def _check_options(rate_scale, start_s, end_s, max_requests, max_prompt_tokens) -> None:
+def _check_options(
+    rate_scale: float, start_s: float, end_s: float | None, max_requests: int | None, max_prompt_tokens: int | None
+) -> None:
     if not rate_scale > 0 or not math.isfinite(rate_scale):
         raise InputError("rate_scale", f"bad value {rate_scale!r}", "a positive number")
     if not start_s >= 0:
@@ -172,7 +177,7 @@ def _check_options(rate_scale, start_s, end_s, max_requests, max_prompt_tokens) 
 
 
 def _window(
-    path: Path, times: array | None, start_s: float, end_s: float | None, max_requests: int | None
+    path: Path, times: array[float] | None, start_s: float, end_s: float | None, max_requests: int | None
 ) -> range:
     """Indices of the requests in [start_s, end_s) from the first, at most `max_requests`.
 
@@ -312,7 +317,8 @@ def _number(value: object, path: Path, line: int, field: str, expected: str) -> 
 
 
 def _check_order(
-    path: Path, line: int, field: str, t: float, previous: float, previous_line: int, shown
+    path: Path, line: int, field: str, t: float, previous: float, previous_line: int,
+    shown: Callable[[float], str],
 ) -> None:
     """Times may repeat but never decrease; `shown` formats a time for the message."""
     if t < previous:
@@ -328,7 +334,7 @@ def _check_order(
 _MOONCAKE_EXPECTED = "one JSON object per line with timestamp, input_length, output_length (Mooncake JSONL)"
 
 
-def _parse_mooncake(path: Path, handle) -> TraceColumns:
+def _parse_mooncake(path: Path, handle: Iterable[str]) -> TraceColumns:
     times, prompts, outputs, lines = array("d"), array("q"), array("q"), array("q")
     hashes: list[tuple[int, ...]] = []
     previous_ms, previous_line = -math.inf, 0
@@ -359,7 +365,7 @@ def _parse_mooncake(path: Path, handle) -> TraceColumns:
     return TraceColumns(times, prompts, outputs, hashes, lines, "input_length", "output_length")
 
 
-def _json_object(path: Path, line_no: int, line: str) -> dict:
+def _json_object(path: Path, line_no: int, line: str) -> dict[str, object]:
     try:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
@@ -386,7 +392,7 @@ def _hash_ids(value: object, path: Path, line_no: int) -> tuple[int, ...]:
 # ---- CSV (Azure, Vidur) --------------------------------------------------------------------------
 
 
-def _next_row(path: Path, reader) -> list[str] | None:
+def _next_row(path: Path, reader: CsvReader) -> list[str] | None:
     """The reader's next row (None at the end); a row the csv module cannot read (a field over its
     size limit, a NUL byte) is an InputError at its line."""
     try:
@@ -395,7 +401,7 @@ def _next_row(path: Path, reader) -> list[str] | None:
         raise csv_error(f"{path}:{reader.line_num}", exc) from None
 
 
-def _csv_header(path: Path, reader, format: str) -> list[str]:
+def _csv_header(path: Path, reader: CsvReader, format: str) -> list[str]:
     header = _next_row(path, reader)
     while header is not None and not any(cell.strip() for cell in header):
         header = _next_row(path, reader)  # leading blank lines
@@ -418,7 +424,7 @@ def _column(path: Path, line: int, header: list[str], names: tuple[str, ...], ex
     )
 
 
-def _cells(path: Path, reader, width: int):
+def _cells(path: Path, reader: CsvReader, width: int) -> Iterator[tuple[int, list[str]]]:
     """Yield (line number, row) for each non-blank row; a short row is an error."""
     while (row := _next_row(path, reader)) is not None:
         if not row or not any(cell.strip() for cell in row):
@@ -433,7 +439,7 @@ _AZURE_EXPECTED = "an Azure LLM-inference CSV with columns TIMESTAMP, ContextTok
 _WALLCLOCK_EXPECTED = "a wall-clock time like 2023-11-16 18:15:46.6805900"
 
 
-def _parse_azure(path: Path, handle) -> TraceColumns:
+def _parse_azure(path: Path, handle: Iterable[str]) -> TraceColumns:
     reader = csv.reader(handle)
     header = _csv_header(path, reader, "azure")
     line = reader.line_num
@@ -482,7 +488,7 @@ def _wallclock(text: str, path: Path, line: int, day_cache: dict[str, int]) -> t
 _VIDUR_EXPECTED = "a Vidur CSV with columns arrived_at, num_prefill_tokens, num_decode_tokens"
 
 
-def _parse_vidur(path: Path, handle) -> TraceColumns:
+def _parse_vidur(path: Path, handle: Iterable[str]) -> TraceColumns:
     reader = csv.reader(handle)
     header = _csv_header(path, reader, "vidur")
     line = reader.line_num
@@ -496,6 +502,7 @@ def _parse_vidur(path: Path, handle) -> TraceColumns:
     previous, previous_line = -math.inf, 0
     for line_no, row in _cells(path, reader, len(header)):
         if times is not None:
+            assert t_col is not None and t_name is not None  # times is made only with an arrival column
             t = _number(row[t_col], path, line_no, t_name, "arrival time in seconds")
             _check_order(path, line_no, t_name, t, previous, previous_line, lambda v: f"{v:g} s")
             previous, previous_line = t, line_no
@@ -510,7 +517,7 @@ _CSV_COLUMNS = ("request_id", "arrival_s", "prompt_tokens", "output_tokens")
 _CSV_EXPECTED = "a CSV with columns request_id, arrival_s, prompt_tokens, output_tokens"
 
 
-def _parse_csv(path: Path, handle) -> TraceColumns:
+def _parse_csv(path: Path, handle: Iterable[str]) -> TraceColumns:
     """infralab's plain CSV (module docstring): ids unique non-negative integers, kept."""
     reader = csv.reader(handle)
     header = _csv_header(path, reader, "csv")

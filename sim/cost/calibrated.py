@@ -28,7 +28,8 @@ def _table_dtypes(dtype: str) -> tuple[str, ...]:
 def _bucket(value: float) -> float:
     """`value` rounded to the nearest power of 2^(1/4) (steps of ~19 %): the granularity at which
     the nearest calibration row is chosen and memoised."""
-    return 2.0 ** (round(4.0 * math.log2(max(value, 1.0))) / 4.0)
+    bucket: float = 2.0 ** (round(4.0 * math.log2(max(value, 1.0))) / 4.0)
+    return bucket
 
 
 class CalibratedKernel:

@@ -202,7 +202,7 @@ class LmHead:
         vocab, h = g.model.vocab_size // g.lm_head_tp, g.model.hidden_size
         # An 8-bit checkpoint's LM head is bf16: the table's (8-bit) matmul rows do not time it.
         same_dtype = self._calibrated is not None and g.lm_peak == g.peak
-        measured = self._calibrated.gemm(vocab, h, rows) if same_dtype else None
+        measured = self._calibrated.gemm(vocab, h, rows) if same_dtype and self._calibrated is not None else None
         flops = 2.0 * rows * vocab * h
         nbytes = vocab * h * g.lm_width + rows * (h * g.act_width + vocab * LOGITS_BYTES)
         if measured is not None:

@@ -139,6 +139,7 @@ class Geometry:
         kv_dtypes = cfg.kv_layer_dtypes or (cfg.kv_dtype,) * full_layers
         kv_layer_bytes = tuple(m.kv_layer_bytes(dtype, tp) for dtype in kv_dtypes)
         # per token, layer, rank (the mean over layers when their dtypes differ)
+        kv_bytes_layer: float
         if cfg.kv_layer_dtypes is None:
             kv_bytes_layer = m.kv_layer_bytes(cfg.kv_dtype, tp)
         else:
@@ -185,7 +186,8 @@ class Geometry:
         p = self.cfg.extras.ridge_sharpness
         if p is None:
             return max(compute, memory)
-        return (compute**p + memory**p) ** (1.0 / p)
+        blended: float = (compute**p + memory**p) ** (1.0 / p)
+        return blended
 
 
 def _first(*values: float | None) -> float:

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from typing import cast
 import simpy
 
 from infralab.metrics.records import CounterSample, CounterSeries, Interval, IntervalLog, RunRecord
@@ -173,7 +174,7 @@ class Instance:
             self._interrupting = True
             self.process.interrupt()
 
-    def _run(self):
+    def _run(self) -> Generator[simpy.Event, object, None]:
         env = self.env
         sched = self.scheduler
         # End of the last step. After a step the next one starts exactly there: env.now may differ
@@ -214,8 +215,9 @@ class Instance:
             if self.listener is not None:
                 for seq in result.handed_off:
                     self.listener.prefill_done(self, seq)
-            for seq in result.finished if self.on_finished is not None else ():
-                self.on_finished(seq)
+            if self.on_finished is not None:
+                for seq in result.finished:
+                    self.on_finished(seq)
             start = clock
 
     def _step_ends(self, plan: StepPlan, start: float, allows: Callable[[int], bool] | None) -> list[float]:
@@ -249,7 +251,7 @@ class Instance:
                 seqs, context + k * seqs, ends[-1], min(batch, MAX_QUIET_STEPS - k), horizon
             )
 
-    def _hold(self, ends: list[float]):
+    def _hold(self, ends: list[float]) -> Generator[simpy.Event, object, list[float]]:
         """Wait until the last of `ends`; an interrupt (`_kick`) cuts the run at the first step end
         not before it. Returns the step ends actually run."""
         env = self.env
@@ -278,7 +280,7 @@ class Instance:
         """One Interval for the step, or for a run of identical decode-only steps ("steps" > 1;
         decode_context_tokens is then the first step's, output_tokens the run's total)."""
         if self._tally_only:  # the same fold into the run's tally, without the Interval
-            self.record.intervals.tally.add_busy(self.track, start, ends[-1])
+            cast(IntervalLog, self.record.intervals).tally.add_busy(self.track, start, ends[-1])  # _tally_only: a log
             return
         work = plan.work
         self.record.intervals.append(
@@ -324,6 +326,7 @@ class Instance:
             return
         found = series[i]
         if found is None:
-            found = series[i] = self.record.intervals.tally.series(self.track, COUNTERS[i])
+            # series exist only when _tally_only, when the record's intervals are an IntervalLog
+            found = series[i] = cast(IntervalLog, self.record.intervals).tally.series(self.track, COUNTERS[i])
         found.add(now, value)
 

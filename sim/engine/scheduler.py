@@ -53,13 +53,21 @@ import math
 from array import array
 from collections.abc import Callable
 from collections import deque
+from typing import cast
 import simpy
 
+from infralab.metrics.records import TokenTimes
 from infralab.sim.cost import StepWork
 from infralab.sim.engine.kv_blocks import BlockPool
 from infralab.sim.engine.prefix_cache import PrefixCache
 from infralab.sim.engine.request_state import Seq
 from infralab.sim.engine.step import StepPlan, StepResult
+
+
+def _engine_times(seq: Seq) -> TokenTimes:
+    """The token times of a record the engine fills: a TokenTimes (RequestRecord's default; only
+    records made by hand hold a plain array('d'))."""
+    return cast(TokenTimes, seq.rec.token_times_s)
 
 
 class QuietRun:
@@ -259,6 +267,7 @@ class Scheduler:
         end_s = ends_s[-1]
         kv_used_at: list[tuple[float, int]] = []
         if k > 1:
+            assert run is not None  # (asserted above: repeats come from a QuietRun)
             # A run ends at the first step with a finish, so only growth happens inside it. QuietRun
             # counted the free blocks for it (stale entries too), so each growth is `allocate(1)`
             # without eviction: the private count, checked once per step.
@@ -300,7 +309,7 @@ class Scheduler:
             if seq.streams_tokens:
                 # The token ends with this step: a reference into the step ends, not a copy (a
                 # following decode run continues the same piece, see TokenTimes).
-                seq.rec.token_times_s.add_steps(self.step_end, last_step, last_step)
+                _engine_times(seq).add_steps(self.step_end, last_step, last_step)
                 if seq.generated == 1 and math.isnan(seq.rec.first_token_s):
                     seq.rec.first_token_s = end_s
             if seq.generated == seq.output:
@@ -486,7 +495,7 @@ class Scheduler:
         """`seq` stops decoding after step `last_step`: record the tokens it emitted meanwhile."""
         first = seq.dec_step0
         emitted = last_step - first + 1
-        seq.rec.token_times_s.add_steps(self.step_end, first, last_step)
+        _engine_times(seq).add_steps(self.step_end, first, last_step)
         seq.generated = seq.dec_gen0 + emitted
         # The last emitted token is not in KV yet (it is the next step's input).
         seq.computed = seq.target = seq.prompt + seq.generated - 1

@@ -130,6 +130,19 @@ class _Thread:
     core: int | None = None  # the core it runs on (None: none, or cores are unlimited)
 
 
+def _placed(core: int | None) -> int:
+    """A core number where cores are limited and one is known to be free or chosen (`_place`,
+    `_first_free` return None only when cores are unlimited or none is free)."""
+    assert core is not None
+    return core
+
+
+def _on_core_since(thread: _Thread) -> float:
+    """When a thread known to hold a core took it."""
+    assert thread.on_core_since is not None
+    return thread.on_core_since
+
+
 class Cpu:
     """`cores` cores (None: unlimited) shared round-robin with a `quantum_s` quantum."""
 
@@ -211,10 +224,10 @@ class Cpu:
         self._threads[who] = thread
         if self._free_cores() > 0:
             core = self._place(who, waker)
-            if self.cores is None or self._holders[core] is None:
+            if self.cores is None or self._holders[_placed(core)] is None:
                 self._give_core(who, core)
             else:
-                self._stack(who, core, waker)
+                self._stack(who, _placed(core), waker)
         else:
             thread.queued_at = self.env.now
             self._queue.append(who)
@@ -343,7 +356,7 @@ class Cpu:
         if self.cores is not None:
             if core is None or self._holders[core] is not None:
                 prev = self.last_core.get(who)
-                core = prev if prev is not None and self._holders[prev] is None else self._first_free()
+                core = _placed(prev if prev is not None and self._holders[prev] is None else self._first_free())
             self._holders[core] = who
             self.last_core[who] = core
         thread.core = core
@@ -357,7 +370,7 @@ class Cpu:
 
     def _off_core(self, who: str, thread: _Thread) -> None:
         now = self.env.now
-        self._busy_closed_s += now - thread.on_core_since
+        self._busy_closed_s += now - _on_core_since(thread)
         if thread.done is not None and not thread.done.triggered:
             thread.remaining_s -= now - thread.resumed_at
             thread.generation += 1  # its completion timer is stale now
@@ -417,8 +430,9 @@ class Cpu:
             return
 
         def next_end(t: _Thread) -> float:
-            used = now - t.on_core_since
-            return t.on_core_since + (math.floor(used / q + _DONE) + 1) * q
+            since = _on_core_since(t)
+            used = now - since
+            return since + (math.floor(used / q + _DONE) + 1) * q
 
         who, thread = min(holders, key=lambda h: (next_end(h[1]), h[1].on_core_since))
         generation = self._quantum_generation
@@ -451,8 +465,8 @@ class Cpu:
         longest holder), if given."""
         if not self._wake_delays_by_held:
             return self._wake_delays
-        holders = [t for w, t in self._threads.items() if t.on_core_since is not None and victim in (None, w)]
-        since = min((t.on_core_since for t in holders), default=self.env.now)
+        starts = [t.on_core_since for w, t in self._threads.items() if t.on_core_since is not None and victim in (None, w)]
+        since = min(starts, default=self.env.now)
         age = self.env.now - since
         chosen = self._wake_delays_by_held[0][1]
         for held, samples in self._wake_delays_by_held:

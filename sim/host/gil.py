@@ -34,6 +34,7 @@ Times are simulated seconds.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Generator
 from dataclasses import dataclass
 
 import numpy as np
@@ -189,7 +190,7 @@ class Gil:
         self._waking = waiter
         self.env.process(self._wake(waiter, latency, waker))
 
-    def _wake(self, waiter: _Waiter, latency: float, waker: str | None = None):
+    def _wake(self, waiter: _Waiter, latency: float, waker: str | None = None) -> Generator[simpy.Event, object, None]:
         if latency > 0:
             yield self.env.timeout(latency)
         if self._cpu is not None:  # the woken thread must run to take the GIL
@@ -208,7 +209,7 @@ class Gil:
         signalled, waiter.signalled = waiter.signalled, self.env.event()
         signalled.succeed()
 
-    def _watch(self, waiter: _Waiter):
+    def _watch(self, waiter: _Waiter) -> Generator[simpy.Event, object, None]:
         """The waiter's timed wait: every full switch interval without a switch, request a drop."""
         while not waiter.granted.triggered:
             seen = self.switches

@@ -78,4 +78,5 @@ def spans(
 
 def op_of(interval: Interval) -> str:
     """The "op" label a host thread attached to an interval ("" if none)."""
-    return dict(interval.args).get("op", "")
+    op: str = dict(interval.args).get("op", "")
+    return op

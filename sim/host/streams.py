@@ -9,7 +9,7 @@ Times are simulated seconds.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from typing import Union
 
 import simpy
@@ -49,7 +49,7 @@ class Stream:
             return event
         return self._tail
 
-    def _run(self, deps: list[simpy.Event], work: Work, label: str, done: simpy.Event):
+    def _run(self, deps: list[simpy.Event], work: Work, label: str, done: simpy.Event) -> Generator[simpy.Event, object, None]:
         if deps:
             yield self.env.all_of(deps)
         start = self.env.now
