@@ -368,14 +368,11 @@ def compare(space: Space, evaluate: Evaluate, methods: Sequence[str], budget: in
     spread over the seeds."""
     runs = {m: {s: METHOD_FUNCTIONS[m](space, evaluate, budget, s) for s in seeds} for m in methods}
     found = [t.best for by_seed in runs.values() for trials in by_seed.values() for t in trials if t.best is not None]
-    if not found:
-        raise InputError(space.source, "no method found a feasible point within the budget",
-                         "a larger --budget or looser constraints")
-    best = max(found)
-    target = target_of(best)
+    best = max(found) if found else None  # None: no method found a feasible point
+    target = target_of(best) if best is not None else None
     summary = {}
     for m, by_seed in runs.items():
-        reached = {s: trials_to_reach(trials, target) for s, trials in by_seed.items()}
+        reached = {s: trials_to_reach(trials, target) if target is not None else None for s, trials in by_seed.items()}
         counts = [n if n is not None else budget + 1 for n in reached.values()]
         summary[m] = {"trials_to_target": reached, "median": statistics.median(counts),
                       "min": min(counts), "max": max(counts),
@@ -385,7 +382,9 @@ def compare(space: Space, evaluate: Evaluate, methods: Sequence[str], budget: in
                                            for m, by_seed in runs.items()}}
 
 
-def _signed(space: Space, value: float) -> float:
+def _signed(space: Space, value: float | None) -> float | None:
+    if value is None:
+        return None
     return value if space.objective_goal == "max" else -value
 
 
@@ -453,7 +452,8 @@ def trajectory_figure(report: Mapping[str, Any], space: Space, path: Path) -> No
                 text = ", ".join(f"{k}={v}" for k, v in knob.items())
                 ax.annotate(f"{text} ({t['finding'].get('cause')})", (t["number"], sign * t["objective"]),
                             fontsize=6, rotation=20, xytext=(3, 4), textcoords="offset points")
-        ax.axhline(report["target"], color="grey", linestyle=":", linewidth=1, label="95 % of the best found")
+        if report["target"] is not None:
+            ax.axhline(report["target"], color="grey", linestyle=":", linewidth=1, label="95 % of the best found")
         ax.set_xlabel("trial")
         ax.set_ylabel(f"best {space.objective_metric} so far\n(median over seeds)")
         ax.legend(fontsize=8)
@@ -465,7 +465,8 @@ def format_text(report: Mapping[str, Any]) -> str:
     """The comparison as a table: trials to 95 % of the best found, median [min..max] over seeds."""
     lines = [f"optimize {report['space']}: {report['objective']}, {report['points']} points, budget "
              f"{report['budget']} trials, seeds {report['seeds']}",
-             f"best found {report['best']:.6g}; target (95 %) {report['target']:.6g}",
+             (f"best found {report['best']:.6g}; target (95 %) {report['target']:.6g}" if report["best"] is not None
+              else "no method found a point that meets the constraints within the budget"),
              f"{'method':<10} {'trials to target: median [min..max]':<38} reached"]
     for method, s in report["methods"].items():
         never = " (budget+1 = not reached)" if s["reached"] < s["seeds"] else ""

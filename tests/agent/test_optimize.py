@@ -132,6 +132,16 @@ def test_infralab_optimize_runs_every_method_and_writes_its_folder(space, tmp_pa
     assert (tmp_path / "again" / "optimize.json").read_bytes() == (out / "optimize.json").read_bytes()
 
 
+def test_a_space_where_nothing_meets_the_constraints_is_reported_not_refused(space, tmp_path: Path) -> None:
+    def evaluate(index: int) -> PointResult:
+        return _result(index, {"queue": 1.0}, ("not saturated",))
+
+    report = compare(space, evaluate, ("explain", "random"), budget=3, seeds=(0,))
+    assert report["best"] is None and report["methods"]["explain"]["trials_to_target"] == {0: None}
+    assert report["methods"]["random"]["median"] == 4  # budget + 1: not reached
+    assert "no method found a point" in optimize.format_text({**report, "space": "s", "objective": "max x", "points": 6})
+
+
 def test_bad_flags_name_the_flag(space, tmp_path: Path) -> None:
     with pytest.raises(InputError, match="--methods: unknown method 'annealing'"):
         optimize.run_optimize(space.source, tmp_path / "x", methods=("annealing",))
