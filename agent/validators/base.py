@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from infralab.agent.findings import Finding
-from infralab.agent.hypothesis import Hypothesis
+from infralab.agent.hypothesis import Hypothesis, Locator
 
 if TYPE_CHECKING:
     from infralab.agent.sim_pool import Execution
@@ -68,11 +68,11 @@ class Declaration:
     knobs: Mapping[str, KnobSpec] | None
     setup: type
     required: tuple[str, ...] = ()
-    check: Callable[[Hypothesis, Any, Any], None] | None = None
+    check: Callable[[Hypothesis, Any, Locator], None] | None = None
     mappings: tuple[str, ...] = ()  # the metrics whose values map a key to a number (`m['key']` in acceptance)
     # The declaration depends on the hypothesis's setup (a study's hook declares knobs, metrics and
     # setup): `resolve(setup, base_dir, where)` returns the concrete one (agent/validators/hook.py).
-    resolve: Callable[[Mapping[str, Any], Path, Any], Declaration] | None = None
+    resolve: Callable[[Mapping[str, Any], Path, Locator], Declaration] | None = None
 
 
 class Validator(Protocol):
