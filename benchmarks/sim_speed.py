@@ -18,6 +18,11 @@ for a core), simulated requests per wall-second (requests / total wall), the chi
 (ru_maxrss from wait4) and the machine's 1-minute load average when the run started.
 
     .venv/bin/python benchmarks/sim_speed.py --out results/sim_speed [--timeline] [--sizes 20000 200000]
+    .venv/bin/python benchmarks/sim_speed.py --profile --sizes 20000 --wide 0 --skip-mooncake --out DIR
+
+With `--profile` every run's child runs under cProfile and DIR/profile-<label>.txt lists the top
+functions by own time, each as seconds and microseconds per simulated request (the per-request cost
+breakdown of docs/sim.md); profiled runs are slower, so their times are marked and not targets.
 
 writes results/sim_speed/sim_speed.json, sim_speed.csv (one row per run) and sim_speed.png (wall
 time and peak RSS against request count, log-log). The workload CSVs are generated into a temporary
@@ -49,15 +54,13 @@ WIDE_INSTANCES = 64
 COLD_START_REQUESTS = 100
 
 
-def _infralab() -> list[str]:
-    return [sys.executable, "-m", "infralab"]
-
-
-def run_one(label: str, config: Path, work: Path, timeline: bool) -> dict:
-    """One `infralab sim run` of `config` in a child process; its phases, wall time and peak RSS."""
+def run_one(label: str, config: Path, work: Path, timeline: bool, profile: Path | None = None) -> dict:
+    """One `infralab sim run` of `config` in a child process; its phases, wall time and peak RSS.
+    With `profile` (a file), the child runs under cProfile and writes its statistics there."""
     out = work / f"out-{label}"
     phases_file = work / f"phases-{label}.json"
-    cmd = [*_infralab(), "sim", "run", str(config), "--out", str(out)]
+    python = [sys.executable, "-m", "cProfile", "-o", str(profile)] if profile is not None else [sys.executable]
+    cmd = [*python, "-m", "infralab", "sim", "run", str(config), "--out", str(out)]
     if not timeline:
         cmd.append("--no-timeline")
     env = {**os.environ, "INFRALAB_SIM_PHASES_FILE": str(phases_file)}
@@ -83,7 +86,28 @@ def run_one(label: str, config: Path, work: Path, timeline: bool) -> dict:
         "requests_per_wall_s": summary["requests"]["total"] / wall,
         "peak_rss_mb": usage.ru_maxrss / 1024,  # KiB on Linux
         "saturated": summary["saturation"]["saturated"],
+        "profiled": profile is not None,
     }
+
+
+PROFILE_TOP = 25
+
+
+def write_profile(stats_file: Path, requests: int, path: Path) -> None:
+    """The top functions of a cProfile run by own time: seconds, microseconds per simulated
+    request, calls per request, and the cumulative seconds, as a text table."""
+    import pstats
+
+    stats = pstats.Stats(str(stats_file))
+    rows = sorted(stats.stats.items(), key=lambda item: item[1][2], reverse=True)[:PROFILE_TOP]  # type: ignore[attr-defined]
+    total = sum(own for (_, _, own, _, _) in stats.stats.values())  # type: ignore[attr-defined]
+    lines = [f"cProfile of `infralab sim run`, {requests} requests: own time {total:.2f} s "
+             f"({total / requests * 1e6:.1f} us per request); top {PROFILE_TOP} functions by own time",
+             f"{'own s':>8} {'us/req':>8} {'calls/req':>9} {'cum s':>8}  function"]
+    for (filename, line, name), (_, calls, own, cum, _) in rows:
+        where = f"{Path(filename).name}:{line}({name})" if line else name
+        lines.append(f"{own:8.2f} {own / requests * 1e6:8.1f} {calls / requests:9.2f} {cum:8.2f}  {where}")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def _vidur_config(work: Path, requests: int, instances: int = 1) -> Path:
@@ -107,7 +131,7 @@ def _print(row: dict) -> None:
 
 CSV_COLUMNS = (
     "label", "requests", "timeline", "wall_s", "cpu_s", "read_s", "simulate_s", "summarise_s", "write_s",
-    "requests_per_wall_s", "peak_rss_mb", "cold_start_s", "load_average_1min", "saturated",
+    "requests_per_wall_s", "peak_rss_mb", "cold_start_s", "load_average_1min", "saturated", "profiled",
 )
 
 
@@ -153,24 +177,29 @@ def main() -> int:
     parser.add_argument("--wide", type=int, default=1_000_000, help="requests over 64 instances (0: skip)")
     parser.add_argument("--timeline", action="store_true", help="scaled runs write trace.json too")
     parser.add_argument("--skip-mooncake", action="store_true")
+    parser.add_argument("--profile", action="store_true",
+                        help="run each child under cProfile; write profile-<label>.txt (times then are not targets)")
     args = parser.parse_args()
 
     rows = []
+    args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="sim_speed-") as tmp:
         work = Path(tmp)
-        rows.append(run_one("cold-start", _vidur_config(work, COLD_START_REQUESTS), work, timeline=False))
-        _print(rows[-1])
+
+        def run(label: str, config: Path, timeline: bool) -> None:
+            stats = work / f"{label}.prof" if args.profile else None
+            rows.append(run_one(label, config, work, timeline, stats))
+            _print(rows[-1])
+            if stats is not None:
+                write_profile(stats, rows[-1]["requests"], args.out / f"profile-{label}.txt")
+
+        run("cold-start", _vidur_config(work, COLD_START_REQUESTS), timeline=False)
         if not args.skip_mooncake:
-            rows.append(run_one("mooncake-pd", MOONCAKE_PD, work, timeline=True))
-            _print(rows[-1])
+            run("mooncake-pd", MOONCAKE_PD, timeline=True)
         for size in args.sizes:
-            rows.append(run_one(f"vidur-{size}", _vidur_config(work, size), work, args.timeline))
-            _print(rows[-1])
+            run(f"vidur-{size}", _vidur_config(work, size), args.timeline)
         if args.wide:
-            config = _vidur_config(work, args.wide, WIDE_INSTANCES)
-            rows.append(run_one(f"wide-{args.wide}-x{WIDE_INSTANCES}", config, work, args.timeline))
-            _print(rows[-1])
-    args.out.mkdir(parents=True, exist_ok=True)
+            run(f"wide-{args.wide}-x{WIDE_INSTANCES}", _vidur_config(work, args.wide, WIDE_INSTANCES), args.timeline)
     (args.out / "sim_speed.json").write_text(json.dumps(rows, indent=2, sort_keys=True) + "\n")
     _write_csv(rows, args.out / "sim_speed.csv")
     _plot(rows, args.out / "sim_speed.png")
