@@ -28,7 +28,7 @@ from typing import Any
 from infralab.agent.findings import combine_verdicts
 from infralab.agent.hypothesis import load_hypothesis
 from infralab.agent.report import md_table, study_tables_and_chart, test_markdown
-from infralab.agent.studies import HookRun, Study, discover_studies, load_hook
+from infralab.agent.studies import HookRun, Study, deciding_hook, discover_studies, reporting_hook
 from infralab.agent.validators.ladder import TestResult, run_test, test_command, test_json
 from infralab.results import atomic_output_dir, dump_json
 
@@ -75,7 +75,7 @@ def reproduce(out: str | Path | None = None, quick: bool = False, studies: tuple
                 continue
             started = time.perf_counter()
             if not study.hypotheses:  # decided by its hook (agent/studies.py, HookRun)
-                decided = load_hook(study.hook_path).run(tmp, quick)
+                decided = deciding_hook(study).run(tmp, quick)
                 entries.append(_hook_entry(study, decided, time.perf_counter() - started))
                 sections.append(_hook_section(study, decided))
                 say(f"      {decided.verdict.upper()} in {entries[-1]['wall_s']:.0f} s")
@@ -169,8 +169,8 @@ def _report_md(report: dict[str, Any], sections: list[str]) -> str:
 
 def study_report(study: Study, results: list[TestResult], out: Path) -> tuple[list[str], str]:
     """The study's figures (relative to `out`) and Markdown: its hook's, else the generic report's."""
-    hook = load_hook(study.hook_path) if study.hook_path else None
-    if hook is not None and hasattr(hook, "report"):
+    hook = reporting_hook(study)
+    if hook is not None:
         return hook.report(results, out)
     return study_tables_and_chart(results, out, study.chart)
 

@@ -27,6 +27,10 @@ config overlays, experiments/glm_stack) leaves `hypotheses` out and is decided b
       def run(out: Path, quick: bool) -> HookRun:
           # writes its files under out (figures under out/figures) and returns the verdict
 
+The two contracts are the Protocols `DecidingHook` and `ReportingHook`; `deciding_hook(study)` and
+`reporting_hook(study)` load a study's hook as one (an InputError names the file when it lacks the
+function its study needs).
+
 The hook is loaded by file path (`load_hook`), so it works wherever experiments/ lives.
 """
 
@@ -38,6 +42,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any, Protocol, cast
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from infralab.config_io import STRICT, load_toml, validate
@@ -140,6 +145,41 @@ def discover_studies(root: Path | None = None) -> list[Study]:
     root = experiments_dir() if root is None else root
     studies = [load_study(p.parent) for p in sorted(root.glob(f"*/{STUDY_FILE}"))]
     return sorted(studies, key=lambda s: (s.order, s.name))
+
+
+class DecidingHook(Protocol):
+    """A study decided by its hook (no hypothesis files): `run` writes its files under `out`
+    (figures under out/figures) and returns the verdict."""
+
+    def run(self, out: Path, quick: bool) -> HookRun: ...
+
+
+class ReportingHook(Protocol):
+    """A study of hypothesis files whose hook draws what the generic report cannot: its figures
+    (paths relative to `out`) and Markdown."""
+
+    def report(self, results: list[Any], out: Path) -> tuple[list[str], str]: ...
+
+
+def deciding_hook(study: Study) -> DecidingHook:
+    """The hook that decides `study`; InputError naming its file when it has none or no `run`."""
+    module = load_hook(study.hook_path) if study.hook_path is not None else None
+    if module is None or not callable(getattr(module, "run", None)):
+        where = study.hook_path or study.folder / HOOK_FILE
+        raise InputError(str(where), "does not define run(out, quick)" if module is not None else "is missing",
+                         "a study hook: def run(out: Path, quick: bool) -> HookRun (agent/studies.py)")
+    return cast(DecidingHook, module)
+
+
+def reporting_hook(study: Study) -> ReportingHook | None:
+    """The hook that draws `study`'s report, or None (the generic report)."""
+    module = load_hook(study.hook_path) if study.hook_path is not None else None
+    if module is None or not hasattr(module, "report"):
+        return None
+    if not callable(module.report):
+        raise InputError(f"{study.hook_path}: report", "is not a function",
+                         "def report(results: list[TestResult], out: Path) -> tuple[list[str], str]")
+    return cast(ReportingHook, module)
 
 
 def load_hook(path: Path) -> ModuleType:

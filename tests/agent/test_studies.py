@@ -120,3 +120,29 @@ def test_a_study_without_a_hook_gets_the_generic_report(tmp_path, monkeypatch):
     assert (out / study["figures"][0]).stat().st_size > 0
     md = (out / "report.md").read_text()
     assert "| arm | change | ttft_p90_s | goodput |" in md and "| two | baseline with cluster.instances=2 |" in md
+
+
+def test_a_study_decided_by_a_hook_without_run_is_one_error_naming_the_file(tmp_path, monkeypatch):
+    from infralab.agent.reproduce import reproduce
+    from infralab.agent.studies import DecidingHook, deciding_hook, reporting_hook
+
+    folder = tmp_path / "by_hook"
+    folder.mkdir()
+    (folder / "study.toml").write_text('[study]\ntitle = "Decided by its hook"\n')
+    (folder / "hook.py").write_text("def report(results, out):\n    return [], ''\n")  # run is missing
+    study = load_study(folder)
+    with pytest.raises(InputError, match=r"hook.py: does not define run\(out, quick\)"):
+        deciding_hook(study)
+    monkeypatch.setenv(EXPERIMENTS_ENV, str(tmp_path))
+    with pytest.raises(InputError, match="does not define run"):
+        reproduce(tmp_path / "out", progress=lambda text: None)
+    assert not (tmp_path / "out").exists()  # nothing half-written
+    assert reporting_hook(study) is not None  # its report function is the other contract
+    (folder / "hook.py").write_text("from infralab.agent.studies import HookRun\n\n"
+                                    "def run(out, quick):\n    return HookRun('accepted', 'c', 'cmd', (), 'md')\n")
+    other = tmp_path / "again" / "by_hook"
+    other.mkdir(parents=True)
+    (other / "study.toml").write_text('[study]\ntitle = "Decided by its hook"\n')
+    (other / "hook.py").write_text((folder / "hook.py").read_text())
+    hook: DecidingHook = deciding_hook(load_study(other))
+    assert hook.run(tmp_path, quick=True).verdict == "accepted" and reporting_hook(load_study(other)) is None
