@@ -241,6 +241,15 @@ def evaluate(criterion: Criterion, metrics: Mapping[str, Any]) -> Any:
     return ev(criterion.tree.body)
 
 
+def comparison_sides(criterion: Criterion, metrics: Mapping[str, Any]) -> tuple[float, float] | None:
+    """For a criterion that is one comparison `L op R`: L and R evaluated on `metrics` (raising as
+    `evaluate` does for an undefined metric); None for any other expression."""
+    body = criterion.tree.body
+    if not (isinstance(body, ast.Compare) and len(body.ops) == 1):
+        return None
+    return float(evaluate(_sub(body.left), metrics)), float(evaluate(_sub(body.comparators[0]), metrics))
+
+
 def shortfall(criterion: Criterion, metrics: Mapping[str, Any]) -> float:
     """How far `metrics` are from meeting `criterion`, for ranking near misses: 0 when it holds;
     for one comparison `L op R` that fails, |L - R| / max(|R|, |L|) (0 < gap <= 1 for same-sign
@@ -249,11 +258,10 @@ def shortfall(criterion: Criterion, metrics: Mapping[str, Any]) -> float:
     try:
         if bool(evaluate(criterion, metrics)):
             return 0.0
-        body = criterion.tree.body
-        if not (isinstance(body, ast.Compare) and len(body.ops) == 1):
+        sides = comparison_sides(criterion, metrics)
+        if sides is None:
             return 1.0
-        left = float(evaluate(_sub(body.left), metrics))
-        right = float(evaluate(_sub(body.comparators[0]), metrics))
+        left, right = sides
     except (KeyError, TypeError, ValueError, ArithmeticError):
         return math.inf
     scale = max(abs(left), abs(right))

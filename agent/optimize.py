@@ -21,16 +21,18 @@ and seed) and reports trials to reach 95 % of the best objective any method foun
 
 from __future__ import annotations
 
+import ast
 import math
 import random
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infralab.agent.search import METRICS, Space, load_space, point_label, violations
-from infralab.agent.sim_pool import Execution, SimJob, run_pool
+from infralab.agent.acceptance import Criterion, comparison_sides
+from infralab.agent.search import Space, load_space, point_label, point_metrics, pruned_metrics, simulate, violations
+from infralab.agent.sim_pool import Execution
 from infralab.errors import InputError
 from infralab.overrides import dotted_keys
 from infralab.sim.knob_effects import knob_effect, knob_value
@@ -67,12 +69,10 @@ class PointResult:
 def phase_means(record: Any, summary: Any) -> dict[str, float]:
     """Mean seconds per finished request of each request phase (explain's split of the latency);
     runs in the simulation worker (`sim_pool.Inspect`)."""
-    import math as _math
-
     from infralab.agent.explain import request_phases
 
     totals: dict[str, float] = {}
-    finished = [r for r in record.requests if not _math.isnan(r.finish_s)]
+    finished = [r for r in record.requests if not math.isnan(r.finish_s)]
     for req in finished:
         for phase, seconds in request_phases(req).items():
             totals[phase] = totals.get(phase, 0.0) + seconds
@@ -97,15 +97,14 @@ def simulator(space: Space, execution: Execution = Execution()) -> Evaluate:
 def simulate_points(space: Space, indices: Sequence[int], jobs: int = 2,
                     execution: Execution = Execution()) -> dict[int, PointResult]:
     """The results of `indices` (pruned points are infeasible without a run), `jobs` at once."""
+    done = simulate(space, indices, jobs, execution, inspect=phase_means)
     out: dict[int, PointResult] = {}
-    kept = [i for i in indices if not space.pruned(i)]
     for i in indices:
-        if space.pruned(i):
-            out[i] = PointResult(i, {name: space.static[i].get(name) for name in METRICS}, {}, tuple(space.pruned(i)))
-    sims = [SimJob(config=space.points[i], base_dir=str(space.base_dir), source=space.source) for i in kept]
-    for i, result in zip(kept, run_pool(sims, workers=jobs, inspect=phase_means, execution=execution)):
-        metrics = {name: result.metrics[name] for name in METRICS}
-        out[i] = PointResult(i, metrics, dict(result.details), tuple(violations(space.constraints, metrics)))
+        if i in done:
+            metrics = point_metrics(done[i])
+            out[i] = PointResult(i, metrics, dict(done[i].details), tuple(violations(space.constraints, metrics)))
+        else:
+            out[i] = PointResult(i, pruned_metrics(space, i), {}, tuple(space.pruned(i)))
     return out
 
 
@@ -198,16 +197,17 @@ def cause_weights(space: Space, result: PointResult) -> dict[str, float]:
     metrics = result.metrics
     weights: dict[str, float] = {}
     if result.violated:
-        for text in result.violated:
-            for phase in _phases_of(text):
-                weights[phase] = weights.get(phase, 0.0) + result.phases.get(phase, 0.0)
+        for crit in space.constraints:
+            if crit.text in result.violated:
+                for phase in _phases_of(crit.names):
+                    weights[phase] = weights.get(phase, 0.0) + result.phases.get(phase, 0.0)
         total = sum(weights.values())
         return {c: w / total for c, w in weights.items() if w > 0} if total > 0 else {"queue": 1.0}
     if space.objective_metric.endswith("_per_accelerator"):
         weights["accelerators"] = 1.0 if space.objective_goal == "max" else -1.0
     for crit in space.constraints:
-        tight = _tightness(crit.text, metrics)
-        phases = [p for name in crit.names for p in _phases_of(name)]
+        tight = _tightness(crit, metrics)
+        phases = _phases_of(crit.names)
         seconds = sum(result.phases.get(p, 0.0) for p in phases)
         for p in phases:
             if seconds > 0:
@@ -215,22 +215,28 @@ def cause_weights(space: Space, result: PointResult) -> dict[str, float]:
     return weights
 
 
-def _phases_of(text: str) -> tuple[str, ...]:
-    """The phases a constraint's or metric's text names (ttft, tpot, itl, e2e, saturated)."""
+def _phases_of(names: Iterable[str]) -> tuple[str, ...]:
+    """The phases of the metrics `names` (by family: ttft, tpot, itl, e2e, saturated)."""
     found: list[str] = []
-    for family, phases in METRIC_PHASES.items():
-        if family in text:
-            found += [p for p in phases if p not in found]
+    for name in sorted(names):
+        for family, phases in METRIC_PHASES.items():
+            if family in name:
+                found += [p for p in phases if p not in found]
     return tuple(found)
 
 
-def _tightness(text: str, metrics: Mapping[str, Any]) -> float:
-    """value / bound of an "A <= B" constraint on a metric (0 when it cannot be read)."""
-    name, _, bound = text.partition("<=")
-    try:
-        value, limit = float(metrics[name.strip()]), float(bound.strip())
-    except (KeyError, TypeError, ValueError):
+def _tightness(crit: Criterion, metrics: Mapping[str, Any]) -> float:
+    """value / bound of a constraint `value <= bound` (0 for any other form, or when it cannot
+    be evaluated)."""
+    if not isinstance(crit.tree.body, ast.Compare) or not isinstance(crit.tree.body.ops[0], ast.LtE):
         return 0.0
+    try:
+        sides = comparison_sides(crit, metrics)
+    except (KeyError, TypeError, ValueError, ArithmeticError):
+        return 0.0
+    if sides is None:
+        return 0.0
+    value, limit = sides
     return value / limit if limit > 0 else 0.0
 
 
@@ -248,12 +254,12 @@ def explain_guided(space: Space, evaluate: Evaluate, budget: int, seed: int) -> 
         untried.remove(anchor)
         result = evaluate(anchor)
         previous = trials[-1].best if trials else None
-        trial = _trial(space, len(trials) + 1, result, previous, step)
-        kept = trial.objective is not None and (previous is None or trial.objective > previous)
-        if best_result is None or kept or (previous is None and trial.objective is None and _closer(result, best_result)):
+        value = objective(space, result)
+        kept = value is not None and (previous is None or value > previous)
+        if best_result is None or kept or (previous is None and value is None and _closer(result, best_result)):
             best_result = result
-        trials.append(Trial(trial.number, trial.index, trial.label, trial.objective, trial.best,
-                            {**step, "measured": _measured(space, result), "kept": kept}))
+        trials.append(_trial(space, len(trials) + 1, result, previous,
+                             {**step, "measured": _measured(space, result), "kept": kept}))
         if not untried:
             break
         anchor, step = _next_point(space, best_result, untried, rng)

@@ -21,7 +21,7 @@ import itertools
 import math
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,7 +32,9 @@ from infralab.agent.acceptance import Criterion, evaluate, parse_criterion, shor
 from infralab.progress import progress
 from infralab.agent.sim_pool import (
     Execution,
+    Inspect,
     SimJob,
+    SimResult,
     accelerator_count,
     apply_knob,
     check_knobs_read,
@@ -238,20 +240,35 @@ def _deep_copy(data: Any) -> Any:
 # ---- one point ----------------------------------------------------------------------------------
 
 
+def simulate(space: Space, indices: Iterable[int], jobs: int = 2, execution: Execution = Execution(),
+             inspect: Inspect | None = None, show_progress: bool = False) -> dict[int, SimResult]:
+    """The runs of the points `indices` of `space` that are not pruned (a pruned point is never
+    simulated), by point index; `jobs` workers of `execution`'s backend (local processes, 1: in
+    this process; or the CPUs of the local Ray cluster started for the run), `inspect` as
+    `sim_pool.run_pool` takes it. Progress: infralab/progress.py."""
+    kept = [i for i in indices if not space.pruned(i)]
+    sims = [SimJob(config=space.points[i], base_dir=str(space.base_dir), source=space.source) for i in kept]
+    with progress(len(sims), f"search {space.info.name}", "config", enabled=show_progress) as tick:
+        results = run_pool(sims, workers=jobs, inspect=inspect, on_done=tick, execution=execution)
+    return dict(zip(kept, results))
+
+
+def point_metrics(result: SimResult) -> dict[str, Any]:
+    """A simulated point's METRICS."""
+    return {name: result.metrics[name] for name in METRICS}
+
+
+def pruned_metrics(space: Space, index: int) -> dict[str, Any]:
+    """A pruned point's METRICS: the static ones from its config, the rest None."""
+    return {name: space.static[index].get(name) for name in METRICS}
+
+
 def run_points(
     space: Space, jobs: int = 2, show_progress: bool = True, execution: Execution = Execution()
 ) -> list[dict[str, Any] | None]:
-    """Every point's METRICS in point order, None for a pruned point (never simulated); `jobs`
-    workers of `execution`'s backend (local processes, 1: in this process; or the CPUs of the
-    local Ray cluster started for the run). Progress: infralab/progress.py."""
-    kept = [i for i in range(len(space.points)) if not space.pruned(i)]
-    sims = [SimJob(config=space.points[i], base_dir=str(space.base_dir), source=space.source) for i in kept]
-    with progress(len(sims), f"search {space.info.name}", "config", enabled=show_progress) as tick:
-        results = run_pool(sims, workers=jobs, on_done=tick, execution=execution)
-    out: list[dict[str, Any] | None] = [None] * len(space.points)
-    for i, result in zip(kept, results):
-        out[i] = {name: result.metrics[name] for name in METRICS}
-    return out
+    """Every point's METRICS in point order, None for a pruned point (never simulated)."""
+    done = simulate(space, range(len(space.points)), jobs, execution, show_progress=show_progress)
+    return [point_metrics(done[i]) if i in done else None for i in range(len(space.points))]
 
 
 # ---- ranking and the Pareto front ---------------------------------------------------------------
@@ -306,7 +323,7 @@ def build_report(space: Space, results: Sequence[dict[str, Any] | None]) -> dict
     for i, (knobs, metrics) in enumerate(zip(space.knobs, results)):
         pruned = metrics is None
         if pruned:
-            metrics = {name: space.static[i].get(name) for name in METRICS}
+            metrics = pruned_metrics(space, i)
             violated = space.pruned(i)
         else:
             violated = feasibility(space, metrics)
