@@ -81,13 +81,9 @@ def command_of(words: Sequence[str]) -> Command:
 
 
 def property_name(a: Arg) -> str:
-    """The tool argument of a flag or positional: argparse's dest ("--max-trace-events" ->
-    "max_trace_events")."""
-    dest = a.options.get("dest")
-    if dest:
-        return str(dest)
-    longest = max(a.names, key=len)
-    return longest.lstrip("-").replace("-", "_")
+    """The tool argument of a flag or positional: the dest argparse gives it ("--max-trace-events"
+    -> "max_trace_events"), asked of argparse itself."""
+    return argparse.ArgumentParser(add_help=False).add_argument(*a.names, **a.options).dest
 
 
 def _value_schema(a: Arg) -> dict[str, Any]:
@@ -170,7 +166,7 @@ def check_arguments(schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> 
     error = errors[0]
     field = ".".join(str(p) for p in error.path)
     if error.validator == "required":
-        field = error.message.split("'")[1]
+        field = next(name for name in schema["required"] if name not in arguments)
     elif error.validator == "additionalProperties":
         known = ", ".join(schema["properties"])
         extra = sorted(set(arguments) - set(schema["properties"]))
