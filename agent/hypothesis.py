@@ -193,9 +193,9 @@ def load_hypothesis(path: str | Path, quick: bool = False, overrides: Sequence[s
         raise _with_line(exc, text, source) from None
     where = Locator(text, source)
     info = spec.hypothesis
-    if not info.validators:
-        raise where.error("hypothesis.validators", "is empty", f"some of {', '.join(ladder())}")
     known = ladder()
+    if not info.validators:
+        raise where.error("hypothesis.validators", "is empty", f"some of {', '.join(known)}")
     for i, name in enumerate(info.validators):
         if name not in known:
             raise where.error(f"hypothesis.validators[{i}]", f"unknown validator {name!r}", f"one of {', '.join(known)}",

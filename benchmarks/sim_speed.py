@@ -99,8 +99,8 @@ def write_profile(stats_file: Path, requests: int, path: Path) -> None:
     import pstats
 
     stats = pstats.Stats(str(stats_file))
-    rows = sorted(stats.stats.items(), key=lambda item: item[1][2], reverse=True)[:PROFILE_TOP]  # type: ignore[attr-defined]
-    total = sum(own for (_, _, own, _, _) in stats.stats.values())  # type: ignore[attr-defined]
+    rows = sorted(stats.stats.items(), key=lambda item: item[1][2], reverse=True)[:PROFILE_TOP]
+    total = sum(own for (_, _, own, _, _) in stats.stats.values())
     lines = [f"cProfile of `infralab sim run`, {requests} requests: own time {total:.2f} s "
              f"({total / requests * 1e6:.1f} us per request); top {PROFILE_TOP} functions by own time",
              f"{'own s':>8} {'us/req':>8} {'calls/req':>9} {'cum s':>8}  function"]

@@ -59,7 +59,7 @@ def run(out: Path, quick: bool, sizes: dict | None = None) -> HookRun:
                  for s in report["methods"].values()]
         rows.append(f"| {stem} ({report['points']} points) | " + " | ".join(cells) + f" | {'yes' if ok else 'no'} |")
     result = ACCEPTED if all(holds) else PARTIAL if all(better) else REJECTED
-    if sizes is QUICK:  # a smoke test: three seeds on one space do not decide the claim
+    if quick:  # a smoke test: three seeds on one space do not decide the claim
         result = INCONCLUSIVE
     seeds = sizes["seeds"]
     markdown = "\n".join([
