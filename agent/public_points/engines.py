@@ -17,13 +17,18 @@ cache, and its all-reduce for small messages. One profile per engine family a so
 - trtllm-0.5: TensorRT-LLM v0.5's per-model build scripts, where the custom all-reduce was an opt-in
   flag (`--use_custom_all_reduce`, store_true: NVIDIA/TensorRT-LLM @ 5fded61 :
   examples/chatglm2-6b/build.py): NCCL all-reduces; otherwise as trtllm.
+  A serving point's batch limits are the ones `trtllm-bench` derives from the KV memory
+  (`trtllm_bench_limits`), not vLLM's defaults.
 - unstated: a source that does not name its engine: the vllm-v0 profile, labelled.
 - none: a collective measured alone (nccl-tests, rccl-tests, a kernel benchmark): no engine.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
+
+from infralab.sim.specs import AcceleratorSpec, ModelSpec
 
 EngineProfileName = Literal["vllm-v0", "vllm-v1", "sglang", "trtllm", "trtllm-0.5", "unstated", "none"]
 
@@ -46,3 +51,50 @@ def apply_profile(name: str, doc: dict[str, Any]) -> dict[str, Any]:
         table, key = dotted.split(".")
         doc.setdefault(table, {})[key] = value
     return doc
+
+
+# trtllm-bench's batch limits (NVIDIA/TensorRT-LLM @ 04cba88 : tensorrt_llm/bench/build/tuning.py,
+# `calc_engine_setting` and `finetune_setting`; applied to the PyTorch backend by
+# tensorrt_llm/bench/benchmark/utils/general.py @ 0171265, `get_settings`, and to built engines by
+# `trtllm-bench build --dataset` in v0.17). The rule, restated: the requests that fit the KV memory at
+# the dataset's mean ISL + OSL set the batch, rounded up to a step that grows with it; the token budget
+# is the batch times (1 + ISL / OSL); without chunked prefill (the benchmark's default) a whole prompt
+# plus one token per running sequence must fit.
+TRTLLM_MAX_REQUESTS = 4096  # cap on the batch (decoder buffers)
+TRTLLM_MAX_TOKENS = 32768  # cap on the token budget (activation buffers)
+TRTLLM_MIN_BATCH = 64
+TRTLLM_MIN_TOKENS = 2048
+GIB = 1024**3
+
+
+def _round_up(value: float, step: int) -> int:
+    return step * math.ceil(value / step)
+
+
+def trtllm_bench_limits(model: ModelSpec, accel: AcceleratorSpec, dtype: str, kv_dtype: str, tp: int, pp: int,
+                        input_tokens: int, output_tokens: int, kv_fraction: float = 0.95) -> tuple[int, int]:
+    """(max_num_seqs, max_batched_tokens) that `trtllm-bench` picks for `model` on `tp` x `pp` of
+    `accel` for requests of `input_tokens` + `output_tokens` (its heuristic, restated above). Weights
+    and KV count 1 byte per element in an 8-bit dtype, else 2; memory is the device's reported size."""
+    weight_bytes = 1.0 if dtype in ("fp8e4m3", "int8") else 2.0
+    kv_bytes = 1.0 if kv_dtype in ("fp8e4m3", "int8") else 2.0
+    kv_heads = max(tp, model.num_kv_heads)
+    per_token_gib = 2 * model.num_full_attention_layers * kv_heads * model.head_dim * kv_bytes / GIB
+    gpus = tp * pp
+    available_gib = accel.usable_memory * gpus / GIB - model.num_params * weight_bytes / GIB
+    requests = available_gib * kv_fraction / (per_token_gib * (input_tokens + output_tokens))
+    raw_batch = min(requests, TRTLLM_MAX_REQUESTS) / pp
+    raw_tokens = min(raw_batch * (1 + input_tokens / output_tokens), TRTLLM_MAX_TOKENS)
+    if raw_batch < 256:
+        batch = max(TRTLLM_MIN_BATCH, _round_up(raw_batch, 32))
+    elif raw_batch < 1024:
+        batch = _round_up(raw_batch, 128)
+    else:
+        batch = _round_up(raw_batch, 256)
+    if raw_tokens < 4096:
+        tokens = max(TRTLLM_MIN_TOKENS, _round_up(raw_tokens, 256))
+    elif raw_tokens < 8192:
+        tokens = _round_up(raw_tokens, 512)
+    else:
+        tokens = _round_up(raw_tokens, 1024)
+    return batch, max(tokens, input_tokens + batch)

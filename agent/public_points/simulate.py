@@ -12,8 +12,8 @@
   stated), read as `vllm bench serve` prints it.
 
 Every run is the simulator's ordinary run (`infralab.sim.api.run`): the same engine, scheduler and
-cost model a user's config gets, with the engine limits the source states and the simulator's
-vLLM defaults otherwise.
+cost model a user's config gets, with the engine limits the source states, else the ones its engine
+derives (`trtllm_bench_limits` for a TensorRT-LLM throughput run), else the simulator's vLLM defaults.
 
 Units: seconds, bytes, tokens per second.
 """
@@ -27,14 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from infralab.agent.public_points.engines import apply_profile
+from infralab.agent.public_points.engines import apply_profile, trtllm_bench_limits
 from infralab.agent.public_points.spec import LINK_OF, Point
 from infralab.sim import api
 from infralab.sim.config import config_from_doc
 from infralab.sim.cost import StepWork
 from infralab.sim.cost.collectives import collective_s
 from infralab.sim.run import prepare_run
-from infralab.sim.specs import load_accelerator, load_link
+from infralab.sim.specs import load_accelerator, load_link, load_model
 
 ALL_AT_ONCE_RATE = 1e9  # requests/s: a benchmark that sends every request at t = 0 (`--request-rate inf`)
 # Metric of a serving point -> the simulator's flat metric (RunSummary.flat_metrics).
@@ -121,10 +121,14 @@ def config_of(point: Point) -> dict[str, Any]:
         output = max(point.output_tokens, 1)
     engine: dict[str, Any] = {"prefix_cache": False}  # benchmark prompts are random tokens
     seqs = point.max_num_seqs if point.max_num_seqs is not None else (point.batch if point.family != "serving" else None)
+    tokens = point.max_batched_tokens
+    if point.family == "serving" and point.engine_profile == "trtllm" and seqs is None and tokens is None:
+        seqs, tokens = trtllm_bench_limits(load_model(point.model), accel, cost["dtype"], cost["kv_dtype"], point.tp,
+                                           point.pp, point.input_tokens, point.output_tokens)
     if seqs is not None:
         engine["max_num_seqs"] = max(seqs, point.batch)
-    if point.max_batched_tokens is not None:
-        engine["max_batched_tokens"] = point.max_batched_tokens
+    if tokens is not None:
+        engine["max_batched_tokens"] = tokens
     workload: dict[str, Any] = {
         "kind": "synthetic",
         "num_requests": requests,

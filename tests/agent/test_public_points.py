@@ -164,3 +164,39 @@ def test_h200_points_load_as_device_time_points_with_a_pure_decode_batch():
 def test_scoring_over_processes_equals_scoring_in_this_process():
     points = load_points(H200_POINTS)[:4]
     assert score(points, workers=2) == score(points, workers=1)
+
+
+def _limits(model: str = "llama-3.1-8b", accel: str = "H200", kv: str = "fp8e4m3", tp: int = 1,
+            isl: int = 2048, osl: int = 2048) -> tuple[int, int]:
+    from infralab.agent.public_points.engines import trtllm_bench_limits
+    from infralab.sim.specs import load_accelerator, load_model
+    return trtllm_bench_limits(load_model(model), load_accelerator(accel), "fp8e4m3", kv, tp, 1, isl, osl)
+
+
+@pytest.mark.parametrize("case", [dict(), dict(kv="bf16"), dict(isl=128, osl=128), dict(model="llama-3.1-70b"),
+                                  dict(model="llama-3.1-70b", accel="H100", tp=2), dict(isl=20000, osl=2000)])
+def test_trtllm_bench_limits_follow_its_rounding(case):
+    """trtllm-bench's batch: at least 64, a multiple of 32 below 256, of 128 below 1024, of 256 above,
+    at most 4096; its token budget holds a whole prompt beside every running sequence (no chunking)."""
+    batch, tokens = _limits(**case)
+    isl = case.get("isl", 2048)
+    assert 64 <= batch <= 4096
+    step = 32 if batch <= 256 else 128 if batch <= 1024 else 256
+    assert batch % step == 0
+    assert tokens >= max(2048, isl + batch)
+
+
+def test_trtllm_bench_limits_grow_with_the_kv_memory_a_request_needs_less_of():
+    assert _limits(kv="fp8e4m3")[0] > _limits(kv="bf16")[0]  # an FP8 KV cache holds twice the requests
+    assert _limits(isl=128, osl=128)[0] > _limits()[0]  # shorter requests: more of them fit
+    assert _limits(model="llama-3.1-70b")[0] < _limits()[0]  # larger weights leave less KV memory
+
+
+def test_a_tensorrt_llm_serving_point_gets_trtllm_bench_limits_and_a_vllm_one_vllm_defaults():
+    fields = dict(family="serving", metric="output_tokens_per_s", num_prompts=10, input_tokens=2048,
+                  output_tokens=2048, accelerator="H200", model="llama-3.1-8b", dtype="fp8e4m3", kv_dtype="fp8e4m3")
+    trt = config_of(point("trt", engine_profile="trtllm", **fields))["engine"]
+    assert (trt["max_num_seqs"], trt["max_batched_tokens"]) == _limits()
+    assert "max_num_seqs" not in config_of(point("vllm", engine_profile="vllm-v1", **fields))["engine"]
+    stated = config_of(point("stated", engine_profile="trtllm", max_num_seqs=7, **fields))["engine"]
+    assert stated["max_num_seqs"] == 7 and "max_batched_tokens" not in stated  # a source's own limits win
