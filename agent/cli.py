@@ -115,12 +115,12 @@ def optimize(args: argparse.Namespace) -> int:
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     seeds = tuple(parse_numbers(args.seeds, "--seeds", kind=int, positive=False, at_most=SEED_MAX))
     report = run_optimize(args.space, args.out, methods=methods, budget=args.budget, seeds=seeds, jobs=args.jobs,
-                          overrides=args.set, execution=_execution(args))
+                          overrides=args.set, execution=_execution(args), confirm=args.confirm)
     if args.json:
         sys.stdout.write(json.dumps(report, sort_keys=True, indent=2, allow_nan=False) + "\n")
     else:
         print(format_text(report))
-        print(f"wrote {args.out}/optimize.json, trajectory.png")
+        print(f"wrote {args.out}/optimize.json, trajectory.png" + (", real/" if args.confirm else ""))
     return 0
 
 

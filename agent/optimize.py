@@ -12,6 +12,13 @@ the prediction, the measured effect, kept or reverted) and, when no neighbour is
 a random untried point. Nothing here names a study or a knob: the table of causes per knob is the
 simulator's, and any knob without a declaration is only tried by the random step.
 
+With `--confirm` (the explain-guided method, one seed) the ladder's next rung decides each step the
+simulator would keep: the point is run on the real engine (`infralab real run` of the space's base
+config with the point's knobs set; its run folder under DIR/real/), and the step is kept only if the
+real engine's objective also beats the real objective of the best point so far (the start point is
+run too); otherwise it is reverted and the finding says the real rung decided. A space whose knobs
+the real engine does not read (the simulator's `[hardware]`, `[cost]`, `[cluster]`) is refused.
+
 Baselines on the same space and budget, through one interface: `grid` (the points in the space's
 order), `random` (a seeded permutation) and `tpe` (Optuna's TPE sampler, seeded, one categorical
 parameter per axis). `compare` runs every method over several seeds against one table of the
@@ -22,6 +29,7 @@ and seed) and reports trials to reach 95 % of the best objective any method foun
 from __future__ import annotations
 
 import ast
+import json
 import math
 import random
 import statistics
@@ -80,6 +88,7 @@ def phase_means(record: Any, summary: Any) -> dict[str, float]:
 
 
 Evaluate = Callable[[int], PointResult]
+Confirm = Callable[[int], PointResult]  # a point's result on the next rung of the ladder (the real engine)
 
 
 def simulator(space: Space, execution: Execution = Execution()) -> Evaluate:
@@ -132,9 +141,12 @@ class Trial:
     finding: Mapping[str, Any] = field(default_factory=dict)
 
 
-def _trial(space: Space, number: int, result: PointResult, best: float | None, finding: Mapping[str, Any]) -> Trial:
+def _trial(space: Space, number: int, result: PointResult, best: float | None, finding: Mapping[str, Any],
+           counts: bool = True) -> Trial:
+    """Trial `number` of `result`; `counts`: whether its objective may become the best so far (False:
+    a step the real rung reverted)."""
     value = objective(space, result)
-    best = value if best is None or (value is not None and value > best) else best
+    best = value if counts and (best is None or (value is not None and value > best)) else best
     return Trial(number, result.index, point_label(result.index, space.knobs[result.index]), value, best, finding)
 
 
@@ -191,9 +203,9 @@ def cause_weights(space: Space, result: PointResult) -> dict[str, float]:
     """How much each cause limits the point, from its feedback. Infeasible: the phases of the
     violated constraints' metrics, by their seconds per request (no finished request to read: the
     queue, where a saturated run's time goes). Feasible: `accelerators` (1) when
-    the objective is per accelerator, and the phases of every constraint by how tight it is
-    (value / bound) and their share of the metric's time, so that moves which add to a tight
-    phase score lower."""
+    the objective is per accelerator; a latency objective to minimise, its phases by their share
+    of its time (1 in all); and the phases of every constraint by how tight it is (value / bound)
+    and their share of the metric's time, so that moves which add to a tight phase score lower."""
     metrics = result.metrics
     weights: dict[str, float] = {}
     if result.violated:
@@ -205,14 +217,19 @@ def cause_weights(space: Space, result: PointResult) -> dict[str, float]:
         return {c: w / total for c, w in weights.items() if w > 0} if total > 0 else {"queue": 1.0}
     if space.objective_metric.endswith("_per_accelerator"):
         weights["accelerators"] = 1.0 if space.objective_goal == "max" else -1.0
+    if space.objective_goal == "min":
+        _add_shares(weights, result, _phases_of([space.objective_metric]), 1.0)
     for crit in space.constraints:
-        tight = _tightness(crit, metrics)
-        phases = _phases_of(crit.names)
-        seconds = sum(result.phases.get(p, 0.0) for p in phases)
-        for p in phases:
-            if seconds > 0:
-                weights[p] = weights.get(p, 0.0) + tight * result.phases.get(p, 0.0) / seconds
+        _add_shares(weights, result, _phases_of(crit.names), _tightness(crit, metrics))
     return weights
+
+
+def _add_shares(weights: dict[str, float], result: PointResult, phases: Sequence[str], scale: float) -> None:
+    """Add to `weights` each of `phases` at `scale` x its share of their seconds per request."""
+    seconds = sum(result.phases.get(p, 0.0) for p in phases)
+    for p in phases:
+        if seconds > 0:
+            weights[p] = weights.get(p, 0.0) + scale * result.phases.get(p, 0.0) / seconds
 
 
 def _phases_of(names: Iterable[str]) -> tuple[str, ...]:
@@ -240,26 +257,41 @@ def _tightness(crit: Criterion, metrics: Mapping[str, Any]) -> float:
     return value / limit if limit > 0 else 0.0
 
 
-def explain_guided(space: Space, evaluate: Evaluate, budget: int, seed: int) -> list[Trial]:
+def explain_guided(space: Space, evaluate: Evaluate, budget: int, seed: int,
+                   confirm: Confirm | None = None) -> list[Trial]:
     """The explain-guided walk (module docstring): start at a seeded random point, then at each
     step the untried neighbour of the best point whose predicted effect the best point's feedback
-    favours most, or a random untried point when none is favoured."""
+    favours most, or a random untried point when none is favoured. With `confirm`, a step the
+    simulator would keep is kept only if the real rung's objective beats its best so far."""
     rng = random.Random(seed)
     untried = list(range(len(space.points)))
     trials: list[Trial] = []
     anchor = rng.choice(untried)
     step: Mapping[str, Any] = {"move": "start", "reason": "a seeded random point"}
     best_result: PointResult | None = None
+    real_best: float | None = None  # the real rung's objective of the best point so far
     while untried and len(trials) < budget:
         untried.remove(anchor)
         result = evaluate(anchor)
         previous = trials[-1].best if trials else None
         value = objective(space, result)
         kept = value is not None and (previous is None or value > previous)
+        finding: dict[str, Any] = {**step, "measured": _measured(space, result)}
+        if kept and confirm is not None:
+            real_result = confirm(anchor)
+            real = objective(space, real_result)
+            confirmed = real is not None and (real_best is None or real > real_best)
+            finding["real"] = {**_measured(space, real_result), "confirms": confirmed,
+                               "best_before": _signed(space, real_best)}
+            if confirmed:
+                real_best = real
+            kept = confirmed
         if best_result is None or kept or (previous is None and value is None and _closer(result, best_result)):
             best_result = result
-        trials.append(_trial(space, len(trials) + 1, result, previous,
-                             {**step, "measured": _measured(space, result), "kept": kept}))
+        finding["kept"] = kept
+        if "real" in finding:
+            finding["decided_by"] = "real"
+        trials.append(_trial(space, len(trials) + 1, result, previous, finding, counts=confirm is None or kept))
         if not untried:
             break
         anchor, step = _next_point(space, best_result, untried, rng)
@@ -368,11 +400,16 @@ def target_of(best: float) -> float:
 
 
 def compare(space: Space, evaluate: Evaluate, methods: Sequence[str], budget: int,
-            seeds: Sequence[int]) -> dict[str, Any]:
+            seeds: Sequence[int], confirm: Confirm | None = None) -> dict[str, Any]:
     """Every method over every seed on the same space and budget; trials to reach 95 % of the
     best objective any method found (None: not within the budget), per method: median and
-    spread over the seeds."""
-    runs = {m: {s: METHOD_FUNCTIONS[m](space, evaluate, budget, s) for s in seeds} for m in methods}
+    spread over the seeds. `confirm`: the real rung of the explain-guided method's steps."""
+    def walk(method: str, seed: int) -> list[Trial]:
+        if method == "explain" and confirm is not None:
+            return explain_guided(space, evaluate, budget, seed, confirm)
+        return METHOD_FUNCTIONS[method](space, evaluate, budget, seed)
+
+    runs = {m: {s: walk(m, s) for s in seeds} for m in methods}
     found = [t.best for by_seed in runs.values() for trials in by_seed.values() for t in trials if t.best is not None]
     best = max(found) if found else None  # None: no method found a feasible point
     target = target_of(best) if best is not None else None
@@ -397,6 +434,50 @@ def _signed(space: Space, value: float | None) -> float | None:
 # ---- the command -------------------------------------------------------------------------------------
 
 
+def real_rung(space: Space, out: Path) -> Confirm:
+    """Run point `index` of `space` on the real engine, once: `infralab real run` of the space's base
+    config with the space's fixed knobs and the point's axes set (`--set`), its seed, its run folder
+    at `out/point-<index>`. The result's metrics are search's METRICS of the real run's summary;
+    its phases are not read (the simulator's feedback guides the walk, the real rung only decides)."""
+    import io
+
+    from infralab.agent.search import METRICS
+    from infralab.agent.sim_pool import config_metrics
+    from infralab.config_io import validate
+    from infralab.real.run import run_real_config_file
+    from infralab.sim.config import SimConfig
+
+    base = space.base_dir / space.base_name
+    done: dict[int, PointResult] = {}
+
+    def confirm(index: int) -> PointResult:
+        if index not in done:
+            sets = [f"{key}={json.dumps(value)}" for key, value in (*space.fixed, *space.knobs[index])]
+            summary = run_real_config_file(base, out / f"point-{index}", overrides=sets, seed=space.info.seed,
+                                           stdout=io.StringIO())
+            cfg = validate(SimConfig, dict(space.points[index]), space.source)
+            flat = config_metrics(summary, cfg)
+            metrics = {name: flat[name] for name in METRICS}
+            done[index] = PointResult(index, metrics, {}, tuple(violations(space.constraints, metrics)))
+        return done[index]
+
+    return confirm
+
+
+def check_confirmable(space: Space) -> None:
+    """InputError unless the real engine reads every knob the space's axes move (`real.config`'s
+    simulator-only tables and engine fields are not read there; a fixed one, such as the step
+    table the simulator times the engine by, is the same at every point and is allowed)."""
+    from infralab.real.config import SIM_ONLY_ENGINE_FIELDS, SIM_ONLY_TABLES
+
+    for key, _ in space.axes:
+        parts = key.split(".")
+        if parts[0] in SIM_ONLY_TABLES or (parts[0] == "engine" and parts[-1] in SIM_ONLY_ENGINE_FIELDS):
+            raise InputError(f"{space.source}: {key}", "is read by the simulator only, so the real engine cannot "
+                             "confirm a move of it", "--confirm on a space whose knobs the real engine reads "
+                             f"(not [{'], ['.join(SIM_ONLY_TABLES)}], nor engine.{', engine.'.join(SIM_ONLY_ENGINE_FIELDS)})")
+
+
 def table_evaluator(results: Mapping[int, PointResult]) -> Evaluate:
     """Evaluate from a table of the points' results (what `compare` replays every method on)."""
     return lambda index: results[index]
@@ -404,11 +485,12 @@ def table_evaluator(results: Mapping[int, PointResult]) -> Evaluate:
 
 def run_optimize(space_path: str | Path, out: str | Path, methods: Sequence[str] = ("explain",), budget: int = 20,
                  seeds: Sequence[int] = (0,), jobs: int = 2, overrides: Sequence[str] = (),
-                 execution: Execution = Execution()) -> dict[str, Any]:
+                 execution: Execution = Execution(), confirm: bool = False) -> dict[str, Any]:
     """Everything `infralab optimize` does: validate the space, run the methods (with more than
     one method or seed, every point is simulated once up front, `jobs` at once, and each method
     sees only the points it asks for), write DIR/optimize.json and DIR/trajectory.png atomically;
-    returns the report."""
+    returns the report. `confirm`: the real rung decides the explain-guided method's steps (one
+    method, one seed; the real runs' folders in DIR/real/)."""
     from infralab.results import atomic_output_dir, dump_json
 
     unknown = [m for m in methods if m not in METHOD_FUNCTIONS]
@@ -417,16 +499,24 @@ def run_optimize(space_path: str | Path, out: str | Path, methods: Sequence[str]
                          f"a comma-separated list of {', '.join(METHODS)}")
     if budget < 1:
         raise InputError("--budget", f"{budget}", "a positive number of trials")
+    if confirm and (tuple(methods) != ("explain",) or len(seeds) != 1):
+        raise InputError("--confirm", f"with --methods {','.join(methods)} and {len(seeds)} seed(s)",
+                         "--methods explain and one seed: the real rung decides one walk's steps")
     space = load_space(space_path, overrides)
+    if confirm:
+        check_confirmable(space)
     with atomic_output_dir(out) as tmp:
         if len(methods) > 1 or len(seeds) > 1:
             evaluate = table_evaluator(simulate_points(space, range(len(space.points)), jobs=jobs, execution=execution))
         else:
             evaluate = simulator(space, execution)
-        result = compare(space, evaluate, methods, min(budget, len(space.points)), seeds)
+        rung = real_rung(space, tmp / "real") if confirm else None
+        result = compare(space, evaluate, methods, min(budget, len(space.points)), seeds, confirm=rung)
         report = {"schema": SCHEMA, "space": space.source, "objective": f"{space.objective_goal} {space.objective_metric}",
                   "constraints": [c.text for c in space.constraints], "points": len(space.points),
                   "target_fraction": TARGET_FRACTION, **result}
+        if confirm:
+            report["confirm"] = {"rung": "real", "runs": str(Path("real") / "point-<index>")}
         dump_json(report, tmp / "optimize.json")
         trajectory_figure(report, space, tmp / "trajectory.png")
     return report
@@ -477,4 +567,18 @@ def format_text(report: Mapping[str, Any]) -> str:
     for method, s in report["methods"].items():
         never = " (budget+1 = not reached)" if s["reached"] < s["seeds"] else ""
         lines.append(f"{method:<10} {s['median']:>6g} [{s['min']}..{s['max']}]{never:<26} {s['reached']}/{s['seeds']}")
+    if "confirm" in report:
+        metric = report["objective"].split()[-1]
+        lines.append(f"steps the simulator would keep, decided by the real engine ({metric}: simulated / real):")
+        for trials in report["trials"]["explain"].values():
+            for t in trials:
+                real = t["finding"].get("real")
+                if real is not None:
+                    verdict = "kept" if real["confirms"] else "reverted"
+                    sim_value, real_value = (_shown(v[metric]) for v in (t["finding"]["measured"], real))
+                    lines.append(f"  trial {t['number']} {t['label']}: {sim_value} / {real_value} -> {verdict}")
     return "\n".join(lines)
+
+
+def _shown(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)

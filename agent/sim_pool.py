@@ -264,8 +264,14 @@ def run_one(job: SimJob, inspect: Inspect | None = None) -> SimResult:
     cfg = with_seed(validate(SimConfig, dict(job.config), job.source), job.seed)
     record = simulate_config(cfg, Path(job.base_dir), source=job.source, timeline=False)
     summary = run_summary(record, cfg, Path(job.source))
-    metrics = summary.flat_metrics(instances=instance_count(cfg), accelerators=accelerator_count(cfg))
+    metrics = config_metrics(summary, cfg)
     return SimResult(summary, metrics, inspect(record, summary) if inspect is not None else None)
+
+
+def config_metrics(summary: RunSummary, cfg: SimConfig) -> Mapping[str, Metric]:
+    """A run's flat metrics with the instance and accelerator counts of the config it ran (a
+    simulation's, or a real run's of the same file)."""
+    return summary.flat_metrics(instances=instance_count(cfg), accelerators=accelerator_count(cfg))
 
 
 def run_pool(

@@ -289,6 +289,9 @@ COMMANDS: tuple[Command, ...] = (
                     help="simulations at once when the whole space is simulated up front (a comparison; default 2)"),
                 arg("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="set a key of the SPACE file before validation (repeatable; TOML value)"),
+                arg("--confirm", action="store_true",
+                    help="the real engine decides each step the simulator would keep (explain, one seed; "
+                         "a config both rungs read, e.g. experiments/real/token_budget_small_llama.toml)"),
                 arg("--json", action="store_true", help="print optimize.json on stdout"),
                 *BACKEND_ARGS,
             )),

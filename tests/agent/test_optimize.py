@@ -146,3 +146,85 @@ def test_bad_flags_name_the_flag(space, tmp_path: Path) -> None:
     with pytest.raises(InputError, match="--methods: unknown method 'annealing'"):
         optimize.run_optimize(space.source, tmp_path / "x", methods=("annealing",))
     assert not (tmp_path / "x").exists()
+
+
+def test_the_real_rung_reverts_a_step_the_simulator_would_keep(space) -> None:
+    """With a confirming rung, a step the simulator favours is kept only if the real objective
+    also improves; a reverted step leaves the best so far and the walk's anchor where they were."""
+    sim_values = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]  # the simulator: every later point better
+    real_values = {0: 1.0, 1: 2.0, 2: 1.5, 3: 4.0, 4: 0.5, 5: 6.0}  # the real engine disagrees at 2 and 4
+    asked: list[int] = []
+
+    def evaluate(index: int) -> PointResult:
+        return _result(index, {"queue": 0.1}, value=sim_values[index])
+
+    def confirm(index: int) -> PointResult:
+        asked.append(index)
+        return _result(index, {}, value=real_values[index])
+
+    trials = explain_guided(space, evaluate, budget=6, seed=0, confirm=confirm)
+    plain = explain_guided(space, evaluate, budget=6, seed=0)
+    for t in trials:
+        real = t.finding.get("real")
+        if real is None:
+            assert t.finding["kept"] is False and "decided_by" not in t.finding
+            continue
+        assert t.finding["decided_by"] == "real" and real["confirms"] is t.finding["kept"]
+        assert t.finding["kept"] is (real_values[t.index] > (real["best_before"] or float("-inf")))
+    reverted = [t for t in trials if "real" in t.finding and not t.finding["kept"]]
+    for t in reverted:  # the best so far does not take a reverted step's simulated objective
+        assert t.best == (trials[t.number - 2].best if t.number > 1 else None)
+    assert sorted(asked) == sorted({t.index for t in trials if "real" in t.finding})
+    assert [t.index for t in reverted] == [4]  # simulated 5.0 > 4.0, real 0.5 < 4.0
+    assert next(t for t in plain if t.index == 4).finding["kept"] is True  # the simulator alone keeps it
+
+
+def test_confirm_needs_one_explain_walk_and_knobs_the_real_engine_reads(space, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="--confirm: with --methods explain,grid"):
+        optimize.run_optimize(space.source, tmp_path / "x", methods=("explain", "grid"), confirm=True)
+    with pytest.raises(InputError, match="--confirm: with --methods explain and 2 seed"):
+        optimize.run_optimize(space.source, tmp_path / "x", seeds=(0, 1), confirm=True)
+    sim_only = Path(space.source).parent / "sim_only.toml"
+    sim_only.write_text(SPACE.replace('"cluster.instances" = [1, 2, 3]', '"hardware.tp" = [1, 2]'))
+    with pytest.raises(InputError, match=r"hardware\.tp: is read by the simulator only"):
+        optimize.run_optimize(sim_only, tmp_path / "x", confirm=True)
+    assert not (tmp_path / "x").exists()
+
+
+def test_infralab_optimize_confirm_runs_the_kept_steps_on_the_real_engine(tmp_path: Path, capsys) -> None:
+    pytest.importorskip("transformers", reason="the real engine needs transformers (the extra infralab[real])")
+    from support.toml_fixtures import TINY_REAL_ENGINE, tiny_llama_model
+
+    (tmp_path / "tiny-model.toml").write_text(tiny_llama_model(2048))
+    (tmp_path / "tiny.toml").write_text(
+        'model = "tiny-model.toml"\n[run]\nname = "tiny"\nseed = 1\n[hardware]\naccelerator = "H100"\n'
+        '[workload]\nkind = "synthetic"\nnum_requests = 4\narrival = { kind = "poisson", rate = 50.0 }\n'
+        'prompt = { kind = "fixed", value = 16 }\noutput = { kind = "fixed", value = 3 }\n' + TINY_REAL_ENGINE)
+    # the simulator's rung times this engine by its own profile (profile/step_table.csv)
+    assert main(["real", "profile", str(tmp_path / "tiny.toml"), "--out", str(tmp_path / "profile")]) == 0
+    (tmp_path / "space.toml").write_text(
+        '[search]\nname = "tiny-real"\nbase = "tiny.toml"\nobjective = "maximize output_throughput"\n'
+        '[axes]\n"engine.max_num_seqs" = [1, 4]\n')
+    out = tmp_path / "opt"
+    assert main(["optimize", str(tmp_path / "space.toml"), "--out", str(out), "--budget", "2", "--confirm"]) == 0
+    report = json.loads((out / "optimize.json").read_text())
+    assert report["confirm"]["rung"] == "real"
+    trials = report["trials"]["explain"]["0"]
+    decided = [t for t in trials if "real" in t["finding"]]
+    assert decided and decided[0]["number"] == 1  # the start point is run on the real engine too
+    for t in decided:
+        run = out / "real" / f"point-{t['index']}"
+        assert (run / "summary.json").is_file() and (run / "replay.json").is_file()
+        real = json.loads((run / "summary.json").read_text())
+        assert real["requests"] == {"completed": 4, "total": 4}
+        assert t["finding"]["real"]["output_throughput"] > 0
+    assert "decided by the real engine" in capsys.readouterr().out
+
+
+def test_a_latency_objective_to_minimise_weighs_its_own_phases(space) -> None:
+    latency = dataclasses.replace(space, objective_metric="ttft_p90_s", objective_goal="min", constraints=())
+    feasible = _result(0, {"queue": 1.0, "prefill": 3.0, "decode": 4.0})
+    weights = {cause: w for cause, w in cause_weights(latency, feasible).items() if w}
+    assert weights == {"queue": 0.25, "prefill": 0.75}  # TTFT = (encode +) queue + prefill
+    throughput = dataclasses.replace(latency, objective_metric="output_throughput", objective_goal="max")
+    assert cause_weights(throughput, feasible) == {}  # a throughput objective names no phase
