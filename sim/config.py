@@ -66,6 +66,11 @@ class HardwareConfig:
     linear_tp: Degree | None = None
     lm_head_tp: Degree | None = None
     moe_ep: Degree | None = None  # expert parallelism of the MoE layers over the tp ranks (None: 1)
+    # Attention data parallelism (TensorRT-LLM's enable_attention_dp, SGLang's --enable-dp-attention):
+    # every layer but the routed experts runs data-parallel over the tp ranks, each rank whole heads
+    # and the KV of its own sequences; the experts run expert-parallel (moe_ep = tp), reached by
+    # all-to-all. Off: attention, projections and norms are split by tp.
+    attention_dp: bool = False
     # Layer Split: groups of this many ranks each own the KV of a share of the full-attention layers
     # (the owner broadcasts a layer's KV to its group when the layer runs). None: 1, no split.
     layer_split: Degree | None = None

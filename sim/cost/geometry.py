@@ -52,6 +52,7 @@ class Geometry:
     linear_tp: int
     lm_head_tp: int
     moe_ep: int
+    attention_dp: bool  # every layer but the routed experts data-parallel over the tp ranks
     layer_split: int
     pp: int
     micro_batches: int
@@ -106,12 +107,15 @@ class Geometry:
         pp = hw.pp or 1
         micro_batches = hw.pp_micro_batches or 1
         replay_ring = cfg.replay_ssm_ring or 0
-        plain_collectives = linear_tp == tp and moe_ep == 1
+        attention_dp = hw.attention_dp
+        plain_collectives = linear_tp == tp and moe_ep == 1 and not attention_dp
         plain = (plain_collectives and lm_head_tp == tp and layer_split == 1
                  and pp == 1 and not replay_ring and cfg.kv_layer_dtypes is None)
         _check_parallelism(model, tp, linear_tp, pp, tp_link)
         _check_layer_class_knobs(model, cfg, tp, linear_tp, lm_head_tp, moe_ep, layer_split, pp, micro_batches,
                                  replay_ring, hw.pp_schedule)
+        if attention_dp:
+            _check_attention_dp(model, tp, linear_tp, lm_head_tp, moe_ep, layer_split, pp)
         eff = cfg.efficiency
         weight_width = DTYPE_BYTES[cfg.dtype]
         act_width = 4 if cfg.dtype == "fp32" else 2  # 8-bit models still pass bf16 activations
@@ -152,7 +156,8 @@ class Geometry:
             lin_state_bytes = lin_heads * d * d * DTYPE_BYTES["fp32"]  # per seq, layer, rank
         return Geometry(
             model=model, accel=accel, cfg=cfg, tp=tp, tp_link=tp_link,
-            linear_tp=linear_tp, lm_head_tp=lm_head_tp, moe_ep=moe_ep, layer_split=layer_split, pp=pp,
+            linear_tp=linear_tp, lm_head_tp=lm_head_tp, moe_ep=moe_ep, attention_dp=attention_dp,
+            layer_split=layer_split, pp=pp,
             micro_batches=micro_batches, replay_ring=replay_ring,
             virtual_engines=pp if hw.pp_schedule == "virtual_engines" else 1,
             plain_collectives=plain_collectives, plain=plain,
@@ -232,6 +237,25 @@ def _check_parallelism(m: ModelSpec, tp: int, linear_tp: int, pp: int, tp_link: 
         raise InputError(field, f"{linear_tp} does not divide {m.linear_num_heads} KDA heads", "a divisor")
     if (tp > 1 or pp > 1) and tp_link is None:
         raise InputError("hardware.tp_link", "tp > 1 or pp > 1 needs a link for its collectives", "a link spec")
+
+
+def _check_attention_dp(m: ModelSpec, tp: int, linear_tp: int, lm_head_tp: int, moe_ep: int, layer_split: int,
+                        pp: int) -> None:
+    """`hardware.attention_dp` needs a MoE model on tp > 1 ranks whose experts are spread over all of
+    them (moe_ep = tp), and no other layer-class split (one InputError naming the field)."""
+    if tp < 2:
+        raise InputError("hardware.attention_dp", "true with tp = 1", "tp > 1 (the ranks the attention is spread over)")
+    if not m.is_moe:
+        raise InputError("hardware.attention_dp", f"{m.name} has no MoE layers",
+                         "a MoE model (its experts run expert-parallel beside the data-parallel attention)")
+    if moe_ep != tp:
+        raise InputError("hardware.moe_ep", f"{moe_ep} with attention_dp on {tp} ranks",
+                         f"moe_ep = {tp}: the experts spread over every rank of the data-parallel attention")
+    for field, value, off in (("linear_tp", linear_tp, tp), ("lm_head_tp", lm_head_tp, tp),
+                              ("layer_split", layer_split, 1), ("pp", pp, 1)):
+        if value != off:
+            raise InputError(f"hardware.{field}", f"{value} with attention_dp",
+                             f"unset: attention_dp runs every non-expert layer whole on each rank")
 
 
 def _check_layer_class_knobs(m: ModelSpec, cfg: CostConfig, tp: int, linear_tp: int, lm_head_tp: int, moe_ep: int,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from infralab.errors import InputError
 from infralab.sim.cost.geometry import LOGITS_BYTES, Geometry
 from infralab.sim.cost.pipeline import stage_layers
+from infralab.sim.specs import DTYPE_BYTES
 
 GIB = 2**30
 # Memory outside torch's allocator per GPU (CUDA context, cuBLAS workspaces), as vLLM's profiler
@@ -67,8 +68,11 @@ class Memory:
         With Layer Split (`layer_split` = g), the F full-attention layers are cut into g contiguous,
         balanced blocks, one per rank of each group (as vllm-ascend's KVPP assigns owners), so a
         rank holds only its block's KV: the instance's bytes per token are tp x the bytes of the
-        fullest rank (ceil(F / g) of the F layers when their dtypes agree)."""
+        fullest rank (ceil(F / g) of the F layers when their dtypes agree). With attention DP a
+        token's KV lives once, whole, on the rank that runs its sequence."""
         g = self._g
+        if g.attention_dp:
+            return self.model_kv_bytes_per_token()
         if g.layer_split == 1 and g.cfg.kv_layer_dtypes is None:
             return g.model.kv_bytes_per_token(g.cfg.kv_dtype, g.tp)
         per_rank, start = 0, 0
@@ -104,8 +108,14 @@ class Memory:
         return int(tokens * self.model_kv_bytes_per_token() + self.linear_state_bytes_per_seq())
 
     def weight_bytes(self) -> int:
-        """Bytes of the model's weights in the configured dtype (whole instance)."""
-        return self._g.model.weight_bytes(self._g.cfg.dtype)
+        """Bytes of the model's weights in the configured dtype (whole instance): one copy, or with
+        attention DP every weight but the routed experts' on each of the tp ranks."""
+        g = self._g
+        total = g.model.weight_bytes(g.cfg.dtype)
+        if not g.attention_dp:
+            return total
+        routed = int(g.model.param_counts()["moe_routed"] * DTYPE_BYTES[g.cfg.dtype])
+        return (total - routed) * g.tp + routed
 
     def activation_peak_bytes(self, max_num_seqs: int, max_batched_tokens: int) -> float:
         """Peak bytes of activations of the largest step, whole instance: what vLLM's profiler

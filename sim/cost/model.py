@@ -60,6 +60,10 @@ class CostModel:
         self.layer_split, self.pp, self.micro_batches = g.layer_split, g.pp, g.micro_batches
         self.replay_ring = g.replay_ring
         self._plain = g.plain
+        # Attention DP: every operator but the routed experts is one rank's own, timed by a one-rank
+        # model (whole heads, all non-expert weights) on the busiest rank's share of the step.
+        self._dp_rank = (CostModel(model, accel, cfg, 1, tp_link, calibration, HardwareConfig(accelerator=accel.name))
+                         if g.attention_dp else None)
         self._calibrated = Calibration(calibration, g) if calibration is not None else None
         cal = self._calibrated
         self._dense = DenseGemms(g, cal)
@@ -239,18 +243,34 @@ class CostModel:
         base = self._launch_cache.get(tokens)
         if base is None:
             base = self._dense_launches + 2 * m.num_moe_layers + m.num_layers + self._small.launches(tokens)
-            if self.tp > 1:
+            if self._dp_rank is not None:
+                base += 2 * m.num_moe_layers  # dispatch and combine; no all-reduce
+            elif self.tp > 1:
                 base += 2 * m.num_layers
             self._launch_cache[tokens] = base
         return base + (2 if work.output_tokens else 0)
 
     def _op_times_with_knobs(self, work: StepWork) -> dict[str, float]:
         """Seconds (one rank) of each operator of OPS, plus the EXTRA_OPS the knobs add."""
+        if self._dp_rank is not None:
+            return self._attention_dp_op_times(work)
         by_op = dict(zip(OPS, self._op_times(work)))
         if self.layer_split > 1:
             by_op["kv_broadcast"] = self._collectives.kv_broadcast_time(work, sum(by_op.values()))
         if self.moe_ep > 1:
             by_op["ep_all_to_all"] = self._collectives.ep_all_to_all_time(work.tokens)
+        return by_op
+
+    def _attention_dp_op_times(self, work: StepWork) -> dict[str, float]:
+        """Attention DP (`hardware.attention_dp`): the busiest rank's share of the step through every
+        operator but the routed experts on one rank (no all-reduce: nothing is split by tp), the
+        routed experts of the whole step's tokens expert-parallel over the tp ranks, and the
+        all-to-all that takes each rank's tokens to their experts and back."""
+        assert self._dp_rank is not None
+        by_op = dict(zip(OPS, self._dp_rank._op_times(work.rank_share(self.tp))))
+        by_op["moe_experts"] = self._moe_time(work.tokens)
+        by_op["tp_collectives"] = 0.0
+        by_op["ep_all_to_all"] = self._collectives.ep_all_to_all_time(work.tokens)
         return by_op
 
     def decode_step_s(self, seqs: int, context_tokens: int) -> float:

@@ -71,6 +71,30 @@ class StepWork:
         """Tokens that pass through the layers this step (prefill tokens + one per decode seq)."""
         return self.prefill_tokens + self.decode_seqs
 
+    def rank_share(self, ranks: int) -> StepWork:
+        """The work of the busiest of `ranks` data-parallel ranks when the step's sequences are dealt
+        out evenly, each to one rank: ceil(n / ranks) of its n decode sequences and of its n prefill
+        sequences, with their shares of the tokens, pairs and context (rounded up), on the same
+        rank. Identity for one rank."""
+        if ranks == 1:
+            return self
+
+        def share(count: int, total: int) -> int:
+            return -(-total * -(-count // ranks) // count) if count else 0
+
+        prefills, decodes = self.prefill_seqs, self.decode_seqs
+        decode_share = -(-decodes // ranks)
+        prefill_outputs = self.output_tokens - decodes
+        return StepWork(
+            prefill_seqs=-(-prefills // ranks),
+            prefill_tokens=share(prefills, self.prefill_tokens),
+            prefill_attn_pairs=share(prefills, self.prefill_attn_pairs),
+            prefill_context_tokens=share(prefills, self.prefill_context_tokens),
+            decode_seqs=decode_share,
+            decode_context_tokens=share(decodes, self.decode_context_tokens),
+            output_tokens=decode_share + min(prefill_outputs, -(-prefills // ranks)),
+        )
+
     def __add__(self, other: StepWork) -> StepWork:
         return StepWork(
             self.prefill_seqs + other.prefill_seqs,

@@ -392,3 +392,61 @@ def test_the_config_names_the_kernels_kv_formats():
     hint = get_type_hints(CostConfig)["kv_layer_dtypes"]
     literal = get_args(get_args(hint)[0])[0]  # tuple[Literal[...], ...] | None
     assert set(get_args(literal)) == set(KV_CACHE_DTYPES)
+
+
+# ---- attention data parallelism -------------------------------------------------------------------
+
+QWEN3 = load_model("qwen3-235b-a22b")
+
+
+def test_attention_dp_is_one_rank_on_its_share_plus_the_experts_over_every_rank():
+    """Each rank runs the attention, projections and norms of its share of the sequences on whole
+    heads (a one-rank model's operators); the routed experts are the EP model's; no all-reduce,
+    an all-to-all instead."""
+    cfg = CostConfig(dtype="fp8e4m3", kv_dtype="fp8e4m3")
+    dp = cost(QWEN3, H200, tp=8, cfg=cfg, attention_dp=True, moe_ep=8)
+    one_rank = cost(QWEN3, H200, tp=1, cfg=cfg)
+    ep = cost(QWEN3, H200, tp=8, cfg=cfg, moe_ep=8)
+    work = StepWork.prefill(1000) + StepWork.decode(1000, 1000 * 1500)
+    by_op = dp.step(work).by_op
+    share = work.rank_share(8)
+    assert (share.decode_seqs, share.prefill_seqs) == (125, 1)  # the busiest rank holds the one prompt
+    mine = one_rank.step(share).by_op
+    for op in ("dense_gemm", "attention", "lm_head", "small_ops", "sampler"):
+        assert by_op[op] == mine[op], op
+    assert by_op["moe_experts"] == ep.step(work).by_op["moe_experts"]
+    assert by_op["ep_all_to_all"] == ep.step(work).by_op["ep_all_to_all"] > 0
+    assert by_op["tp_collectives"] == 0.0
+
+
+def test_attention_dp_keeps_one_copy_of_each_tokens_kv_and_every_rank_the_non_expert_weights():
+    cfg = CostConfig(dtype="fp8e4m3", kv_dtype="fp8e4m3")
+    tp = cost(QWEN3, H200, tp=8, cfg=cfg)
+    dp = cost(QWEN3, H200, tp=8, cfg=cfg, attention_dp=True, moe_ep=8)
+    # 4 KV heads on 8 ranks: TP holds each head twice; DP once, whole, on the sequence's rank
+    assert tp.kv_bytes_per_token() == 2 * dp.kv_bytes_per_token() == 2 * QWEN3.kv_bytes_per_token("fp8e4m3")
+    routed = QWEN3.param_counts()["moe_routed"]  # one byte each in FP8
+    assert dp.weight_bytes() - tp.weight_bytes() == 7 * (tp.weight_bytes() - routed)
+
+
+def test_a_step_share_over_one_rank_is_the_step_and_over_many_covers_it():
+    work = StepWork.prefill_chunk(512, 100) + StepWork.prefill(300) + StepWork.decode(13, 13 * 700)
+    assert work.rank_share(1) == work
+    for ranks in (2, 3, 8, 64):
+        share = work.rank_share(ranks)
+        assert share.decode_seqs * ranks >= work.decode_seqs and share.prefill_seqs * ranks >= work.prefill_seqs
+        assert share.prefill_tokens * ranks >= work.prefill_tokens and share.tokens <= work.tokens
+        assert share.decode_context_tokens * ranks >= work.decode_context_tokens
+        assert share.output_tokens <= work.output_tokens
+
+
+@pytest.mark.parametrize("knobs, field", [
+    (dict(model=QWEN3, tp=8, attention_dp=True), "hardware.moe_ep"),
+    (dict(model=QWEN3, tp=8, attention_dp=True, moe_ep=4), "hardware.moe_ep"),
+    (dict(model=LLAMA8, accel=H100, tp=2, attention_dp=True), "hardware.attention_dp"),
+    (dict(model=QWEN3, tp=1, attention_dp=True), "hardware.attention_dp"),
+    (dict(model=QWEN3, tp=8, attention_dp=True, moe_ep=8, lm_head_tp=4), "hardware.lm_head_tp"),
+])
+def test_attention_dp_errors_name_the_field(knobs, field):
+    with pytest.raises(InputError, match=field):
+        cost(**knobs)
