@@ -109,6 +109,8 @@ def config_of(point: Point) -> dict[str, Any]:
                                 "tp_link": point.link or LINK_OF.get(accel.name, "nvlink4")}
     if point.pp > 1:
         hardware["pp"] = point.pp
+    if point.attention_dp:
+        hardware.update(attention_dp=True, moe_ep=point.tp)
     cost: dict[str, Any] = {"dtype": point.dtype,
                             "kv_dtype": point.kv_dtype or ("bf16" if point.dtype in ("int8", "fp8e4m3") else point.dtype)}
     if point.allreduce is not None:

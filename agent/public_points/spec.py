@@ -72,6 +72,7 @@ class Point:
     tp: Int(gt=0, le=1024) = 1
     pp: Int(gt=0, le=1024) = 1
     link: str | None = None  # TP link; None: the accelerator's usual one (LINK_OF)
+    attention_dp: bool = False  # the engine ran attention data-parallel, the experts over every rank (MoE)
     # decode / prefill: `batch` sequences of `input_tokens` prompt and `output_tokens` output tokens
     batch: Int(gt=0, le=MAX_REQUESTS) = 1
     input_tokens: Int(ge=0, le=MAX_TOKENS) = 0
