@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 import csv
 import datetime
+import functools
 import json
 import math
 import re
@@ -128,10 +129,27 @@ def read_trace(
 def read_trace_column(
     path: str | Path, format: TraceFormat, column: Literal["input", "output"]
 ) -> np.ndarray:
-    """One length column of a trace (tokens, int64, file order): `input` = prompt, `output`."""
+    """One length column of a trace (tokens, int64, file order, read-only): `input` = prompt,
+    `output`. A file unchanged since it was last read here (same size and modification time) is
+    not parsed again in this process: a sweep or a rate search draws every run's lengths from the
+    same trace, and parsing it took most of a small run's time."""
+    path = Path(path)
+    try:
+        stat = path.stat()
+    except OSError:
+        return _parse_column(str(path), -1, -1, format, column)  # parse_trace names the problem
+    return _parse_column(str(path), stat.st_size, stat.st_mtime_ns, format, column)
+
+
+@functools.lru_cache(maxsize=8)
+def _parse_column(path: str, size: int, mtime_ns: int, format: TraceFormat,
+                  column: Literal["input", "output"]) -> np.ndarray:
+    """`read_trace_column`'s parse, memoised on the file's identity (`size`, `mtime_ns`: part of
+    the key only); an InputError is raised each time, never cached."""
     columns = parse_trace(Path(path), format)
-    values = columns.prompt_tokens if column == "input" else columns.output_tokens
-    return np.asarray(values, dtype=np.int64)
+    values = np.asarray(columns.prompt_tokens if column == "input" else columns.output_tokens, dtype=np.int64)
+    values.setflags(write=False)  # shared by every caller: nobody may change it
+    return values
 
 
 def parse_trace(path: Path, format: TraceFormat) -> TraceColumns:

@@ -352,3 +352,24 @@ def test_the_plain_csv_names_a_missing_column(tmp_path):
     path = tmp_path / "bad.csv"
     path.write_text("id,arrival_s,prompt_tokens,output_tokens\n1,0,5,2\n")
     assert "missing column request_id" in _error(path, "csv")
+
+
+def test_a_length_column_is_parsed_once_per_unchanged_file_and_read_only(tmp_path, monkeypatch):
+    from infralab.workload import traces
+
+    path = tmp_path / "t.csv"
+    path.write_text("num_prefill_tokens,num_decode_tokens\n100,10\n200,20\n")
+    parses = []
+    real_parse = traces.parse_trace
+    monkeypatch.setattr(traces, "parse_trace", lambda p, f: parses.append(p) or real_parse(p, f))
+    first = read_trace_column(path, "vidur", "input")
+    again = read_trace_column(path, "vidur", "input")
+    assert again is first and len(parses) == 1
+    with pytest.raises(ValueError):
+        first[0] = 7  # shared by every caller: read-only
+    path.write_text("num_prefill_tokens,num_decode_tokens\n100,10\n200,20\n300,30\n")  # changed file: parsed again
+    assert read_trace_column(path, "vidur", "input").tolist() == [100, 200, 300] and len(parses) == 2
+    missing = tmp_path / "missing.csv"
+    for _ in range(2):  # an error is raised every time, never remembered
+        with pytest.raises(InputError, match="missing.csv"):
+            read_trace_column(missing, "vidur", "input")
