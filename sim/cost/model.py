@@ -102,6 +102,7 @@ class CostModel:
         self._collective_cache: dict[tuple[int, int], float] = {}  # (tokens, output tokens) -> s
         self._decode_host_cache: dict[int, float] = {}  # decode-only steps: host seconds by seqs
         self._decode_run_terms: dict[int, tuple[float, ...] | None] = {}  # decode_run_ends, by seqs
+        self._decode_knob_terms: dict[int, tuple[float, ...] | None] = {}  # its knob path, by seqs
 
     # -- public queries --
 
@@ -308,6 +309,11 @@ class CostModel:
         if terms == ():
             terms = self._decode_run_terms[seqs] = self._decode_run_terms_of(seqs, context_tokens)
         if terms is None:
+            knob_terms = self._decode_knob_terms.get(seqs, ())
+            if knob_terms == ():
+                knob_terms = self._decode_knob_terms[seqs] = self._decode_knob_terms_of(seqs, context_tokens)
+            if knob_terms is not None:
+                return self._decode_knob_run_ends(knob_terms, seqs, context_tokens, start_s, steps, horizon_s)
             return decode_run_ends_stepwise(self.decode_step_s, seqs, context_tokens, start_s, steps, horizon_s)
         # `_decode_run_step_s` inlined (the hot loop of a long trace): the same expressions in the
         # same order, so the same bits.
@@ -327,6 +333,53 @@ class CostModel:
                 device += gaps
             t = t + (max(device, host) + residue if overlap else device + host)
             append(t)
+            if t >= horizon_s:
+                break
+            context += seqs
+        return ends
+
+    # -- the same for steps with technique knobs on: `step()`'s sum, with the terms that do not
+    # depend on the context taken once per batch size --
+
+    def _decode_knob_terms_of(self, seqs: int, context_tokens: int) -> tuple[float, ...] | None:
+        """For a config with layer-class knobs (not plain; one pipeline stage, no attention DP), the
+        context-independent terms of a decode step of `seqs` sequences: the operators of OPS but
+        attention, the EP all-to-all, the launch gaps and the host seconds. None when the shortcut
+        does not give `step()`'s total exactly at two probe contexts (the guard of the plain path)."""
+        if self._plain or self.pp > 1 or self._dp_rank is not None or self._full_layers == 0:
+            return None
+        work = StepWork.decode(seqs, context_tokens)
+        dense, _, linear, moe, lm, collective, small, sampler = self._op_times(work)
+        ep = self._collectives.ep_all_to_all_time(work.tokens) if self.moe_ep > 1 else 0.0
+        terms = (dense, linear, moe, lm, collective, small, sampler, ep, self._launch_gaps(work), self._host_s(work))
+        for probe in (context_tokens, context_tokens + 1021 * seqs):
+            if self._decode_knob_step_s(terms, seqs, probe) != self.step(StepWork.decode(seqs, probe)).total_s:
+                return None
+        return terms
+
+    def _decode_knob_step_s(self, terms: tuple[float, ...], seqs: int, context: int) -> float:
+        """`step(StepWork.decode(seqs, context)).total_s` from `_decode_knob_terms_of`'s terms: the
+        attention term (the context's), then `step()`'s sums in `step()`'s order (OPS, Layer Split's
+        broadcast over their sum, the EP all-to-all, the gaps), so the same bits."""
+        dense, linear, moe, lm, collective, small, sampler, ep, gaps, host = terms
+        work = StepWork.decode(seqs, context)
+        device = sum((dense, self._attention_time(work), linear, moe, lm, collective, small, sampler))
+        if self.layer_split > 1:
+            device = device + self._collectives.kv_broadcast_time(work, device)
+        if self.moe_ep > 1:
+            device = device + ep
+        if gaps:
+            device += gaps
+        return self._with_host(device, host)
+
+    def _decode_knob_run_ends(self, terms: tuple[float, ...], seqs: int, context_tokens: int, start_s: float,
+                              steps: int, horizon_s: float) -> list[float]:
+        """`decode_run_ends` through `_decode_knob_step_s` (bit for bit the step-by-step ends)."""
+        ends: list[float] = []
+        t, context = start_s, context_tokens
+        for _ in range(steps):
+            t = t + self._decode_knob_step_s(terms, seqs, context)
+            ends.append(t)
             if t >= horizon_s:
                 break
             context += seqs

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from infralab.sim.calibration import COLUMNS, CalibrationTable
-from infralab.sim.config import CostConfig, HostOverheadConfig
+from infralab.sim.config import CostConfig, HardwareConfig, HostOverheadConfig
 from infralab.sim.cost import CostModel, StepWork, decode_run_ends_stepwise
 from infralab.sim.specs import load_accelerator, load_link, load_model
 
@@ -27,6 +27,23 @@ MODELS = {
         load_model("kimi-linear-48b-a3b"), load_accelerator("H200"), CostConfig(), tp=2, tp_link=NVLINK
     ),
 }
+KIMI = load_model("kimi-linear-48b-a3b")
+H200 = load_accelerator("H200")
+# The GLM-class knobs (not plain: their steps go through `step()`'s extra operators).
+KNOBS = {
+    "layer split + EP + per-class TP": dict(tp=8, linear_tp=4, lm_head_tp=4, moe_ep=8, layer_split=8),
+    "EP, W8A8, KV per layer, ReplaySSM": dict(tp=4, moe_ep=4, cfg=CostConfig(
+        dtype="int8", kv_layer_dtypes=("int8",) * KIMI.num_full_attention_layers, replay_ssm_ring=8)),
+    "lm head TP only, host": dict(tp=4, lm_head_tp=2, cfg=HOST),
+}
+
+
+def knob_model(tp: int, cfg: CostConfig = CostConfig(), **knobs: int) -> CostModel:
+    return CostModel(KIMI, H200, cfg, tp=tp, tp_link=NVLINK,
+                     hardware=HardwareConfig(accelerator="H200", tp=tp, **knobs))
+
+
+MODELS.update({name: knob_model(**knobs) for name, knobs in KNOBS.items()})
 
 
 def stepwise_by_step(
@@ -100,3 +117,11 @@ def test_a_cost_term_the_shortcut_does_not_know_sends_it_step_by_step():
     ends = cost.decode_run_ends(8, 8000, 1.0, 50, float("inf"))
     assert ends == stepwise_by_step(cost, 8, 8000, 1.0, 50, float("inf"))
     assert cost._decode_run_terms[8] is None
+
+
+@pytest.mark.parametrize("name", sorted(KNOBS))
+def test_a_config_with_technique_knobs_takes_the_fast_path(name):
+    """Not step by step: the context-independent terms are taken once per batch size."""
+    cost = knob_model(**KNOBS[name])
+    cost.decode_run_ends(16, 16 * 3000, 0.0, 40, float("inf"))
+    assert cost._decode_run_terms[16] is None and cost._decode_knob_terms[16] is not None
