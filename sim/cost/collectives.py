@@ -28,6 +28,7 @@ Units: seconds, bytes, tokens.
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import TYPE_CHECKING
 
@@ -106,6 +107,16 @@ class Collectives:
 
     def __init__(self, g: Geometry, calibrated: Calibration | None) -> None:
         self._g, self._calibrated = g, calibrated
+        # Layer Split: the full layers after the first as runs of equal KV bytes, in layer order
+        # (one run when every layer has the KV dtype): kv_broadcast_s sums a run's equal terms
+        # in one call, in the same order as one term per layer.
+        runs: list[list[int]] = []
+        for nbytes in g.kv_layer_bytes[1:]:
+            if runs and runs[-1][0] == nbytes:
+                runs[-1][1] += 1
+            else:
+                runs.append([nbytes, 1])
+        self._broadcast_runs = tuple((nbytes, count) for nbytes, count in runs)
 
     def all_reduce_s(self, payload_bytes: float) -> float:
         """Seconds of one all-reduce of `payload_bytes` over the instance's TP ranks (0 at tp 1)."""
@@ -170,17 +181,23 @@ class Collectives:
         vllm-ascend's KVPP (two scratch buffers, one layer prefetched ahead), layer l's broadcast
         overlaps the compute since the previous full-attention layer (an F-th of the step's other
         operators, `compute_s`); the first layer's is exposed. Returns the exposed seconds."""
-        tokens = work.decode_context_tokens + work.prefill_context_tokens
+        return self.kv_broadcast_s(work.decode_context_tokens + work.prefill_context_tokens, compute_s)
+
+    def kv_broadcast_s(self, tokens: int, compute_s: float) -> float:
+        """`kv_broadcast_time` of a step whose context is `tokens` tokens: the first layer's
+        broadcast, then each later layer's beyond `compute_s / F`, added in layer order."""
         if tokens == 0:
             return 0.0
         g = self._g
         link = g.tp_link
         assert link is not None
         rate = link.bandwidth * g.cfg.efficiency.collective
-        hops = math.ceil(math.log2(g.layer_split))
-        per_layer = [tokens * nbytes / rate + hops * link.latency for nbytes in g.kv_layer_bytes]
+        latency = math.ceil(math.log2(g.layer_split)) * link.latency
         hidden = compute_s / g.full_layers
-        return per_layer[0] + sum(max(0.0, b - hidden) for b in per_layer[1:])
+        exposed = 0
+        for nbytes, count in self._broadcast_runs:  # equal terms: one C-level sum per run, same order
+            exposed = sum(itertools.repeat(max(0.0, tokens * nbytes / rate + latency - hidden), count), exposed)
+        return tokens * g.kv_layer_bytes[0] / rate + latency + exposed
 
     def ep_all_to_all_time(self, tokens: int) -> float:
         """Expert parallelism: per MoE layer a dispatch and a combine all-to-all over the `moe_ep`

@@ -94,6 +94,9 @@ class CostModel:
         self._dense_launches = sum(gemm.count for gemm in self._dense.classes)
         self._decode_floor = self._attention.decode_floor
         self._decode_coeffs = self._attention.decode_coeffs
+        # A decode step's attention is the roofline of the coefficients (not indexed, not measured)
+        self._roofline_decode_attention = not self._attention.indexed and not (
+            self._calibrated is not None and self._calibrated.decode_covered)
         self._dense_cache: dict[int, float] = {}
         self._launch_cache: dict[int, int] = {}  # kernels launched, by the step's tokens (LM head aside)
         self._moe_cache: dict[int, float] = {}
@@ -362,10 +365,14 @@ class CostModel:
         attention term (the context's), then `step()`'s sums in `step()`'s order (OPS, Layer Split's
         broadcast over their sum, the EP all-to-all, the gaps), so the same bits."""
         dense, linear, moe, lm, collective, small, sampler, ep, gaps, host = terms
-        work = StepWork.decode(seqs, context)
-        device = sum((dense, self._attention_time(work), linear, moe, lm, collective, small, sampler))
+        if self._roofline_decode_attention:  # FullAttention.time's decode roofline (0.0 + x == x)
+            c_flops, c_bytes, c_seq = self._decode_coeffs
+            attention = max(context * c_flops, context * c_bytes + seqs * c_seq, self._decode_floor)
+        else:
+            attention = self._attention_time(StepWork.decode(seqs, context))
+        device = sum((dense, attention, linear, moe, lm, collective, small, sampler))
         if self.layer_split > 1:
-            device = device + self._collectives.kv_broadcast_time(work, device)
+            device = device + self._collectives.kv_broadcast_s(context, device)
         if self.moe_ep > 1:
             device = device + ep
         if gaps:

@@ -450,3 +450,17 @@ def test_a_step_share_over_one_rank_is_the_step_and_over_many_covers_it():
 def test_attention_dp_errors_name_the_field(knobs, field):
     with pytest.raises(InputError, match=field):
         cost(**knobs)
+
+
+@pytest.mark.parametrize("dtypes", [None, MIXED])
+def test_layer_split_broadcast_is_the_per_layer_sum_in_layer_order(dtypes):
+    """kv_broadcast_s sums runs of equal layers at once; the definition adds one term per layer."""
+    c = cost(tp=8, layer_split=8, cfg=CostConfig(kv_layer_dtypes=dtypes))
+    g, link = c._g, NVLINK
+    rate = link.bandwidth * g.cfg.efficiency.collective
+    hops = math.ceil(math.log2(g.layer_split))
+    for tokens, compute in ((1, 0.0), (4096, 1e-3), (123_457, 2e-2), (10**6, 0.5)):
+        per_layer = [tokens * nbytes / rate + hops * link.latency for nbytes in g.kv_layer_bytes]
+        hidden = compute / g.full_layers
+        assert c._collectives.kv_broadcast_s(tokens, compute) == per_layer[0] + sum(
+            max(0.0, b - hidden) for b in per_layer[1:])
