@@ -168,10 +168,7 @@ def _cost_model(cfg: SimConfig, base_dir: Path, model: ModelSpec, accel: Acceler
     if cfg.cost.step_table is not None:
         table = load_calibration(resolve_path(cfg.cost.step_table, base_dir))
         assert table is not None
-        # StepTableCost lacks StepCostModel's kv_bytes_per_token and linear_state_bytes_per_seq: a step-table
-        # run with scheduler "fast"/"reference" and prefix_cache on fails in cluster._policy_options
-        # (AttributeError), found by the type check and left as it was
-        return run_step_table_cost(table, cfg, requests, model.name)  # type: ignore[return-value]
+        return run_step_table_cost(table, cfg, requests, model.name, model)
     assert accel is not None  # only a run timed by cost.step_table has no accelerator (check_config)
     calibration = load_calibration(
         *(None if value is None else resolve_path(value, base_dir) for value in (cfg.cost.calibration, cfg.cost.vidur_profile))

@@ -34,6 +34,7 @@ from infralab.sim.calibration import CalibrationTable
 from infralab.sim.config import HostOverheadConfig, SimConfig
 from infralab.sim.cost import StepWork, decode_run_ends_stepwise
 from infralab.sim.protocols import ServedRequest
+from infralab.sim.specs import ModelSpec
 
 STEP_KERNEL = "engine_step"  # the names `infralab.real.profile` writes (real never imports sim)
 PREPARE_KERNEL = "engine_prepare"
@@ -60,8 +61,10 @@ class StepTableCost:
     profiled engine (e.g. "fp32"); `kv_capacity_tokens`: the engine's KV cache, tokens."""
 
     def __init__(self, table: CalibrationTable, dtype: str, kv_capacity_tokens: int,
-                 host: HostOverheadConfig = HostOverheadConfig(), speed: float = 1.0) -> None:
+                 host: HostOverheadConfig = HostOverheadConfig(), speed: float = 1.0,
+                 model: ModelSpec | None = None, kv_dtype: str | None = None) -> None:
         self.table = table
+        self.model, self.kv_dtype = model, kv_dtype if kv_dtype is not None else dtype
         self.speed = speed  # every table time x this (`cost.step_table_speed`)
         self.dtype = dtype
         self.host = host
@@ -118,6 +121,21 @@ class StepTableCost:
         """The engine's KV cache (tokens), whatever the memory settings: the profile has no memory model."""
         return self.kv_tokens
 
+    def kv_bytes_per_token(self) -> int:
+        """One token's KV bytes, from the model's shape in the KV dtype (what a prefix-cache entry's
+        state snapshot is measured against; the profile itself has no memory model)."""
+        return self._model().kv_bytes_per_token(self.kv_dtype)
+
+    def linear_state_bytes_per_seq(self) -> int:
+        """One sequence's linear-attention state bytes, from the model's shape (0 without KDA layers)."""
+        return self._model().linear_state_bytes_per_seq()
+
+    def _model(self) -> ModelSpec:
+        if self.model is None:
+            raise InputError(self.table.source, "a step table given no model cannot size a prefix-cache entry",
+                             "the run's model passed to StepTableCost (run_step_table_cost does)")
+        return self.model
+
     def kv_transfer_bytes(self, tokens: int) -> int:
         raise InputError(self.table.source, "a step table times colocated instances only",
                          'cluster.layout = "colocated" with cost.step_table')
@@ -136,18 +154,20 @@ class StepTableCost:
 
 
 def run_step_table_cost(table: CalibrationTable, cfg: SimConfig, requests: Sequence[ServedRequest],
-                        model: str | None = None) -> StepTableCost:
+                        model: str | None = None, model_spec: ModelSpec | None = None) -> StepTableCost:
     """The cost model of a run with `cost.step_table` (its rows in `table`), checked to cover every
     step the run can have: up to the token budget, min(KV cache, the workload's tokens) keys and
     min(request cap, requests) sequences (unset limits filled in as the cluster fills them), and to
-    have been profiled for the run's model (`model`, its name), dtype and KV cache."""
+    have been profiled for the run's model (`model`, its name), dtype and KV cache. `model_spec`:
+    the model's shape, for the memory queries a prefix cache makes."""
     if cfg.engine.num_blocks is None:
         raise InputError("engine.num_blocks", "unset with cost.step_table", "the real engine's KV cache in blocks")
     kv_tokens = cfg.engine.num_blocks * cfg.engine.block_size
     if Path(table.source).is_file():
         check_provenance(table.source, read_provenance(table.source),
                          {"model": model, "dtype": cfg.cost.dtype, "cache_tokens": kv_tokens})
-    cost = StepTableCost(table, cfg.cost.dtype, kv_tokens, cfg.cost.host, cfg.cost.step_table_speed)
+    cost = StepTableCost(table, cfg.cost.dtype, kv_tokens, cfg.cost.host, cfg.cost.step_table_speed,
+                         model_spec, cfg.cost.kv_dtype)
     engine = cfg.engine.with_vllm_defaults()  # a cost model without an accelerator: the cluster does the same
     assert engine.max_batched_tokens is not None and engine.max_num_seqs is not None
     tokens = sum(r.prompt_tokens + r.output_tokens - 1 for r in requests)

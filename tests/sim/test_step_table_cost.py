@@ -19,6 +19,7 @@ from infralab.errors import InputError
 from infralab.sim.calibration import CalibrationTable, load_calibration
 from infralab.sim.config import HostOverheadConfig, load_config
 from infralab.sim.cost import StepWork
+from infralab.sim.specs import load_model
 from infralab.sim.step_table_cost import StepTableCost, step_shape
 
 Q, KV, SEQS = (1, 4, 16, 64), (1, 16, 256, 1024), (1, 4, 16)
@@ -244,3 +245,17 @@ def test_the_shipped_h200_step_table_simulates_its_config(tmp_path, capsys):
     assert 0.025 < tpot < 0.1, tpot
     table = load_calibration(config.parent / "llama3_8b_cuda_steps.csv")
     assert table is not None and len(table.rows) == 68
+
+
+def test_a_step_table_run_with_the_vllm_scheduler_and_a_prefix_cache(tmp_path: Path) -> None:
+    """The prefix cache sizes a cache entry's state snapshot from the model's KV and state bytes:
+    a step table answers them from the model's shape (it was an AttributeError)."""
+    path = _config(tmp_path, **{'scheduler = "hf_fifo"': 'scheduler = "fast"', "prefix_cache = false": "prefix_cache = true"})
+    out = tmp_path / "res"
+    assert main(["sim", "run", str(path), "--out", str(out)]) == 0
+    assert json.loads((out / "summary.json").read_text())["requests"] == {"total": 12, "completed": 12}
+    model = load_model("small-llama-cpu")
+    cost = StepTableCost(load_calibration(tmp_path / "profile.csv"), "fp32", 1024, model=model, kv_dtype="fp32")
+    assert cost.kv_bytes_per_token() == model.kv_bytes_per_token("fp32") and cost.linear_state_bytes_per_seq() == 0
+    with pytest.raises(InputError, match="given no model"):
+        StepTableCost(load_calibration(tmp_path / "profile.csv"), "fp32", 1024).kv_bytes_per_token()
