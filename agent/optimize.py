@@ -43,7 +43,7 @@ from infralab.agent.search import Space, load_space, point_label, point_metrics,
 from infralab.agent.sim_pool import Execution
 from infralab.errors import InputError
 from infralab.overrides import dotted_keys
-from infralab.sim.knob_effects import knob_effect, knob_value
+from infralab.sim.knob_effects import KNOB_EFFECTS, KNOB_SCALES
 
 SCHEMA = "infralab.optimize/1"
 METHODS: tuple[str, ...] = ("explain", "grid", "random", "tpe")
@@ -58,6 +58,41 @@ METRIC_PHASES: Mapping[str, tuple[str, ...]] = {
     "e2e": ("encode", "queue", "prefill", "kv_wait", "kv_transfer", "decode"),
     "saturated": ("queue",),
 }
+
+
+
+
+@dataclass(frozen=True)
+class Declarations:
+    """What the explain-guided method reads about a space besides its runs: per knob (dotted path),
+    which causes raising it moves (-1 down, +1 up); the number a named value stands for; per metric
+    family (a substring of metric names), the causes its value is made of; the cause an infeasible
+    point with no measured causes points at (None: none)."""
+
+    effects: Mapping[str, Mapping[str, int]]
+    scales: Mapping[str, Mapping[str, float]]
+    metric_causes: Mapping[str, tuple[str, ...]]
+    fallback: str | None = None
+
+    def value(self, path: str, value: object) -> float | None:
+        """The number a knob's value stands for (None: no direction), as `knob_value`."""
+        if isinstance(value, bool):
+            return None
+        if isinstance(value, (int, float)):
+            return float(value)
+        scale = self.scales.get(path, {})
+        return float(scale[value]) if isinstance(value, str) and value in scale else None
+
+
+# The simulator's: its knobs' declarations (infralab.sim.knob_effects) and the request phases of its
+# latency metrics; a saturated run's time goes to the queue.
+SIM_DECLARATIONS = Declarations(KNOB_EFFECTS, KNOB_SCALES, METRIC_PHASES, "queue")
+
+
+def declarations_of(space: Space) -> Declarations:
+    """A space's declarations: its own (a hook space's), else the simulator's."""
+    own = space.declarations
+    return own if isinstance(own, Declarations) else SIM_DECLARATIONS
 
 
 # ---- one point's result ----------------------------------------------------------------------------
@@ -177,24 +212,25 @@ def _index(coords: Sequence[int], sizes: Sequence[int]) -> int:
     return index
 
 
-def _numeric_fields(data: Mapping[str, Any]) -> dict[str, float]:
+def _numeric_fields(data: Mapping[str, Any], decl: Declarations) -> dict[str, float]:
     """A config's fields that have a direction (numbers, and names with a declared scale), by
     dotted path."""
-    values = {path: knob_value(path, value) for path, value in dotted_keys(dict(data)).items()}
+    values = {path: decl.value(path, value) for path, value in dotted_keys(dict(data)).items()}
     return {path: value for path, value in values.items() if value is not None}
 
 
 def predicted_effect(space: Space, a: int, b: int) -> dict[str, int]:
     """What moving from point `a` to point `b` acts on: per cause, the sum over the config fields
     that differ of the declared sign of the field's effect times the sign of its change."""
-    before, after = _numeric_fields(space.points[a]), _numeric_fields(space.points[b])
+    decl = declarations_of(space)
+    before, after = _numeric_fields(space.points[a], decl), _numeric_fields(space.points[b], decl)
     effect: dict[str, int] = {}
     for path, value in after.items():
         old = before.get(path)
         if old is None or old == value:
             continue
         direction = 1 if value > old else -1
-        for cause, sign in knob_effect(path).items():
+        for cause, sign in decl.effects.get(path, {}).items():
             effect[cause] = effect.get(cause, 0) + sign * direction
     return effect
 
@@ -206,21 +242,23 @@ def cause_weights(space: Space, result: PointResult) -> dict[str, float]:
     the objective is per accelerator; a latency objective to minimise, its phases by their share
     of its time (1 in all); and the phases of every constraint by how tight it is (value / bound)
     and their share of the metric's time, so that moves which add to a tight phase score lower."""
-    metrics = result.metrics
+    metrics, decl = result.metrics, declarations_of(space)
     weights: dict[str, float] = {}
     if result.violated:
         for crit in space.constraints:
             if crit.text in result.violated:
-                for phase in _phases_of(crit.names):
+                for phase in _phases_of(crit.names, decl):
                     weights[phase] = weights.get(phase, 0.0) + result.phases.get(phase, 0.0)
         total = sum(weights.values())
-        return {c: w / total for c, w in weights.items() if w > 0} if total > 0 else {"queue": 1.0}
+        if total > 0:
+            return {c: w / total for c, w in weights.items() if w > 0}
+        return {decl.fallback: 1.0} if decl.fallback is not None else {}
     if space.objective_metric.endswith("_per_accelerator"):
         weights["accelerators"] = 1.0 if space.objective_goal == "max" else -1.0
     if space.objective_goal == "min":
-        _add_shares(weights, result, _phases_of([space.objective_metric]), 1.0)
+        _add_shares(weights, result, _phases_of([space.objective_metric], decl), 1.0)
     for crit in space.constraints:
-        _add_shares(weights, result, _phases_of(crit.names), _tightness(crit, metrics))
+        _add_shares(weights, result, _phases_of(crit.names, decl), _tightness(crit, metrics))
     return weights
 
 
@@ -232,11 +270,11 @@ def _add_shares(weights: dict[str, float], result: PointResult, phases: Sequence
             weights[p] = weights.get(p, 0.0) + scale * result.phases.get(p, 0.0) / seconds
 
 
-def _phases_of(names: Iterable[str]) -> tuple[str, ...]:
-    """The phases of the metrics `names` (by family: ttft, tpot, itl, e2e, saturated)."""
+def _phases_of(names: Iterable[str], decl: Declarations = SIM_DECLARATIONS) -> tuple[str, ...]:
+    """The causes of the metrics `names` (by family: for the simulator ttft, tpot, itl, e2e, saturated)."""
     found: list[str] = []
     for name in sorted(names):
-        for family, phases in METRIC_PHASES.items():
+        for family, phases in decl.metric_causes.items():
             if family in name:
                 found += [p for p in phases if p not in found]
     return tuple(found)
@@ -502,11 +540,22 @@ def run_optimize(space_path: str | Path, out: str | Path, methods: Sequence[str]
     if confirm and (tuple(methods) != ("explain",) or len(seeds) != 1):
         raise InputError("--confirm", f"with --methods {','.join(methods)} and {len(seeds)} seed(s)",
                          "--methods explain and one seed: the real rung decides one walk's steps")
-    space = load_space(space_path, overrides)
+    from infralab.agent.hook_space import hook_results, is_hook_space, load_hook_space
+
+    hooked = is_hook_space(space_path)
+    if hooked and (overrides or confirm):
+        raise InputError("--set" if overrides else "--confirm", "with a SPACE file that names a hook",
+                         "a SPACE file over a simulation config (its base)")
+    if hooked:
+        space, run_point = load_hook_space(space_path)
+    else:
+        space = load_space(space_path, overrides)
     if confirm:
         check_confirmable(space)
     with atomic_output_dir(out) as tmp:
-        if len(methods) > 1 or len(seeds) > 1:
+        if hooked:  # the study's own model: fast, evaluated here, every point once
+            evaluate = table_evaluator(hook_results(space, run_point, range(len(space.points))))
+        elif len(methods) > 1 or len(seeds) > 1:
             evaluate = table_evaluator(simulate_points(space, range(len(space.points)), jobs=jobs, execution=execution))
         else:
             evaluate = simulator(space, execution)

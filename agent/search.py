@@ -114,6 +114,9 @@ class Space:
     knobs: tuple[tuple[tuple[str, Any], ...], ...]  # each point's axis values
     overrides: tuple[str, ...] = ()  # the --set assignments applied, in order
     static: tuple[dict[str, Any], ...] = ()  # STATIC_METRICS of each point, from its config
+    # The optimiser's declarations for a space whose points are not simulation configs (a study
+    # hook's knobs: `infralab.agent.hook_space`); None: the simulator's.
+    declarations: Any = None
 
     def pruned(self, index: int) -> list[str]:
         """The constraints on STATIC_METRICS that point `index` violates (it is not simulated)."""

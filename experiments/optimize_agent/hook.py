@@ -12,7 +12,9 @@ from infralab.agent.studies import HookRun
 
 HERE = Path(__file__).resolve().parent
 STUDY = "optimize_agent"
-SPACES = ("pd.toml", "colocated.toml", "glm_stack.toml")
+# The three studies the issue names: the P/D what-if, the GLM-class stack, the GIL case (its own model,
+# experiments/gil_kv_transfer/space.py); and a colocated Azure space.
+SPACES = ("pd.toml", "colocated.toml", "glm_stack.toml", "../gil_kv_transfer/gil_space.toml")
 # `infralab reproduce` runs the full comparison (about 2 minutes): with 5 seeds the methods' medians
 # are too close to call (random tied explain-guided on the P/D space at 4 trials on 2026-12-07).
 FULL = {"spaces": SPACES, "seeds": tuple(range(20)), "budget": 30}

@@ -228,3 +228,56 @@ def test_a_latency_objective_to_minimise_weighs_its_own_phases(space) -> None:
     assert weights == {"queue": 0.25, "prefill": 0.75}  # TTFT = (encode +) queue + prefill
     throughput = dataclasses.replace(latency, objective_metric="output_throughput", objective_goal="max")
     assert cause_weights(throughput, feasible) == {}  # a throughput objective names no phase
+
+
+TOY_HOOK = '''
+METRICS = ("cost",)
+EFFECTS = {"size": {"slow": -1}, "style": {"waste": +1}}
+SCALES = {"style": {"lean": 0.0, "fat": 1.0}}
+METRIC_CAUSES = {"cost": ("slow", "waste")}
+
+def evaluate(knobs, seed=0):
+    slow = 8.0 / knobs["size"]
+    waste = 5.0 if knobs["style"] == "fat" else 0.5
+    return {"cost": slow + waste}, {"slow": slow, "waste": waste}
+'''
+
+
+def test_a_space_over_a_hooks_own_knobs_is_walked_from_its_declarations(tmp_path: Path) -> None:
+    """A SPACE file naming a hook: the points are the hook's knobs, evaluated by it; the
+    explain-guided walk reads its causes and its knobs' declared effects, not the simulator's."""
+    (tmp_path / "toy.py").write_text(TOY_HOOK)
+    (tmp_path / "space.toml").write_text('[search]\nname = "toy"\nhook = "toy.py"\nobjective = "minimize cost"\n'
+                                         '[axes]\nstyle = ["fat", "lean"]\nsize = [1, 2, 8]\n')
+    out = tmp_path / "opt"
+    report = optimize.run_optimize(tmp_path / "space.toml", out, methods=("explain", "grid"), seeds=(0, 1, 2), budget=6)
+    assert report["best"] == pytest.approx(1.5) and report["points"] == 6  # lean, size 8
+    guided = [t for by in report["trials"]["explain"].values() for t in by if t["finding"].get("move") == "guided"]
+    assert guided and all(set(t["finding"]["knob"]) <= {"style", "size"} for t in guided)
+    first = guided[0]["finding"]
+    # the move lowers the larger cause of the point it leaves
+    assert first["prediction"][first["cause"]] == "down"
+    assert (out / "optimize.json").is_file()
+
+
+@pytest.mark.parametrize("hook, space, where", [
+    ("METRICS = ('cost',)\n", 'objective = "minimize cost"', "declares no EFFECTS"),
+    (TOY_HOOK, 'objective = "minimize speed"', "search.objective"),
+    (TOY_HOOK, 'objective = "minimize cost"\nconstraints = ["lag < 1"]', "unknown metric 'lag'"),
+])
+def test_a_bad_hook_space_names_what_is_wrong(tmp_path: Path, hook: str, space: str, where: str) -> None:
+    (tmp_path / "toy.py").write_text(hook)
+    (tmp_path / "space.toml").write_text(f'[search]\nhook = "toy.py"\n{space}\n[axes]\nsize = [1, 2]\n')
+    with pytest.raises(InputError, match=where):
+        optimize.run_optimize(tmp_path / "space.toml", tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_gil_case_space_evaluates_its_points_with_the_study_model() -> None:
+    from infralab.agent.hook_space import load_hook_space
+
+    space, evaluate = load_hook_space(ROOT / "experiments" / "gil_kv_transfer" / "gil_space.toml")
+    assert len(space.points) == 96 and space.objective_metric == "degradation" and space.objective_goal == "min"
+    held, _ = evaluate({**space.points[0], "dispatch_combine": "held", "host.kv_descriptors": "python"})
+    freed, causes = evaluate({**space.points[0], "dispatch_combine": "released", "host.kv_descriptors": "native"})
+    assert freed["degradation"] <= held["degradation"] and set(causes) == {"gil_wait", "comm_share", "kv_slot"}
