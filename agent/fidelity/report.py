@@ -31,11 +31,13 @@ def case_json(case: CaseResult) -> dict[str, Any]:
     """A case's record: its simulation and comparisons, and the same with the step times at the
     machine's speed by the reference steps (`speed_factor`, `..._machine_speed`)."""
     machine = case.comparison(case.sim_machine_speed) if case.sim_machine_speed is not None else None
+    others = case.comparison(case.sim_others_speed) if case.sim_others_speed is not None else None
     return {"name": case.name, "setting": case.setting, "shape": case.shape, "load": case.load, "fixed": case.fixed,
             "rate_rps": case.rate_rps, "rate_scale": case.rate_scale, "requests": case.requests,
             "sim": case.sim_stats, "speed_factor": case.speed_factor, "sim_machine_speed": case.sim_machine_speed,
+            "others_factor": case.others_factor, "sim_others_speed": case.sim_others_speed,
             "runs": case.runs, "comparison": _comparison_json(case.comparison()),
-            "comparison_machine_speed": _comparison_json(machine)}
+            "comparison_machine_speed": _comparison_json(machine), "comparison_others_speed": _comparison_json(others)}
 
 
 def sign_balance(cases: list[dict[str, Any]], key: str = "comparison") -> dict[str, int]:
@@ -68,7 +70,9 @@ def fidelity_json(result: StudyResult) -> dict[str, Any]:
     return {"schema": SCHEMA, **result.facts, "targets": {"relative_error": TARGETS, "below_load": TARGET_MAX_LOAD},
             "cases": cases, "counts": _counts(cases, "comparison"),
             "counts_machine_speed": _counts(cases, "comparison_machine_speed"),
+            "counts_others_speed": _counts(cases, "comparison_others_speed"),
             "sign_balance": sign_balance(cases), "sign_balance_machine_speed": sign_balance(cases, "comparison_machine_speed"),
+            "sign_balance_others_speed": sign_balance(cases, "comparison_others_speed"),
             "failures": failures(cases)}
 
 
@@ -194,6 +198,13 @@ def speed_lines(doc: dict[str, Any]) -> list[str]:
         alt, alt_sign = doc["counts_machine_speed"], doc["sign_balance_machine_speed"]
         lines += [f"With the step times at the machine's speed by the reference steps around each replay "
                   f"({', '.join(factors)}; reported, not used): verdicts " + ", ".join(f"{n} {v}" for v, n in alt.items())
+                  + f", sign balance {alt_sign['above']} / {alt_sign['below']}.", ""]
+    others = [f"{case['name']} x{case['others_factor']:.3f}" for case in doc["cases"] if case.get("others_factor")]
+    if others:
+        alt, alt_sign = doc["counts_others_speed"], doc["sign_balance_others_speed"]
+        lines += [f"With the step times at the speed the other cases' replays ran their own steps, interleaved "
+                  f"with this case's ({', '.join(others)}; reported, not used): verdicts "
+                  + ", ".join(f"{n} {v}" for v, n in alt.items())
                   + f", sign balance {alt_sign['above']} / {alt_sign['below']}.", ""]
     return lines
 

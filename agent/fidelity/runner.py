@@ -20,7 +20,10 @@ Order per setting, all in one process and close in time (machines drift: docs/fi
    c. the repetitions: for rep in 1..R, for each load: an open-loop replay of the same requests,
       fingerprinted before and after (`real.load_generator.replay`);
    d. the mirror again at the speed the reference steps say the machine ran each case's replays
-      (`_follow_the_machine`), kept beside the case's simulation.
+      (`_follow_the_machine`), and at the speed the OTHER cases' replays ran their own steps against
+      the step times the mirror charges (`_follow_the_other_cases`: replays interleaved with this
+      case's, so the same hour of the machine, but not the replays being predicted), both kept beside
+      the case's simulation.
 A replay the engine cannot finish as recorded (a soft reset drops token stamps) is kept as a
 failed run with its reason; the comparison uses the runs that finished.
 
@@ -91,6 +94,9 @@ class CaseResult:
     fixed: bool = False  # the workload's own arrivals (a fixed case), not a load level
     speed_factor: float | None = None  # the machine's speed by the reference steps (cost.step_table_speed)
     sim_machine_speed: dict[str, dict[str, float]] | None = None  # the mirror at that speed (kept beside)
+    # the machine's speed by the other cases' replays' own steps (`_follow_the_other_cases`)
+    others_factor: float | None = None
+    sim_others_speed: dict[str, dict[str, float]] | None = None  # the mirror at that speed (kept beside)
 
     @property
     def name(self) -> str:
@@ -295,6 +301,7 @@ def _run_shape(study: FidelityStudy, setting: Setting, shape: Shape, engine: Rea
                                       "step_models": score_on(predictors, result.steps)})
     for case in cases:
         _follow_the_machine(case, doc, evaluated, folder)
+    _follow_the_other_cases(cases, doc, evaluated, folder)
     record = {"capacity_rps": capacity, "capacity_run": {**steady.as_dict(), "makespan_s": saturated.wall_s,
                                                           "burst_rate_rps": len(loop_requests) / saturated.wall_s,
                                                           "steps": len(saturated.steps),
@@ -334,6 +341,27 @@ def _follow_the_machine(case: CaseResult, doc: dict[str, Any], requests: list[Re
     scaled = {**doc, "cost": {**doc["cost"], "step_table_speed": factor}}
     case.speed_factor, case.sim_machine_speed = factor, latency_stats(simulate_mirror(scaled, requests, case.rate_scale,
                                                                                          folder))
+
+
+def _follow_the_other_cases(cases: list[CaseResult], doc: dict[str, Any], requests: list[ReplayRequest],
+                            folder: Path) -> None:
+    """Each case's mirror again at the speed the other cases' replays ran: `cost.step_table_speed` =
+    1 + the mean over their finished runs of `steps_vs_profile["step"]` (their own steps against the
+    step times this mirror charges for steps of those shapes). The repetitions interleave the
+    cases, so those replays ran in the same stretch of the machine's time; none of them is one of
+    the replays the case is compared with. Kept beside (`sim_others_speed`); a case with no other
+    case (one shape, one load) gets none."""
+    for case in cases:
+        ratios = [run["steps_vs_profile"]["step"] for other in cases if other is not case
+                  for run in other.runs if run["error"] is None and run.get("steps_vs_profile")
+                  and run["steps_vs_profile"].get("step") is not None]
+        ratios = [r for r in ratios if r == r]  # NaN: a replay with no observed step
+        if not ratios:
+            continue
+        factor = 1.0 + sum(ratios) / len(ratios)
+        scaled = {**doc, "cost": {**doc["cost"], "step_table_speed": factor}}
+        case.others_factor = factor
+        case.sim_others_speed = latency_stats(simulate_mirror(scaled, requests, case.rate_scale, folder))
 
 
 def _real_run(study: FidelityStudy, engine: RealEngine, case: CaseResult, requests: list[ReplayRequest],

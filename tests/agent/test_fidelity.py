@@ -208,6 +208,7 @@ def test_a_minimal_study_runs_end_to_end(tmp_path, capsys, monkeypatch):
     assert case["comparison_machine_speed"]["ttft"]["mean"]["sim"] == case["sim_machine_speed"]["ttft"]["mean"]
     assert sum(doc["sign_balance"].values()) == sum(doc["counts"].values()) == sum(doc["counts_machine_speed"].values())
     assert "Sign balance" in table and f"x{case['speed_factor']:.3f}" in table
+    assert case["others_factor"] is None and case["comparison_others_speed"] is None  # one case: no other replays
     # The step times the mirror charged, chosen on the calibration replays, both scored on the runs.
     choice = chat["step_times"]
     kept = [json.loads((out / f).read_text()) for f in chat["calibration_files"]]  # the calibration replays, kept
@@ -338,3 +339,28 @@ def test_reproduce_verdict_of_a_fidelity_study():
     assert verdict({**counts, "met": 3, "in range": 1}) == "accepted"
     assert verdict({**counts, "met": 3, "missed": 1}) == "partial"
     assert verdict({**counts, "out of range": 2}) == "rejected"
+
+
+def test_each_case_is_also_simulated_at_the_speed_the_other_cases_replays_ran(monkeypatch):
+    """The mirror again with cost.step_table_speed = 1 + the mean step ratio of the OTHER cases'
+    finished runs (not the case's own replays); a case alone gets none."""
+    from infralab.agent.fidelity import runner
+
+    seen = []
+    monkeypatch.setattr(runner, "simulate_mirror", lambda doc, requests, scale, folder: seen.append(
+        (doc["cost"]["step_table_speed"], scale)) or [])
+    monkeypatch.setattr(runner, "latency_stats", lambda records: {"ttft": {"mean": 1.0}})
+
+    def case(load, ratios, error=None):
+        c = runner.CaseResult("s", "chat", load, 1.0, load, 4, {}, {})
+        c.runs = [{"error": error, "steps_vs_profile": {"step": r}} for r in ratios]
+        return c
+
+    a, b, c = case(0.3, [0.10, 0.20]), case(0.6, [0.30, float("nan")]), case(0.9, [5.0], error="contention")
+    runner._follow_the_other_cases([a, b, c], {"cost": {"step_table_speed": 1.0}}, [], Path("."))
+    assert a.others_factor == pytest.approx(1.30)  # b's one finished, observed run; c's failed run left out
+    assert b.others_factor == pytest.approx(1.15) and c.others_factor == pytest.approx((1.1 + 1.2 + 1.3) / 3)
+    assert a.sim_others_speed == {"ttft": {"mean": 1.0}} and [scale for _, scale in seen] == [0.3, 0.6, 0.9]
+    alone = case(0.5, [0.1])
+    runner._follow_the_other_cases([alone], {"cost": {}}, [], Path("."))
+    assert alone.others_factor is None and alone.sim_others_speed is None
