@@ -28,7 +28,6 @@ import itertools
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from pydantic.dataclasses import dataclass
