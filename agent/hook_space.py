@@ -25,15 +25,13 @@ The optimiser reads only these (`infralab.agent.optimize.Declarations`); nothing
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic.dataclasses import dataclass
 
-from infralab.agent.acceptance import parse_criterion
-from infralab.agent.search import MAX_POINTS, SearchInfo, Space, violations
+from infralab.agent.search import SearchInfo, Space, check_axes, parse_constraints, parse_objective, violations
 from infralab.config_io import STRICT, load_toml, validate
 from infralab.errors import InputError
 from infralab.field_types import Int
@@ -71,14 +69,7 @@ def load_hook_space(path: str | Path) -> tuple[Space, Callable[[Mapping[str, Any
     path = Path(path)
     source = str(path)
     spec = validate(HookSpaceFile, load_toml(path), source)
-    if not spec.axes:
-        raise InputError(f"{source}: axes", "no axes", "at least one `knob = [values]` under [axes]")
-    for key, values in spec.axes.items():
-        if not values:
-            raise InputError(f"{source}: axes.{key}", "empty list", "one or more values")
-    size = math.prod(len(values) for values in spec.axes.values())
-    if size > MAX_POINTS:
-        raise InputError(f"{source}: axes", f"{size} points", f"at most {MAX_POINTS} points")
+    check_axes(spec.axes, source)
     hook_path = Path(spec.search.hook)
     hook_path = hook_path if hook_path.is_absolute() else path.resolve().parent / hook_path
     if not hook_path.is_file():
@@ -88,27 +79,19 @@ def load_hook_space(path: str | Path) -> tuple[Space, Callable[[Mapping[str, Any
     if missing:
         raise InputError(f"{hook_path}", f"declares no {', '.join(missing)}", f"the module attributes {', '.join(HOOK_ATTRIBUTES)}")
     metrics = tuple(hook.METRICS)
-    goal_word, _, metric = spec.search.objective.partition(" ")
-    if goal_word not in ("maximize", "minimize") or metric not in metrics:
-        raise InputError(f"{source}: search.objective", repr(spec.search.objective),
-                         f"'maximize NAME' or 'minimize NAME', NAME one of {', '.join(metrics)}")
-    constraints = []
-    for i, text in enumerate(spec.search.constraints):
-        crit = parse_criterion(text, f"{source}: search.constraints[{i}]")
-        unknown = sorted(crit.names - set(metrics))
-        if unknown:
-            raise InputError(f"{source}: search.constraints[{i}]", f"unknown metric {unknown[0]!r}", f"one of {', '.join(metrics)}")
-        constraints.append(crit)
-    unknown_knobs = sorted(set(spec.axes) - set(getattr(hook, "KNOBS", spec.axes)))
+    metric, goal = parse_objective(spec.search.objective, f"{source}: search.objective", metrics)
+    constraints = parse_constraints(spec.search.constraints, source, metrics)
+    known = getattr(hook, "KNOBS", None)  # optional: the knobs the hook reads
+    unknown_knobs = sorted(set(spec.axes) - set(known)) if known is not None else []
     if unknown_knobs:
-        raise InputError(f"{source}: axes.{unknown_knobs[0]}", "not a knob of the hook", f"one of {', '.join(hook.KNOBS)}")
+        raise InputError(f"{source}: axes.{unknown_knobs[0]}", "not a knob of the hook", f"one of {', '.join(known)}")
     axes = tuple((key, tuple(values)) for key, values in spec.axes.items())
     knobs = tuple(tuple(zip((key for key, _ in axes), combo)) for combo in itertools.product(*(v for _, v in axes)))
     declarations = Declarations(effects=hook.EFFECTS, scales=hook.SCALES, metric_causes=hook.METRIC_CAUSES)
     info = SearchInfo(base=str(hook_path), name=spec.search.name, seed=spec.search.seed,
                       objective=spec.search.objective, constraints=spec.search.constraints)
     space = Space(source=source, info=info, axes=axes, fixed=(), objective_metric=metric,
-                  objective_goal="max" if goal_word == "maximize" else "min", constraints=tuple(constraints),
+                  objective_goal=goal, constraints=constraints,
                   base_dir=hook_path.parent, base_name=hook_path.name, points=tuple(dict(k) for k in knobs),
                   knobs=knobs, static=tuple({} for _ in knobs), declarations=declarations)
     seed = spec.search.seed if spec.search.seed is not None else 0

@@ -43,7 +43,7 @@ from infralab.agent.search import Space, load_space, point_label, point_metrics,
 from infralab.agent.sim_pool import Execution
 from infralab.errors import InputError
 from infralab.overrides import dotted_keys
-from infralab.sim.knob_effects import KNOB_EFFECTS, KNOB_SCALES
+from infralab.sim.knob_effects import KNOB_EFFECTS, KNOB_SCALES, knob_value
 
 SCHEMA = "infralab.optimize/1"
 METHODS: tuple[str, ...] = ("explain", "grid", "random", "tpe")
@@ -60,8 +60,6 @@ METRIC_PHASES: Mapping[str, tuple[str, ...]] = {
 }
 
 
-
-
 @dataclass(frozen=True)
 class Declarations:
     """What the explain-guided method reads about a space besides its runs: per knob (dotted path),
@@ -75,13 +73,8 @@ class Declarations:
     fallback: str | None = None
 
     def value(self, path: str, value: object) -> float | None:
-        """The number a knob's value stands for (None: no direction), as `knob_value`."""
-        if isinstance(value, bool):
-            return None
-        if isinstance(value, (int, float)):
-            return float(value)
-        scale = self.scales.get(path, {})
-        return float(scale[value]) if isinstance(value, str) and value in scale else None
+        """The number a knob's value stands for (None: no direction), by these scales."""
+        return knob_value(path, value, self.scales)
 
 
 # The simulator's: its knobs' declarations (infralab.sim.knob_effects) and the request phases of its

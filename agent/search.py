@@ -21,7 +21,7 @@ import itertools
 import math
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -126,18 +126,47 @@ class Space:
 # ---- the SPACE file -----------------------------------------------------------------------------
 
 
-def _objective(text: str, where: str) -> tuple[str, Literal["max", "min"]]:
+def parse_objective(text: str, where: str, metrics: Sequence[str] = METRICS) -> tuple[str, Literal["max", "min"]]:
+    """(metric, goal) of "maximize NAME" / "minimize NAME", NAME one of `metrics`."""
     match = re.fullmatch(r"\s*(maximize|minimize|max|min)\s+([A-Za-z0-9_]+)\s*", text)
     if not match:
         raise InputError(where, f"bad objective {text!r}", "'maximize NAME' or 'minimize NAME'")
     goal: Literal["max", "min"] = "max" if match.group(1).startswith("max") else "min"
-    _check_metric(match.group(2), where)
+    _check_metric(match.group(2), where, metrics)
     return match.group(2), goal
 
 
-def _check_metric(name: str, where: str) -> None:
-    if name not in METRICS:
-        raise InputError(where, f"unknown metric {name!r}", f"one of {', '.join(METRICS)}")
+def _check_metric(name: str, where: str, metrics: Sequence[str] = METRICS) -> None:
+    if name not in metrics:
+        raise InputError(where, f"unknown metric {name!r}", f"one of {', '.join(metrics)}")
+
+
+def check_axes(axes: Mapping[str, Sequence[Any]], source: str) -> None:
+    """InputError naming the SPACE file and axis unless there is an axis, each with distinct values,
+    and at most MAX_POINTS points in all."""
+    if not axes:
+        raise InputError(f"{source}: axes", "no axes", "at least one `key = [values]` under [axes]")
+    for key, values in axes.items():
+        if not values:
+            raise InputError(f"{source}: axes.{key}", "empty list", "one or more values")
+        if len({repr(v) for v in values}) != len(values):
+            raise InputError(f"{source}: axes.{key}", "repeated values", "each value once")
+    size = math.prod(len(values) for values in axes.values())
+    if size > MAX_POINTS:
+        counts = " x ".join(str(len(values)) for values in axes.values())
+        raise InputError(f"{source}: axes", f"{counts} = {size} points", f"at most {MAX_POINTS} points per search")
+
+
+def parse_constraints(texts: Sequence[str], source: str, metrics: Sequence[str] = METRICS) -> tuple[Criterion, ...]:
+    """The `search.constraints` of a SPACE file, each over `metrics`."""
+    constraints = []
+    for i, text in enumerate(texts):
+        where = f"{source}: search.constraints[{i}]"
+        crit = parse_criterion(text, where)
+        for name in sorted(crit.names):
+            _check_metric(name, where, metrics)
+        constraints.append(crit)
+    return tuple(constraints)
 
 
 def load_space(path: str | Path, overrides: Sequence[str] = ()) -> Space:
@@ -159,27 +188,11 @@ def load_space(path: str | Path, overrides: Sequence[str] = ()) -> Space:
         spec = validate(SpaceFile, raw, source)
     except InputError as exc:
         raise blame_override(exc, source, set_flags(overrides)) from None
-    if not spec.axes:
-        raise InputError(f"{source}: axes", "no axes", "at least one `key = [values]` under [axes]")
-    for key, values in spec.axes.items():
-        if not values:
-            raise InputError(f"{source}: axes.{key}", "empty list", "one or more values")
-        if len({repr(v) for v in values}) != len(values):
-            raise InputError(f"{source}: axes.{key}", "repeated values", "each value once")
-    size = math.prod(len(values) for values in spec.axes.values())
-    if size > MAX_POINTS:
-        counts = " x ".join(str(len(values)) for values in spec.axes.values())
-        raise InputError(f"{source}: axes", f"{counts} = {size} points", f"at most {MAX_POINTS} points per search")
-    metric, goal = _objective(spec.search.objective, f"{source}: search.objective")
+    check_axes(spec.axes, source)
+    metric, goal = parse_objective(spec.search.objective, f"{source}: search.objective")
     _check_metric(spec.search.pareto.x, f"{source}: search.pareto.x")
     _check_metric(spec.search.pareto.y, f"{source}: search.pareto.y")
-    constraints = []
-    for i, text in enumerate(spec.search.constraints):
-        where = f"{source}: search.constraints[{i}]"
-        crit = parse_criterion(text, where)
-        for name in sorted(crit.names):
-            _check_metric(name, where)
-        constraints.append(crit)
+    constraints = parse_constraints(spec.search.constraints, source)
 
     space_dir = path.resolve().parent
     base_path = Path(spec.search.base).expanduser()
@@ -222,7 +235,7 @@ def load_space(path: str | Path, overrides: Sequence[str] = ()) -> Space:
         fixed=tuple(spec.fixed.items()),
         objective_metric=metric,
         objective_goal=goal,
-        constraints=tuple(constraints),
+        constraints=constraints,
         base_dir=base_dir,
         base_name=base_path.name,
         points=tuple(points),

@@ -10,7 +10,7 @@ cost accelerators; a larger token budget per step moves prompt tokens through fa
 decode step that shares the budget longer; more running sequences per instance admit sooner and
 slow each step; more HBM for the KV cache admits more sequences before they wait for blocks.
 
-`knob_effect(path)` is the lookup and `knob_value(path, value)` the number a value stands for
+`KNOB_EFFECTS[path]` is the lookup and `knob_value(path, value)` the number a value stands for
 (names such as a dtype by their bytes per element); a knob without a declaration acts on nothing known, and an
 optimiser may still try it blindly. Plain data: importing this module imports nothing else.
 """
@@ -57,17 +57,13 @@ KNOB_SCALES: Mapping[str, Mapping[str, float]] = MappingProxyType({
 change of them has a direction."""
 
 
-def knob_value(path: str, value: object) -> float | None:
+def knob_value(path: str, value: object,
+               scales: Mapping[str, Mapping[str, float]] = KNOB_SCALES) -> float | None:
     """The number a field's value stands for: itself when numeric, its scale when a name with a
-    declared scale (`KNOB_SCALES`), else None (no direction)."""
+    declared scale (`scales`, by default the simulator's `KNOB_SCALES`), else None (no direction)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
         return float(value)
-    scale = KNOB_SCALES.get(path, {})
+    scale = scales.get(path, {})
     return float(scale[value]) if isinstance(value, str) and value in scale else None
-
-
-def knob_effect(path: str) -> Mapping[str, int]:
-    """The declared effect of raising the config field at `path` (empty: none declared)."""
-    return KNOB_EFFECTS.get(path, MappingProxyType({}))

@@ -190,22 +190,20 @@ def _nanmean(values: list[float]) -> float:
 
 def speed_lines(doc: dict[str, Any]) -> list[str]:
     """The errors' sign balance, and what the verdicts would be with the mirror's step times at the
-    machine's speed by the reference steps (kept beside, not trusted: `_follow_the_machine`)."""
+    machine's speed by the reference steps (kept beside, not trusted: `_follow_the_machine`) and at
+    the speed the other cases' replays ran (`_follow_the_other_cases`)."""
     now = doc["sign_balance"]
     lines = [f"Sign balance (mirror above / below the real mean, every comparison): {now['above']} / {now['below']}.", ""]
-    factors = [f"{case['name']} x{case['speed_factor']:.3f}" for case in doc["cases"] if case.get("speed_factor")]
-    if factors:
-        alt, alt_sign = doc["counts_machine_speed"], doc["sign_balance_machine_speed"]
-        lines += [f"With the step times at the machine's speed by the reference steps around each replay "
-                  f"({', '.join(factors)}; reported, not used): verdicts " + ", ".join(f"{n} {v}" for v, n in alt.items())
-                  + f", sign balance {alt_sign['above']} / {alt_sign['below']}.", ""]
-    others = [f"{case['name']} x{case['others_factor']:.3f}" for case in doc["cases"] if case.get("others_factor")]
-    if others:
-        alt, alt_sign = doc["counts_others_speed"], doc["sign_balance_others_speed"]
-        lines += [f"With the step times at the speed the other cases' replays ran their own steps, interleaved "
-                  f"with this case's ({', '.join(others)}; reported, not used): verdicts "
-                  + ", ".join(f"{n} {v}" for v, n in alt.items())
-                  + f", sign balance {alt_sign['above']} / {alt_sign['below']}.", ""]
+    for factor, suffix, what in (
+            ("speed_factor", "machine_speed", "the machine's speed by the reference steps around each replay"),
+            ("others_factor", "others_speed",
+             "the speed the other cases' replays ran their own steps, interleaved with this case's")):
+        factors = [f"{case['name']} x{case[factor]:.3f}" for case in doc["cases"] if case.get(factor)]
+        if factors:
+            alt, alt_sign = doc[f"counts_{suffix}"], doc[f"sign_balance_{suffix}"]
+            lines += [f"With the step times at {what} ({', '.join(factors)}; reported, not used): verdicts "
+                      + ", ".join(f"{n} {v}" for v, n in alt.items())
+                      + f", sign balance {alt_sign['above']} / {alt_sign['below']}.", ""]
     return lines
 
 

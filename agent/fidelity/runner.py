@@ -338,9 +338,14 @@ def _follow_the_machine(case: CaseResult, doc: dict[str, Any], requests: list[Re
     if not speeds:
         return
     factor = 1.0 + sum(speeds) / len(speeds)
+    case.speed_factor, case.sim_machine_speed = factor, _mirror_at_speed(doc, factor, requests, case, folder)
+
+
+def _mirror_at_speed(doc: dict[str, Any], factor: float, requests: list[ReplayRequest], case: CaseResult,
+                     folder: Path) -> dict[str, dict[str, float]]:
+    """The latency statistics of `case` simulated by the mirror with every step-table time x `factor`."""
     scaled = {**doc, "cost": {**doc["cost"], "step_table_speed": factor}}
-    case.speed_factor, case.sim_machine_speed = factor, latency_stats(simulate_mirror(scaled, requests, case.rate_scale,
-                                                                                         folder))
+    return latency_stats(simulate_mirror(scaled, requests, case.rate_scale, folder))
 
 
 def _follow_the_other_cases(cases: list[CaseResult], doc: dict[str, Any], requests: list[ReplayRequest],
@@ -358,10 +363,8 @@ def _follow_the_other_cases(cases: list[CaseResult], doc: dict[str, Any], reques
         ratios = [r for r in ratios if r == r]  # NaN: a replay with no observed step
         if not ratios:
             continue
-        factor = 1.0 + sum(ratios) / len(ratios)
-        scaled = {**doc, "cost": {**doc["cost"], "step_table_speed": factor}}
-        case.others_factor = factor
-        case.sim_others_speed = latency_stats(simulate_mirror(scaled, requests, case.rate_scale, folder))
+        case.others_factor = 1.0 + sum(ratios) / len(ratios)
+        case.sim_others_speed = _mirror_at_speed(doc, case.others_factor, requests, case, folder)
 
 
 def _real_run(study: FidelityStudy, engine: RealEngine, case: CaseResult, requests: list[ReplayRequest],

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
+from infralab.sim.cost.memory import GIB
 from infralab.sim.specs import AcceleratorSpec, ModelSpec
 
 EngineProfileName = Literal["vllm-v0", "vllm-v1", "sglang", "trtllm", "trtllm-0.5", "unstated", "none"]
@@ -64,11 +65,20 @@ TRTLLM_MAX_REQUESTS = 4096  # cap on the batch (decoder buffers)
 TRTLLM_MAX_TOKENS = 32768  # cap on the token budget (activation buffers)
 TRTLLM_MIN_BATCH = 64
 TRTLLM_MIN_TOKENS = 2048
-GIB = 1024**3
+# (below this value, round up to a multiple of this), in order; the last step applies above all
+TRTLLM_BATCH_STEPS = ((256, 32), (1024, 128), (math.inf, 256))
+TRTLLM_TOKEN_STEPS = ((4096, 256), (8192, 512), (math.inf, 1024))
 
 
-def _round_up(value: float, step: int) -> int:
+def _round_up_by_steps(value: float, steps: tuple[tuple[float, int], ...]) -> int:
+    """`value` rounded up to the multiple of the step of the first band it lies below."""
+    step = next(step for below, step in steps if value < below)
     return step * math.ceil(value / step)
+
+
+def _trtllm_bytes(dtype: str) -> float:
+    """trtllm-bench's bytes per element: 1 for an 8-bit format, else 2 (its default)."""
+    return 1.0 if dtype in ("fp8e4m3", "int8") else 2.0
 
 
 def trtllm_bench_limits(model: ModelSpec, accel: AcceleratorSpec, dtype: str, kv_dtype: str, tp: int, pp: int,
@@ -76,25 +86,13 @@ def trtllm_bench_limits(model: ModelSpec, accel: AcceleratorSpec, dtype: str, kv
     """(max_num_seqs, max_batched_tokens) that `trtllm-bench` picks for `model` on `tp` x `pp` of
     `accel` for requests of `input_tokens` + `output_tokens` (its heuristic, restated above). Weights
     and KV count 1 byte per element in an 8-bit dtype, else 2; memory is the device's reported size."""
-    weight_bytes = 1.0 if dtype in ("fp8e4m3", "int8") else 2.0
-    kv_bytes = 1.0 if kv_dtype in ("fp8e4m3", "int8") else 2.0
     kv_heads = max(tp, model.num_kv_heads)
-    per_token_gib = 2 * model.num_full_attention_layers * kv_heads * model.head_dim * kv_bytes / GIB
-    gpus = tp * pp
-    available_gib = accel.usable_memory * gpus / GIB - model.num_params * weight_bytes / GIB
+    per_token_gib = 2 * model.num_full_attention_layers * kv_heads * model.head_dim * _trtllm_bytes(kv_dtype) / GIB
+    available_gib = accel.usable_memory * tp * pp / GIB - model.num_params * _trtllm_bytes(dtype) / GIB
     requests = available_gib * kv_fraction / (per_token_gib * (input_tokens + output_tokens))
     raw_batch = min(requests, TRTLLM_MAX_REQUESTS) / pp
     raw_tokens = min(raw_batch * (1 + input_tokens / output_tokens), TRTLLM_MAX_TOKENS)
-    if raw_batch < 256:
-        batch = max(TRTLLM_MIN_BATCH, _round_up(raw_batch, 32))
-    elif raw_batch < 1024:
-        batch = _round_up(raw_batch, 128)
-    else:
-        batch = _round_up(raw_batch, 256)
-    if raw_tokens < 4096:
-        tokens = max(TRTLLM_MIN_TOKENS, _round_up(raw_tokens, 256))
-    elif raw_tokens < 8192:
-        tokens = _round_up(raw_tokens, 512)
-    else:
-        tokens = _round_up(raw_tokens, 1024)
+    # the minimums only bind in the lowest band (every higher band starts above them)
+    batch = max(TRTLLM_MIN_BATCH, _round_up_by_steps(raw_batch, TRTLLM_BATCH_STEPS))
+    tokens = max(TRTLLM_MIN_TOKENS, _round_up_by_steps(raw_tokens, TRTLLM_TOKEN_STEPS))
     return batch, max(tokens, input_tokens + batch)

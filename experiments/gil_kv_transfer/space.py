@@ -52,18 +52,19 @@ METRIC_CAUSES = {"degradation": CAUSES, "throughput": CAUSES}
 
 
 @functools.cache
-def _modules() -> tuple[Any, ...]:
-    """This study's case, scenario model and attribution (loaded once per process)."""
+def _study() -> tuple[Any, Any, Any]:
+    """This study's published experiment, scenario model and attribution (read once per process:
+    every point starts from the same file)."""
     from infralab.agent.studies import load_hook
 
-    return tuple(load_hook(HERE / name) for name in ("case.py", "scenario.py", "attribution.py"))
+    case, scenario_model, attribution = (load_hook(HERE / name) for name in ("case.py", "scenario.py", "attribution.py"))
+    return case.load_experiment(PUBLISHED), scenario_model, attribution
 
 
 def evaluate(knobs: dict[str, Any], seed: int = 0) -> tuple[dict[str, Any], dict[str, float]]:
     """One point: the published scenario with `knobs` set, simulated with and without the transfer
     (the scenario model is deterministic: `seed` is unused). Metrics and the seconds each cause added."""
-    case, scenario_model, attribution = _modules()
-    exp = case.load_experiment(PUBLISHED)
+    exp, scenario_model, attribution = _study()
     scenario, host = exp.scenario[0], exp.host
     fields = {key.split(".", 1)[1]: value for key, value in knobs.items() if key.startswith("scenario.")}
     host_fields = {key.split(".", 1)[1]: value for key, value in knobs.items() if key.startswith("host.")}

@@ -110,13 +110,7 @@ class Collectives:
         # Layer Split: the full layers after the first as runs of equal KV bytes, in layer order
         # (one run when every layer has the KV dtype): kv_broadcast_s sums a run's equal terms
         # in one call, in the same order as one term per layer.
-        runs: list[list[int]] = []
-        for nbytes in g.kv_layer_bytes[1:]:
-            if runs and runs[-1][0] == nbytes:
-                runs[-1][1] += 1
-            else:
-                runs.append([nbytes, 1])
-        self._broadcast_runs = tuple((nbytes, count) for nbytes, count in runs)
+        self._broadcast_runs = tuple((nbytes, len(list(run))) for nbytes, run in itertools.groupby(g.kv_layer_bytes[1:]))
 
     def all_reduce_s(self, payload_bytes: float) -> float:
         """Seconds of one all-reduce of `payload_bytes` over the instance's TP ranks (0 at tp 1)."""

@@ -21,6 +21,7 @@ Units: seconds, bytes, FLOPs, tokens.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from infralab.sim.calibration import CalibrationTable
@@ -316,7 +317,8 @@ class CostModel:
             if knob_terms == ():
                 knob_terms = self._decode_knob_terms[seqs] = self._decode_knob_terms_of(seqs, context_tokens)
             if knob_terms is not None:
-                return self._decode_knob_run_ends(knob_terms, seqs, context_tokens, start_s, steps, horizon_s)
+                knob_step_s = functools.partial(self._decode_knob_step_s, knob_terms)
+                return decode_run_ends_stepwise(knob_step_s, seqs, context_tokens, start_s, steps, horizon_s)
             return decode_run_ends_stepwise(self.decode_step_s, seqs, context_tokens, start_s, steps, horizon_s)
         # `_decode_run_step_s` inlined (the hot loop of a long trace): the same expressions in the
         # same order, so the same bits.
@@ -365,9 +367,8 @@ class CostModel:
         attention term (the context's), then `step()`'s sums in `step()`'s order (OPS, Layer Split's
         broadcast over their sum, the EP all-to-all, the gaps), so the same bits."""
         dense, linear, moe, lm, collective, small, sampler, ep, gaps, host = terms
-        if self._roofline_decode_attention:  # FullAttention.time's decode roofline (0.0 + x == x)
-            c_flops, c_bytes, c_seq = self._decode_coeffs
-            attention = max(context * c_flops, context * c_bytes + seqs * c_seq, self._decode_floor)
+        if self._roofline_decode_attention:
+            attention = self._roofline_decode_attention_s(seqs, context)
         else:
             attention = self._attention_time(StepWork.decode(seqs, context))
         device = sum((dense, attention, linear, moe, lm, collective, small, sampler))
@@ -379,27 +380,12 @@ class CostModel:
             device += gaps
         return self._with_host(device, host)
 
-    def _decode_knob_run_ends(self, terms: tuple[float, ...], seqs: int, context_tokens: int, start_s: float,
-                              steps: int, horizon_s: float) -> list[float]:
-        """`decode_run_ends` through `_decode_knob_step_s` (bit for bit the step-by-step ends)."""
-        ends: list[float] = []
-        t, context = start_s, context_tokens
-        for _ in range(steps):
-            t = t + self._decode_knob_step_s(terms, seqs, context)
-            ends.append(t)
-            if t >= horizon_s:
-                break
-            context += seqs
-        return ends
-
     def _decode_run_terms_of(self, seqs: int, context_tokens: int) -> tuple[float, ...] | None:
         """The context-independent terms of a decode step of `seqs` sequences (dense, linear
         attention, MoE, LM head, collectives, small ops, sampler, host; s), or None when the
         shortcut does not apply: calibrated decode attention, or (a guard against cost terms the shortcut does not know) a
         result other than `decode_step_s`'s at two probe contexts."""
-        if not self._plain or self._full_layers == 0 or self._attention.indexed or (
-            self._calibrated is not None and self._calibrated.decode_covered
-        ):
+        if not self._plain or self._full_layers == 0 or not self._roofline_decode_attention:
             return None  # technique knobs (decode_step_s goes through step()), indexed or calibrated attention
         self.decode_step_s(seqs, context_tokens)  # fills the host-time memo
         dense, _, linear, moe, lm, collective, small, sampler = self._op_times(StepWork.decode(seqs, context_tokens))
@@ -415,12 +401,17 @@ class CostModel:
         decode attention as `FullAttention.time` computes it (0.0 + x == x for x > 0), then the same
         sum in the same order."""
         dense, linear, moe, lm, collective, small, sampler, host, gaps = terms
-        c_flops, c_bytes, c_seq = self._decode_coeffs
-        attention = max(context * c_flops, context * c_bytes + seqs * c_seq, self._decode_floor)
+        attention = self._roofline_decode_attention_s(seqs, context)
         device = sum((dense, attention, linear, moe, lm, collective, small, sampler))
         if gaps:
             device += gaps
         return self._with_host(device, host)
+
+    def _roofline_decode_attention_s(self, seqs: int, context: int) -> float:
+        """A decode step's attention as `FullAttention.time` computes it from its roofline
+        coefficients (0.0 + x == x for x > 0), for `seqs` sequences with `context` tokens in all."""
+        c_flops, c_bytes, c_seq = self._decode_coeffs
+        return max(context * c_flops, context * c_bytes + seqs * c_seq, self._decode_floor)
 
     def _op_times(self, work: StepWork) -> tuple[float, float, float, float, float, float, float, float]:
         """Seconds (one rank) of each operator of OPS, in that order: the one place that says

@@ -83,16 +83,16 @@ class StepWork:
             return -(-total * -(-count // ranks) // count) if count else 0
 
         prefills, decodes = self.prefill_seqs, self.decode_seqs
-        decode_share = -(-decodes // ranks)
+        prefill_share, decode_share = -(-prefills // ranks), -(-decodes // ranks)
         prefill_outputs = self.output_tokens - decodes
         return StepWork(
-            prefill_seqs=-(-prefills // ranks),
+            prefill_seqs=prefill_share,
             prefill_tokens=share(prefills, self.prefill_tokens),
             prefill_attn_pairs=share(prefills, self.prefill_attn_pairs),
             prefill_context_tokens=share(prefills, self.prefill_context_tokens),
             decode_seqs=decode_share,
             decode_context_tokens=share(decodes, self.decode_context_tokens),
-            output_tokens=decode_share + min(prefill_outputs, -(-prefills // ranks)),
+            output_tokens=decode_share + min(prefill_outputs, prefill_share),
         )
 
     def __add__(self, other: StepWork) -> StepWork:
