@@ -88,18 +88,39 @@ def _nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return coef
 
 
+def batch_class(seqs: int) -> int:
+    """The batch-size class of a step of `seqs` sequences: the power of two nearest on a log scale
+    (1, 2, 4, 8, ...; 3 -> 4, 6 -> 8)."""
+    return 1 << max(0, round(math.log2(seqs))) if seqs > 1 else 1
+
+
+# A class holding less than this share of its kind's measured time is too small to judge alone.
+CLASS_SHARE = 0.1
+
+
 def step_errors(predicted: Sequence[float], steps: Sequence[object]) -> dict[str, float]:
     """Predicted step durations (s) against the measured ones: the total time of the steps that
     carry prompt tokens and of the decode-only ones (predicted / measured - 1; nan where a kind has
-    no step), the worse of the two in absolute value, and the median |error| of single steps."""
+    no step), the worse of the two in absolute value; the worst total of one batch-size class of a
+    kind (`batch_class`; classes holding at least CLASS_SHARE of their kind's time), since another
+    load sums another mix of batch sizes and a total matched by errors that cancel across classes
+    does not carry over; and the median |error| of single steps."""
     predicted = np.asarray(predicted, dtype=float)
     measured = np.array([st.duration_s for st in steps])
     prefill = np.array([bool(st.batch.prefill_tokens) for st in steps], dtype=bool)
+    classes = np.array([batch_class(st.batch.seqs) for st in steps], dtype=int)
     out = {"steps": len(steps)}
+    worst_class = math.nan
     for kind, mask in (("prefill_total", prefill), ("decode_total", ~prefill)):
         out[kind] = float(predicted[mask].sum() / measured[mask].sum() - 1.0) if mask.any() else math.nan
+        for c in np.unique(classes[mask]):
+            cell = mask & (classes == c)
+            if measured[cell].sum() >= CLASS_SHARE * measured[mask].sum():
+                err = abs(float(predicted[cell].sum() / measured[cell].sum() - 1.0))
+                worst_class = err if math.isnan(worst_class) else max(worst_class, err)
     kinds = [abs(out[k]) for k in ("prefill_total", "decode_total") if not math.isnan(out[k])]
     out["worst_total"] = max(kinds) if kinds else math.nan
+    out["worst_class_total"] = worst_class
     out["median_step"] = float(np.median(np.abs(predicted / measured - 1.0))) if len(steps) else math.nan
     return out
 

@@ -155,9 +155,10 @@ def markdown(doc: dict[str, Any]) -> str:
 
 def step_time_lines(doc: dict[str, Any]) -> list[str]:
     """Per setting and shape: which step times the mirror charged (`step_times`: the profile, the
-    profile scaled per kind, or the fitted model), the errors that chose it, and every candidate's
-    on the evaluated replays' steps (predicted / measured total time - 1, steps with prompt tokens /
-    decode-only, mean over runs)."""
+    profile scaled per kind or per kind and batch size, or the fitted model), the errors that chose
+    it, and every candidate's on the evaluated replays' steps (predicted / measured total time - 1,
+    steps with prompt tokens / decode-only, and the worst batch-size class's |error|; means over
+    runs)."""
     lines = []
     for setting in doc["settings"]:
         for shape, facts in setting["shapes"].items():
@@ -168,11 +169,12 @@ def step_time_lines(doc: dict[str, Any]) -> list[str]:
                     for r in case["runs"] if r.get("error") is None and r.get("step_models")]
 
             def on_runs(name: str) -> str:
-                kinds = [[r["step_models"][name][k] for r in runs if name in r["step_models"]]
-                         for k in ("prefill_total", "decode_total")]
-                return " / ".join(_pct(_nanmean(v)) for v in kinds) if runs else "-"
+                kinds = [[r["step_models"][name].get(k, math.nan) for r in runs if name in r["step_models"]]
+                         for k in ("prefill_total", "decode_total", "worst_class_total")]
+                return (" / ".join(_pct(_nanmean(v)) for v in kinds[:2]) + f" (worst class {_nanmean(kinds[2]):.1%})"
+                        if runs else "-")
 
-            names = [k for k in ("profile", "scaled", "fitted") if k == "profile" or choice.get(k)]
+            names = [k for k in ("profile", "scaled", "scaled_by_batch", "fitted") if k == "profile" or choice.get(k)]
             cal = {k: choice[k] if k == "profile" else choice[k]["cross_validated"] for k in names}
             text = (f"Step times, {setting['name']}/{shape}: the mirror charged the **{choice['chosen']}** ("
                     f"{choice['why']}). Total time by kind (prompt / decode-only), predicted / measured - 1, on the "

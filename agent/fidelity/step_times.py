@@ -9,11 +9,18 @@ never the evaluated ones). The candidates, each predicting a step's duration (se
 - **scaled**: the profile's prediction x a factor per kind of step (steps that carry prompt
   tokens; decode-only steps), each factor = the calibration steps' measured total / the profile's
   total for that kind: the synthetic steps' shape across the grid, the replays' level;
+- **scaled_by_batch**: the profile x a factor per kind and batch-size class (`batch_class` of the
+  step's sequences: 1, 2, 4, 8, ...), each the class's measured / predicted total drawn towards
+  its kind's factor by PSEUDO_STEPS steps' weight (a class of few steps keeps about its kind's
+  factor): the synthetic steps misjudge batch sizes unevenly (decode steps of 3-4 sequences ran
+  7-23 % slower than profiled in replays while 16 ran 6 % faster), and a load level sums its own mix;
 - **fitted**: `real.step_fit`'s linear form in (q, k, s), non-negative least squares.
-Scaled and fitted are cross-validated (k folds by step index: fitted on k - 1, predicting the
-held-out one); the profile was not fitted on these steps (but for its one host constant). The
-criterion is the worse of the two totals by kind (`step_errors`), the sums a TTFT and a TPOT are
-made of. A chosen model is written as a step table on the profile's grid (its host time inside
+The scaled and fitted candidates are cross-validated (k folds by step index: fitted on k - 1,
+predicting the held-out one); the profile was not fitted on these steps (but for its one host
+constant). The criterion is the worst of the two totals by kind (the sums a TTFT and a TPOT are
+made of) and of the batch-size classes' totals (`step_errors`): until 2026-12-07 (third session)
+it was the totals by kind alone, changed after a quick study's evaluated replays showed the kind
+totals matched by errors of opposite sign across batch sizes, which another load's mix undoes. A chosen model is written as a step table on the profile's grid (its host time inside
 the `engine_prepare` rows, so the mirror adds none), so the mirror reads any of them the same way.
 All candidates are also scored on every evaluated replay's steps, as evaluation.
 """
@@ -31,8 +38,8 @@ import numpy as np
 from infralab.agent.fidelity.sim_side import host_per_step_s, table_predictor
 from infralab.real.engine import RealEngine
 from infralab.real.profile import Profile
-from infralab.real.step_fit import (FOLDS, StepFit, fit_notes, fit_steps, fitted_profile, held_out, observed,
-                                    predict_steps, step_errors, write_step_table)
+from infralab.real.step_fit import (FOLDS, StepFit, batch_class, fit_notes, fit_steps, fitted_profile, held_out,
+                                    observed, predict_steps, step_errors, write_step_table)
 from infralab.real.synthetic_step import StepTiming
 
 Predictor = Callable[[int, int, int], tuple[float, float]]
@@ -51,13 +58,46 @@ def kind_factors(predicted: np.ndarray, steps: Sequence[Any]) -> tuple[float, fl
                  for m in (prefill, ~prefill))
 
 
-def scaled_cv(predicted: np.ndarray, steps: Sequence[Any], folds: int = FOLDS) -> dict[str, float]:
-    """`step_errors` of the scaled profile, each fold's factors from the other folds."""
+# How many steps' weight a batch-size class's factor gives its kind's factor (`batch_factors`).
+PSEUDO_STEPS = 8
+
+ClassFactors = dict[tuple[bool, int], float]
+
+
+def batch_factors(predicted: np.ndarray, steps: Sequence[Any], pseudo: float = PSEUDO_STEPS) -> ClassFactors:
+    """{(carries prompt tokens, `batch_class`): factor} for each class the steps hold: (measured
+    total + pseudo x m x f) / (predicted total + pseudo x m), where f is the kind's factor
+    (`kind_factors`) and m the class's mean predicted step: its own level where it has many steps,
+    about its kind's where it has few."""
+    measured = np.array([st.duration_s for st in steps])
+    kinds = kind_factors(predicted, steps)
+    keys = [(_is_prefill(st), batch_class(st.batch.seqs)) for st in steps]
+    out: ClassFactors = {}
+    for key in sorted(set(keys)):
+        cell = np.array([k == key for k in keys])
+        base, mean = kinds[0] if key[0] else kinds[1], float(predicted[cell].mean())
+        out[key] = float((measured[cell].sum() + pseudo * mean * base) / (predicted[cell].sum() + pseudo * mean))
+    return out
+
+
+def class_factor(prefill: bool, seqs: int, factors: ClassFactors, kinds: tuple[float, float]) -> float:
+    """The factor of a step's kind and batch-size class; its kind's where the class had no step."""
+    return factors.get((prefill, batch_class(seqs)), kinds[0] if prefill else kinds[1])
+
+
+def scaled_cv(predicted: np.ndarray, steps: Sequence[Any], folds: int = FOLDS, by_batch: bool = False) -> dict[str, float]:
+    """`step_errors` of the scaled profile (per kind, or per kind and batch-size class), each
+    fold's factors from the other folds."""
     prefill = np.array([_is_prefill(st) for st in steps], dtype=bool)
 
     def predict_fold(test: np.ndarray) -> np.ndarray:
-        fp, fd = kind_factors(predicted[~test], [st for st, t in zip(steps, test) if not t])
-        return predicted[test] * np.where(prefill[test], fp, fd)
+        train = [st for st, t in zip(steps, test) if not t]
+        kinds = kind_factors(predicted[~test], train)
+        if not by_batch:
+            return predicted[test] * np.where(prefill[test], *kinds)
+        classes = batch_factors(predicted[~test], train)
+        return predicted[test] * np.array([class_factor(_is_prefill(st), st.batch.seqs, classes, kinds)
+                                           for st, t in zip(steps, test) if t])
 
     return step_errors(held_out(len(steps), predict_fold, folds), steps)
 
@@ -68,12 +108,13 @@ def kind_factor(q_tokens: int, seqs: int, factors: tuple[float, float]) -> float
     return factors[0] if q_tokens > seqs else factors[1]
 
 
-def scaled_profile(measured: Profile, host: float, factors: tuple[float, float]) -> Profile:
-    """The profile's times x the factor of each grid point's kind (`kind_factor`), its host
-    constant inside the prepare time."""
+def scaled_profile(measured: Profile, host: float, factor: Callable[[int, int], float]) -> Profile:
+    """The profile's times x `factor(q_tokens, seqs)` of each grid point (`kind_factor`, or
+    `class_factor` with the point's kind by the same rule), its host constant inside the prepare
+    time."""
     medians = []
     for point, timing in zip(measured.points, measured.medians):
-        f = kind_factor(point.q_tokens, point.seqs, factors)
+        f = factor(point.q_tokens, point.seqs)
         medians.append(StepTiming(prepare_s=f * (timing.prepare_s + host), forward_s=f * timing.forward_s))
     return dataclasses.replace(measured, medians=tuple(medians))
 
@@ -94,13 +135,26 @@ def choose_step_times(engine: RealEngine, measured: Profile, profile_csv: Path, 
     record: dict[str, Any] = {"calibration_steps": len(kept), "profile": errors["profile"], "scaled": None, "fitted": None}
     if len(kept) >= FOLDS:
         factors = kind_factors(as_profiled, kept)
-        path = write_step_table(engine, scaled_profile(measured, host, factors), folder / f"{name}-scaled.csv",
+        path = write_step_table(engine, scaled_profile(measured, host, lambda q, s: kind_factor(q, s, factors)),
+                                folder / f"{name}-scaled.csv",
                                 [f"infralab step table: the synthetic profile x {factors[0]:.4f} (steps with prompt "
                                  f"tokens) / {factors[1]:.4f} (decode-only), the totals of {fitted_on}"])
         errors["scaled"] = scaled_cv(as_profiled, kept)
         record["scaled"] = {"factors": {"prefill": factors[0], "decode": factors[1]}, "table": path.name,
                             "cross_validated": errors["scaled"]}
         tables["scaled"], predictors["scaled"] = (path, 0.0), table_predictor(path, dtype, device, 0.0)
+        classes = batch_factors(as_profiled, kept)
+        path = write_step_table(
+            engine, scaled_profile(measured, host, lambda q, s: class_factor(q > s, s, classes, factors)),
+            folder / f"{name}-scaled_by_batch.csv",
+            ["infralab step table: the synthetic profile x a factor per kind and batch-size class "
+             f"(prompt/decode-only, sequences): {_class_text(classes)}; the totals of {fitted_on}, each class drawn "
+             f"towards its kind's factor by {PSEUDO_STEPS} steps"])
+        errors["scaled_by_batch"] = scaled_cv(as_profiled, kept, by_batch=True)
+        record["scaled_by_batch"] = {"factors": {f"{'prefill' if p else 'decode'}/{c}": f for (p, c), f in classes.items()},
+                                     "table": path.name, "cross_validated": errors["scaled_by_batch"]}
+        tables["scaled_by_batch"] = (path, 0.0)
+        predictors["scaled_by_batch"] = table_predictor(path, dtype, device, 0.0)
     try:
         fit: StepFit | None = fit_steps(kept)
     except ValueError as exc:
@@ -113,14 +167,19 @@ def choose_step_times(engine: RealEngine, measured: Profile, profile_csv: Path, 
         tables["fitted"], predictors["fitted"] = (path, 0.0), table_predictor(path, dtype, device, 0.0)
     chosen = min(errors, key=lambda k: _worst(errors[k]))
     record["chosen"] = chosen
-    record["why"] = "worse total by kind on the calibration steps: " + ", ".join(
-        f"{k} {errors[k]['worst_total']:.1%}" + (" (cross-validated)" if k != "profile" else "") for k in errors)
+    record["why"] = "worst total by kind or batch-size class on the calibration steps: " + ", ".join(
+        f"{k} {_worst(errors[k]):.1%}" + (" (cross-validated)" if k != "profile" else "") for k in errors)
     return (*tables[chosen], record, predictors)
 
 
+def _class_text(classes: ClassFactors) -> str:
+    return ", ".join(f"{'prompt' if p else 'decode'}/{c} {f:.4f}" for (p, c), f in classes.items())
+
+
 def _worst(errors: dict[str, float]) -> float:
-    value = errors["worst_total"]
-    return math.inf if math.isnan(value) else value
+    """The criterion: the worse of the kinds' totals and the batch-size classes' (inf if none)."""
+    values = [v for v in (errors["worst_total"], errors.get("worst_class_total", math.nan)) if not math.isnan(v)]
+    return max(values) if values else math.inf
 
 
 def score_on(predictors: dict[str, Predictor], steps: Sequence[Any]) -> dict[str, dict[str, float]]:

@@ -215,8 +215,8 @@ def test_a_minimal_study_runs_end_to_end(tmp_path, capsys, monkeypatch):
     assert [Path(f).name for f in chat["calibration_files"]] == ["calibration-tiny-chat-closed-loop.json",
                                                                   "calibration-tiny-chat-replay.json"]
     assert sum(len(k["steps"]) for k in kept) == choice["calibration_steps"]
-    assert choice["chosen"] in ("profile", "scaled", "fitted") and choice["calibration_steps"] > 0
-    candidates = {k for k in ("profile", "scaled", "fitted") if k == "profile" or choice[k]}
+    assert choice["chosen"] in ("profile", "scaled", "scaled_by_batch", "fitted") and choice["calibration_steps"] > 0
+    candidates = {k for k in ("profile", "scaled", "scaled_by_batch", "fitted") if k == "profile" or choice[k]}
     assert all(set(run["step_models"]) == candidates for run in case["runs"])
     assert doc["settings"][0]["shapes"]["chat"]["mirror_config"]["cost"]["step_table"].endswith(
         "tiny.csv" if choice["chosen"] == "profile" else f"tiny-chat-{choice['chosen']}.csv")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from infralab.agent.fidelity.step_times import kind_factors, scaled_cv
-from infralab.real.step_fit import fit_steps, predict_steps, step_errors
+from infralab.agent.fidelity.step_times import PSEUDO_STEPS, batch_factors, kind_factors, scaled_cv
+from infralab.real.step_fit import batch_class, fit_steps, predict_steps, step_errors
 from infralab.real.step_trace import BatchShape, StepRecord
 
 FORWARD = (2e-3, 5e-5, 4e-4, 1e-7, 0.0)  # coefficients of 1, q, s, k, q*k
@@ -64,3 +64,45 @@ def test_the_profile_scaled_per_kind_recovers_a_uniform_bias_of_each_kind() -> N
     biased = truth / np.where(prefill, 1.2, 0.9)  # a profile 20 % fast on prompt steps, 10 % slow on decode
     assert kind_factors(biased, steps) == pytest.approx((1.2, 0.9))
     assert scaled_cv(biased, steps)["worst_total"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_batch_classes_are_the_nearest_powers_of_two() -> None:
+    assert [batch_class(s) for s in (1, 2, 3, 5, 6, 11, 12, 16, 23)] == [1, 2, 4, 4, 8, 8, 16, 16, 32]
+
+
+def test_a_class_error_hidden_in_the_kind_total_is_reported() -> None:
+    steps = made_up_steps(n=90)
+    truth = np.array([st.duration_s for st in steps])
+    big = np.array([batch_class(st.batch.seqs) >= 8 for st in steps])
+    decode = np.array([not st.batch.prefill_tokens for st in steps])
+    # decode-only steps of 8 sequences 20 % fast, the rest slow by as much as makes the decode total exact
+    small_share = truth[decode & ~big].sum() / truth[decode & big].sum()
+    predicted = truth * np.where(big, 0.8, 1 + 0.2 / small_share)
+    errors = step_errors(predicted, steps)
+    assert errors["decode_total"] == pytest.approx(0.0, abs=1e-9)
+    assert errors["worst_class_total"] >= 0.2 - 1e-9
+
+
+def test_the_profile_scaled_per_batch_class_recovers_a_bias_that_differs_by_batch_size() -> None:
+    steps = made_up_steps(n=300, seed=5)
+    truth = np.array([st.duration_s for st in steps])
+    bias = np.array([{1: 1.1, 2: 0.95, 4: 1.25, 8: 0.85}[batch_class(st.batch.seqs)] for st in steps])
+    biased = truth / bias
+    per_kind = scaled_cv(biased, steps)
+    per_class = scaled_cv(biased, steps, by_batch=True)
+    # the pseudo-steps draw each class a little towards its kind's factor, so not all the way
+    assert per_class["worst_class_total"] < per_kind["worst_class_total"] / 2
+    factors = batch_factors(biased, steps, pseudo=0)
+    assert factors[(False, 4)] == pytest.approx(1.25) and factors[(False, 8)] == pytest.approx(0.85)
+
+
+def test_a_class_of_few_steps_keeps_about_its_kinds_factor() -> None:
+    steps = made_up_steps(n=60)
+    truth = np.array([st.duration_s for st in steps])
+    kinds = kind_factors(truth, steps)
+    lone = max(range(len(steps)), key=lambda i: steps[i].batch.seqs * (not steps[i].batch.prefill_tokens))
+    predicted = truth.copy()
+    predicted[lone] = truth[lone] / 3.0  # one step 3x slower than its prediction
+    factors = batch_factors(predicted, steps, pseudo=PSEUDO_STEPS)
+    key = (False, batch_class(steps[lone].batch.seqs))
+    assert kinds[1] <= factors[key] < 3.0
