@@ -6,11 +6,13 @@ The fidelity study chooses the mirror's step times on calibration replays (`step
 study so far the synthetic profile scaled per kind of step to the replays' totals predicted
 held-apart replay steps best. This is that calibration for a plain config: the run in RUN_DIR
 (`infralab real run CONFIG.toml`, a calibration run: not the run you evaluate) gives the host time
-per step outside the forward and the batch building, and the two factors (steps that carry prompt
-tokens, decode-only steps); the table at `[cost] step_table` x those factors is written to
-TABLE.csv with its comment lines (provenance included) and one line saying what scaled it. The
-factors' error on the run's steps is cross-validated (k folds by step index) and printed beside
-the profile's own.
+per step outside the forward and the batch building, and a factor per kind of step (steps that
+carry prompt tokens, decode-only steps) and batch-size class (`step_times.batch_factors`: the
+study's `scaled_by_batch`, which predicted the evaluated replays' steps better than the factors per
+kind alone in 4 of 4 setting/shape pairs of the full study, docs/fidelity.md); the table at
+`[cost] step_table` x those factors is written to TABLE.csv with its comment lines (provenance
+included) and one line saying what scaled it. Both sets of factors' errors on the run's steps are
+cross-validated (k folds by step index) and printed beside the profile's own.
 
 Units: seconds.
 """
@@ -20,13 +22,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from infralab.agent.fidelity.sim_side import host_per_step_s, table_predictor
-from infralab.agent.fidelity.step_times import kind_factor, kind_factors, scaled_cv
+from infralab.agent.fidelity.step_times import batch_factors, class_factor, kind_factors, scaled_cv
 from infralab.calibration_table import CalibrationRow, read_table, render_table
 from infralab.errors import InputError
 from infralab.input_files import read_text
@@ -37,17 +40,16 @@ from infralab.real.step_trace import StepRecord
 from infralab.results import atomic_output_file, check_new_file
 
 
-def scale_rows(rows: list[CalibrationRow], factors: tuple[float, float], host_s: float) -> list[CalibrationRow]:
-    """The step table's rows x the factor of each grid point's kind (`step_times.kind_factor`), the
-    host time inside the prepare rows: the file form of `step_times.scaled_profile`. Other rows are
-    kept as they are."""
+def scale_rows(rows: list[CalibrationRow], factor: Callable[[int, int], float], host_s: float) -> list[CalibrationRow]:
+    """The step table's rows x `factor(q_tokens, seqs)` of each grid point, the host time inside the
+    prepare rows: the file form of `step_times.scaled_profile`. Other rows are kept as they are."""
     out = []
     for row in rows:
         if row.kernel not in (STEP_KERNEL, PREPARE_KERNEL):
             out.append(row)
             continue
         shape = row.shape_dict
-        f = kind_factor(shape["q_tokens"], shape["seqs"], factors)
+        f = factor(shape["q_tokens"], shape["seqs"])
         if row.kernel == STEP_KERNEL:
             out.append(dataclasses.replace(row, median_s=f * row.median_s, achieved_gbps=row.achieved_gbps / f,
                                            achieved_tflops=row.achieved_tflops / f,
@@ -84,28 +86,34 @@ def calibrate(config: Path, run_dir: Path, out: Path) -> dict[str, Any]:
     host = host_per_step_s(table, steps, dtype, device)
     predicted = np.array(predict_steps(table_predictor(table, dtype, device, host), steps))
     factors = kind_factors(predicted, steps)
+    classes = batch_factors(predicted, steps)
     record = {"table": str(table), "run": str(run_dir), "steps": len(steps), "host_per_step_s": host,
               "factors": {"prefill": factors[0], "decode": factors[1]},
-              "profile": step_errors(predicted, steps), "scaled_cross_validated": scaled_cv(predicted, steps)}
+              "class_factors": {f"{'prefill' if p else 'decode'}/{c}": f for (p, c), f in classes.items()},
+              "profile": step_errors(predicted, steps), "scaled_cross_validated": scaled_cv(predicted, steps),
+              "scaled_by_batch_cross_validated": scaled_cv(predicted, steps, by_batch=True)}
     comments = [line.lstrip()[1:].removeprefix(" ") for line in read_text(table, "table", "a step table").splitlines()
                 if line.lstrip().startswith("#")]
-    note = (f"infralab step table: {table.name} x {factors[0]:.4f} (steps with prompt tokens) / {factors[1]:.4f} "
-            f"(decode-only), host {host * 1e3:.3f} ms/step inside engine_prepare, from the {len(steps)} steps of "
-            f"{run_dir} (infralab fidelity calibrate)")
+    note = (f"infralab step table: {table.name} x a factor per kind and batch-size class ("
+            + ", ".join(f"{k} {v:.4f}" for k, v in record["class_factors"].items())
+            + f"; kinds {factors[0]:.4f} / {factors[1]:.4f} where a class had no step), host {host * 1e3:.3f} ms/step "
+            f"inside engine_prepare, from the {len(steps)} steps of {run_dir} (infralab fidelity calibrate)")
+    rows = scale_rows(read_table(table), lambda q, s: class_factor(q > s, s, classes, factors), host)
     with atomic_output_file(out) as handle:
-        handle.write(render_table(scale_rows(read_table(table), factors, host), [note, *comments]))
+        handle.write(render_table(rows, [note, *comments]))
     return record
 
 
 def run(args: argparse.Namespace) -> int:
     check_new_file(args.out, args.force)
     record = calibrate(Path(args.config), Path(args.run), Path(args.out))
-    profile, scaled = record["profile"], record["scaled_cross_validated"]
     print(f"{record['steps']} steps of {args.run}: host {record['host_per_step_s'] * 1e3:.3f} ms/step; factors "
-          f"{record['factors']['prefill']:.4f} (steps with prompt tokens) / {record['factors']['decode']:.4f} "
-          f"(decode-only)")
-    print(f"total by kind (prompt / decode-only), predicted / measured - 1: profile {profile['prefill_total']:+.1%} / "
-          f"{profile['decode_total']:+.1%}; scaled, cross-validated {scaled['prefill_total']:+.1%} / "
-          f"{scaled['decode_total']:+.1%}")
+          f"per kind {record['factors']['prefill']:.4f} (steps with prompt tokens) / {record['factors']['decode']:.4f} "
+          "(decode-only); per kind and batch-size class (written) "
+          + ", ".join(f"{k} {v:.4f}" for k, v in record["class_factors"].items()))
+    print("total by kind (prompt / decode-only) and the worst batch-size class, predicted / measured - 1: " + "; ".join(
+        f"{name} {e['prefill_total']:+.1%} / {e['decode_total']:+.1%} (class {e['worst_class_total']:.1%})"
+        for name, e in (("profile", record["profile"]), ("per kind, cross-validated", record["scaled_cross_validated"]),
+                        ("per class, cross-validated", record["scaled_by_batch_cross_validated"]))))
     print(f"wrote {args.out}; simulate with [cost] step_table = \"{args.out}\"")
     return 0

@@ -48,7 +48,8 @@ def test_the_scaled_table_charges_the_runs_totals_by_kind_and_keeps_its_provenan
     out = tmp_path / "scaled.csv"
     assert main(["fidelity", "calibrate", str(CONFIG), "--run", str(tmp_path / "run"), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "factors" in printed and f'step_table = "{out}"' in printed
+    assert "factors" in printed and "batch-size class" in printed and f'step_table = "{out}"' in printed
+    assert "per kind and batch-size class" in out.read_text().splitlines()[0]
     assert read_provenance(out) == read_provenance(TABLE)
     steps = json.loads((tmp_path / "run" / "replay.json").read_text())["steps"]
     scaled = table_predictor(out, "fp32", "cpu", 0.0)
@@ -56,14 +57,16 @@ def test_the_scaled_table_charges_the_runs_totals_by_kind_and_keeps_its_provenan
         kind = [(p, st) for p, st in zip(points, steps) if (p[0] > p[2]) == prompt_kind]
         charged = sum(sum(scaled(*p)) for p, _ in kind)
         measured = sum(st["end_s"] - st["start_s"] for _, st in kind)
-        assert len(kind) >= 3 and charged == pytest.approx(measured, rel=1e-5)  # the table keeps 6 digits
+        # a factor per batch-size class, each drawn a little towards its kind's (the host time is not
+        # scaled, so the classes' ratios differ slightly): the kind's total to within 0.1 %
+        assert len(kind) >= 3 and charged == pytest.approx(measured, rel=1e-3)
     assert main(["fidelity", "calibrate", str(CONFIG), "--run", str(tmp_path / "run"), "--out", str(out)]) == 2
     assert "exists; refusing to overwrite" in capsys.readouterr().err
 
 
 def test_scale_rows_scales_each_kind_and_puts_the_host_time_in_prepare():
     rows = read_table(TABLE)[:4]
-    scaled = scale_rows(rows, (2.0, 0.5), 0.001)
+    scaled = scale_rows(rows, lambda q, s: 2.0 if q > s else 0.5, 0.001)
     for before, after in zip(rows, scaled):
         shape = before.shape_dict
         f = 2.0 if shape["q_tokens"] > shape["seqs"] else 0.5
