@@ -32,12 +32,15 @@ def case_json(case: CaseResult) -> dict[str, Any]:
     machine's speed by the reference steps (`speed_factor`, `..._machine_speed`)."""
     machine = case.comparison(case.sim_machine_speed) if case.sim_machine_speed is not None else None
     others = case.comparison(case.sim_others_speed) if case.sim_others_speed is not None else None
+    calibration = case.comparison(case.sim_calibration_speed) if case.sim_calibration_speed is not None else None
     return {"name": case.name, "setting": case.setting, "shape": case.shape, "load": case.load, "fixed": case.fixed,
             "rate_rps": case.rate_rps, "rate_scale": case.rate_scale, "requests": case.requests,
             "sim": case.sim_stats, "speed_factor": case.speed_factor, "sim_machine_speed": case.sim_machine_speed,
             "others_factor": case.others_factor, "sim_others_speed": case.sim_others_speed,
+            "calibration_factor": case.calibration_factor, "sim_calibration_speed": case.sim_calibration_speed,
             "runs": case.runs, "comparison": _comparison_json(case.comparison()),
-            "comparison_machine_speed": _comparison_json(machine), "comparison_others_speed": _comparison_json(others)}
+            "comparison_machine_speed": _comparison_json(machine), "comparison_others_speed": _comparison_json(others),
+            "comparison_calibration_speed": _comparison_json(calibration)}
 
 
 def sign_balance(cases: list[dict[str, Any]], key: str = "comparison") -> dict[str, int]:
@@ -71,8 +74,10 @@ def fidelity_json(result: StudyResult) -> dict[str, Any]:
             "cases": cases, "counts": _counts(cases, "comparison"),
             "counts_machine_speed": _counts(cases, "comparison_machine_speed"),
             "counts_others_speed": _counts(cases, "comparison_others_speed"),
+            "counts_calibration_speed": _counts(cases, "comparison_calibration_speed"),
             "sign_balance": sign_balance(cases), "sign_balance_machine_speed": sign_balance(cases, "comparison_machine_speed"),
             "sign_balance_others_speed": sign_balance(cases, "comparison_others_speed"),
+            "sign_balance_calibration_speed": sign_balance(cases, "comparison_calibration_speed"),
             "failures": failures(cases)}
 
 
@@ -192,14 +197,17 @@ def _nanmean(values: list[float]) -> float:
 
 def speed_lines(doc: dict[str, Any]) -> list[str]:
     """The errors' sign balance, and what the verdicts would be with the mirror's step times at the
-    machine's speed by the reference steps (kept beside, not trusted: `_follow_the_machine`) and at
-    the speed the other cases' replays ran (`_follow_the_other_cases`)."""
+    machine's speed by the reference steps (kept beside, not trusted: `_follow_the_machine`), at
+    the speed the other cases' replays ran (`_follow_the_other_cases`) and at the speed the
+    calibration replays between the rounds ran (`_follow_the_calibration`)."""
     now = doc["sign_balance"]
     lines = [f"Sign balance (mirror above / below the real mean, every comparison): {now['above']} / {now['below']}.", ""]
     for factor, suffix, what in (
             ("speed_factor", "machine_speed", "the machine's speed by the reference steps around each replay"),
             ("others_factor", "others_speed",
-             "the speed the other cases' replays ran their own steps, interleaved with this case's")):
+             "the speed the other cases' replays ran their own steps, interleaved with this case's"),
+            ("calibration_factor", "calibration_speed",
+             "the speed the calibration replays between the rounds ran (the same calibration requests again)")):
         factors = [f"{case['name']} x{case[factor]:.3f}" for case in doc["cases"] if case.get(factor)]
         if factors:
             alt, alt_sign = doc[f"counts_{suffix}"], doc[f"sign_balance_{suffix}"]

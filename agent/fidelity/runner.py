@@ -19,11 +19,14 @@ Order per setting, all in one process and close in time (machines drift: docs/fi
       that their mean rate is `load x capacity`; the mirror simulates them (deterministic: once);
    c. the repetitions: for rep in 1..R, for each load: an open-loop replay of the same requests,
       fingerprinted before and after (`real.load_generator.replay`);
+      After each round (rep k of every load) the calibration replay again (`_recalibrate`: the same
+      non-evaluated requests at the same load), so the calibration also spans the evaluated runs;
    d. the mirror again at the speed the reference steps say the machine ran each case's replays
-      (`_follow_the_machine`), and at the speed the OTHER cases' replays ran their own steps against
+      (`_follow_the_machine`), at the speed the OTHER cases' replays ran their own steps against
       the step times the mirror charges (`_follow_the_other_cases`: replays interleaved with this
-      case's, so the same hour of the machine, but not the replays being predicted), both kept beside
-      the case's simulation.
+      case's, so the same hour of the machine, but not the replays being predicted), and at the
+      speed the calibration replays between the rounds ran against them (`_follow_the_calibration`),
+      each kept beside the case's simulation.
 A replay the engine cannot finish as recorded (a soft reset drops token stamps) is kept as a
 failed run with its reason; the comparison uses the runs that finished.
 
@@ -97,6 +100,9 @@ class CaseResult:
     # the machine's speed by the other cases' replays' own steps (`_follow_the_other_cases`)
     others_factor: float | None = None
     sim_others_speed: dict[str, dict[str, float]] | None = None  # the mirror at that speed (kept beside)
+    # the machine's speed by the calibration replays between the rounds (`_follow_the_calibration`)
+    calibration_factor: float | None = None
+    sim_calibration_speed: dict[str, dict[str, float]] | None = None  # the mirror at that speed (kept beside)
 
     @property
     def name(self) -> str:
@@ -272,11 +278,11 @@ def _run_shape(study: FidelityStudy, setting: Setting, shape: Shape, engine: Rea
         f"{len(burst)} at a time ...")
     saturated, steady = closed_loop(engine, loop_requests, len(burst), seed=study.seed + 1)
     capacity = steady.rate_rps
-    calibration_steps, calibration = list(saturated.steps), None
+    calibration_steps, calibration, calibration_scale = list(saturated.steps), None, None
     if len(burst) >= 2 and max(r.arrival_s for r in burst) > 0:  # the same requests, now at their own pattern
-        rate_scale = CALIBRATION_LOAD * capacity / mean_rate(burst)
+        calibration_scale = CALIBRATION_LOAD * capacity / mean_rate(burst)
         say(f"{setting.name}/{shape.name}: calibration replay of those requests at {CALIBRATION_LOAD:.0%} of capacity ...")
-        calibration = replay(engine, burst, rate_scale=rate_scale, seed=study.seed + 1)
+        calibration = replay(engine, burst, rate_scale=calibration_scale, seed=study.seed + 1)
         calibration_steps += calibration.steps
     kept = _keep_calibration(folder, f"{setting.name}-{shape.name}", saturated, calibration)
     table, host, choice, predictors = choose_step_times(
@@ -292,6 +298,7 @@ def _run_shape(study: FidelityStudy, setting: Setting, shape: Shape, engine: Rea
         cases.append(CaseResult(setting.name, shape.name, load, natural * rate_scale, rate_scale, len(evaluated),
                                 latency_stats(sim), latency_samples(sim), fixed=shape.fixed))
     profiled = midpoint(measured.before, measured.after)  # the profile's own speed
+    rounds: list[dict[str, Any]] = []
     for rep in range(study.repetitions):
         for case in cases:
             say(f"{case.name}: real run {rep + 1}/{study.repetitions} ({case.requests} requests at "
@@ -299,9 +306,15 @@ def _run_shape(study: FidelityStudy, setting: Setting, shape: Shape, engine: Rea
             _real_run(study, engine, case, evaluated, profiled, folder, rep,
                       lambda result: {**_step_checks(result, table, engine, host),
                                       "step_models": score_on(predictors, result.steps)})
+        if calibration_scale is not None:
+            say(f"{setting.name}/{shape.name}: calibration replay again after round {rep + 1} ...")
+            rounds.append(_recalibrate(engine, burst, calibration_scale, study.seed + 1, table, host,
+                                       folder / "replays" / f"calibration-{setting.name}-{shape.name}-round{rep + 1}.json",
+                                       folder))
     for case in cases:
         _follow_the_machine(case, doc, evaluated, folder)
     _follow_the_other_cases(cases, doc, evaluated, folder)
+    _follow_the_calibration(cases, rounds, doc, evaluated, folder)
     record = {"capacity_rps": capacity, "capacity_run": {**steady.as_dict(), "makespan_s": saturated.wall_s,
                                                           "burst_rate_rps": len(loop_requests) / saturated.wall_s,
                                                           "steps": len(saturated.steps),
@@ -309,7 +322,7 @@ def _run_shape(study: FidelityStudy, setting: Setting, shape: Shape, engine: Rea
               "calibration_replay": None if calibration is None else {
                   "requests": len(burst), "rate_rps": CALIBRATION_LOAD * capacity, "steps": len(calibration.steps),
                   "wall_s": calibration.wall_s},
-              "step_times": choice, "calibration_files": kept,
+              "step_times": choice, "calibration_files": kept, "calibration_rounds": rounds,
               "host_per_step_s": host, "mean_rate_at_scale_1_rps": natural, "requests": len(evaluated),
               "mirror_config": doc}
     return record, cases
@@ -365,6 +378,40 @@ def _follow_the_other_cases(cases: list[CaseResult], doc: dict[str, Any], reques
             continue
         case.others_factor = 1.0 + sum(ratios) / len(ratios)
         case.sim_others_speed = _mirror_at_speed(doc, case.others_factor, requests, case, folder)
+
+
+def _recalibrate(engine: RealEngine, burst: list[ReplayRequest], rate_scale: float, seed: int, table: Path,
+                 host: float, path: Path, folder: Path) -> dict[str, Any]:
+    """The calibration replay again (the same non-evaluated requests, load and seed), written to
+    `path`; its steps against the step times the mirror charges (`steps_vs_profile`), or why it is
+    not used (contended: left out, never averaged in)."""
+    again = replay(engine, burst, rate_scale=rate_scale, seed=seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    dump_json(again.as_dict(), path)
+    record: dict[str, Any] = {"file": str(path.relative_to(folder)), "steps": len(again.steps), "wall_s": again.wall_s,
+                              "steps_vs_profile": steps_vs_profile(table, again.steps, engine.settings.dtype, host,
+                                                                   engine.settings.device)}
+    if again.contention is not None and again.contention.flagged:
+        record["error"] = f"contention: {'; '.join(again.contention.reasons)}"
+    return record
+
+
+def _follow_the_calibration(cases: list[CaseResult], rounds: list[dict[str, Any]], doc: dict[str, Any],
+                            requests: list[ReplayRequest], folder: Path) -> None:
+    """Every case's mirror again at the speed the calibration replays between the rounds ran:
+    `cost.step_table_speed` = 1 + the mean over them of `steps_vs_profile["step"]` (their steps
+    against the step times the mirror charges, which were chosen on the first calibration replay of
+    the same requests at the same load, so what moves is the machine). Calibration data only: none
+    of them is an evaluated replay. Kept beside (`sim_calibration_speed`)."""
+    ratios = [r["steps_vs_profile"]["step"] for r in rounds if not r.get("error")
+              and r["steps_vs_profile"].get("step") is not None]
+    ratios = [r for r in ratios if r == r]  # NaN: a replay with no observed step
+    if not ratios:
+        return
+    factor = 1.0 + sum(ratios) / len(ratios)
+    for case in cases:
+        case.calibration_factor = factor
+        case.sim_calibration_speed = _mirror_at_speed(doc, factor, requests, case, folder)
 
 
 def _real_run(study: FidelityStudy, engine: RealEngine, case: CaseResult, requests: list[ReplayRequest],

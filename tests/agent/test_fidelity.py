@@ -209,6 +209,14 @@ def test_a_minimal_study_runs_end_to_end(tmp_path, capsys, monkeypatch):
     assert sum(doc["sign_balance"].values()) == sum(doc["counts"].values()) == sum(doc["counts_machine_speed"].values())
     assert "Sign balance" in table and f"x{case['speed_factor']:.3f}" in table
     assert case["others_factor"] is None and case["comparison_others_speed"] is None  # one case: no other replays
+    # The calibration replay again after each round: kept, and the mirror at its speed kept beside.
+    rounds = chat["calibration_rounds"]
+    assert len(rounds) == doc["repetitions"] and all((out / r["file"]).exists() for r in rounds)
+    ratios = [r["steps_vs_profile"]["step"] for r in rounds]
+    assert case["calibration_factor"] == pytest.approx(1 + np.mean(ratios))
+    assert case["comparison_calibration_speed"]["ttft"]["mean"]["sim"] == case["sim_calibration_speed"]["ttft"]["mean"]
+    assert sum(doc["counts_calibration_speed"].values()) == sum(doc["counts"].values())
+    assert "calibration replays between the rounds" in table
     # The step times the mirror charged, chosen on the calibration replays, both scored on the runs.
     choice = chat["step_times"]
     kept = [json.loads((out / f).read_text()) for f in chat["calibration_files"]]  # the calibration replays, kept
