@@ -50,9 +50,37 @@ def sign_balance(cases: list[dict[str, Any]], key: str = "comparison") -> dict[s
     return {"above": sum(e > 0 for e in errors), "below": sum(e < 0 for e in errors), "equal": sum(e == 0 for e in errors)}
 
 
+# Which of a run's step-speed figures (`steps_vs_profile`) a metric waits on: a TTFT on the steps
+# that compute prompt tokens, a TPOT or ITL on decode-only steps, an E2E on all of them.
+METRIC_STEPS = {"ttft": "prefill_step", "tpot": "decode_step", "itl": "decode_step", "e2e": "step"}
+# A step-speed difference smaller than this is not offered as the cause of an error.
+CAUSE_MIN = 0.02
+
+
+def failure_cause(case: dict[str, Any], metric: str, error: float) -> str:
+    """Why a comparison failed, from the case's own runs: how the replays' steps of the kind the
+    metric waits on ran against the step times the mirror charged (`METRIC_STEPS`), whether the
+    engine scheduled every step as the mirror does, and the verdict on which it is: step time
+    (the steps' speed explains the error's sign: real steps slower than charged and the mirror
+    below, or the reverse), or not step time (then queueing or host time between steps)."""
+    runs = [r for r in case["runs"] if r.get("error") is None and r.get("steps_vs_profile")]
+    speeds = [r["steps_vs_profile"].get(METRIC_STEPS[metric]) for r in runs]
+    speeds = [v for v in speeds if v is not None and v == v]
+    same = sum(1 for r in runs if r.get("schedule") and r["schedule"]["differing"] == 0)
+    schedule = f"the schedule was the mirror's in {same} of {len(runs)} runs"
+    if not speeds:
+        return f"no step of that kind was observed; {schedule}"
+    speed = sum(speeds) / len(speeds)
+    kind = {"prefill_step": "steps with prompt tokens", "decode_step": "decode-only steps", "step": "steps"}[METRIC_STEPS[metric]]
+    text = f"the replays' {kind} ran {speed:+.1%} against the step times charged; {schedule}"
+    if abs(speed) >= CAUSE_MIN and (speed > 0) == (error < 0):
+        return text + ": step time (the machine ran those steps at another speed than calibrated)"
+    return text + ": not step time (queueing, or host time between steps)"
+
+
 def failures(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every comparison that missed its target or fell outside the real range, and every case
-    with fewer than two finished real runs."""
+    """Every comparison that missed its target or fell outside the real range, with its likely
+    cause (`failure_cause`), and every case with fewer than two finished real runs."""
     out = []
     for case in cases:
         if case["comparison"] is None:
@@ -64,7 +92,8 @@ def failures(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for stat, c in stats.items():
                 if c["verdict"] in ("missed", "out of range"):
                     out.append({"case": case["name"], "metric": metric, "stat": stat, "verdict": c["verdict"],
-                                "error": c["error"], "spread": c["spread"]})
+                                "error": c["error"], "spread": c["spread"],
+                                "cause": failure_cause(case, metric, c["error"])})
     return out
 
 
@@ -154,7 +183,7 @@ def markdown(doc: dict[str, Any]) -> str:
                 lines.append(f"- {f['case']}: {f['why']}")
             else:
                 lines.append(f"- {f['case']} {LABELS[f['metric']]} {f['stat']}: {f['verdict']}, error "
-                             f"{_pct(f['error'])}, real spread {f['spread']:.1%}")
+                             f"{_pct(f['error'])}, real spread {f['spread']:.1%}; {f['cause']}")
     return "\n".join(lines) + "\n"
 
 

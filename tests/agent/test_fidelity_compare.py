@@ -56,3 +56,25 @@ def test_compare_builds_every_metric_statistic_from_the_runs():
     assert result["e2e"]["p50"].target is None
     with pytest.raises(ValueError):
         compare([], stats(1.0), load=0.6)
+
+
+def _case_with_steps(prefill: float, decode: float, differing: int = 0) -> dict:
+    run = {"error": None, "steps_vs_profile": {"prefill_step": prefill, "decode_step": decode, "step": decode},
+           "schedule": {"differing": differing}}
+    return {"runs": [run, dict(run)]}
+
+
+def test_a_failure_is_put_on_step_time_only_when_the_steps_speed_explains_its_sign() -> None:
+    from infralab.agent.fidelity.report import failure_cause
+    slow = _case_with_steps(prefill=0.12, decode=0.01)
+    # real prompt steps 12 % slower than charged, the mirror's TTFT low: step time
+    assert "step time (the machine" in failure_cause(slow, "ttft", -0.1)
+    assert "+12.0%" in failure_cause(slow, "ttft", -0.1) and "2 of 2 runs" in failure_cause(slow, "ttft", -0.1)
+    # the mirror's TTFT high although the real steps were slower: not step time
+    assert "not step time" in failure_cause(slow, "ttft", +0.1)
+    # decode-only steps within 2 %: not offered as the cause of a TPOT error
+    assert "not step time" in failure_cause(slow, "tpot", -0.1)
+    assert "1 of 2" in failure_cause({"runs": [*_case_with_steps(0.1, 0.1)["runs"][:1],
+                                               *_case_with_steps(0.1, 0.1, differing=3)["runs"][:1]]}, "e2e", -0.1)
+    assert failure_cause({"runs": [{"error": None, "steps_vs_profile": {"prefill_step": None}, "schedule": None}]},
+                         "ttft", -0.1).startswith("no step of that kind")
