@@ -20,8 +20,12 @@ predicting the held-out one); the profile was not fitted on these steps (but for
 constant). The criterion is the worst of the two totals by kind (the sums a TTFT and a TPOT are
 made of) and of the batch-size classes' totals (`step_errors`): until 2026-12-07 (third session)
 it was the totals by kind alone, changed after a quick study's evaluated replays showed the kind
-totals matched by errors of opposite sign across batch sizes, which another load's mix undoes. A chosen model is written as a step table on the profile's grid (its host time inside
-the `engine_prepare` rows, so the mirror adds none), so the mirror reads any of them the same way.
+totals matched by errors of opposite sign across batch sizes, which another load's mix undoes.
+A chosen model is written as a step table on the profile's grid (its host time inside the
+`engine_prepare` rows, so the mirror adds none), so the mirror reads any of them the same way; a
+per-class table scales each grid point by its own class's factor, so a step between two classes'
+grid points (3 sequences, between the rows of 2 and 4) is charged a blend of both, where the
+cross-validation applied its own class's factor (the evaluated replays are scored on the tables).
 All candidates are also scored on every evaluated replay's steps, as evaluation.
 """
 
