@@ -31,6 +31,7 @@ Units: seconds, bytes, FLOPs.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import math
 from collections.abc import Iterable, Mapping
@@ -55,6 +56,9 @@ def shape_key(shape: Mapping[str, int]) -> Shape:
     return tuple(sorted((name, int(value)) for name, value in shape.items()))
 
 
+ANSWERS_KEPT = 1 << 16  # lookups a table remembers (`CalibrationTable.lookup`), bounding its memory
+
+
 class CalibrationTable:
     """Rows of one calibration CSV, indexed for lookups by (kernel, dtype, device)."""
 
@@ -74,11 +78,23 @@ class CalibrationTable:
         self._lines: dict[tuple[str, str, str, str], dict[str, dict[Shape, _Line]]] = {}
         # Measured values per field, per (kernel, dtype, device), built on first use (rule 1b).
         self._axes: dict[tuple[str, str, str], dict[str, tuple[int, ...]]] = {}
+        # `lookup`'s answers by its arguments (the shape as given), at most ANSWERS_KEPT of them
+        # (then forgotten at once): a step table is asked the same shapes again by every
+        # simulation that loads it (`load` shares the table), and a step's two rows each time.
+        self._answers: dict[tuple[object, ...], float | None] = {}
 
     @classmethod
     def load(cls, path: str | Path) -> CalibrationTable:
-        """Read a calibration CSV; any bad row raises InputError naming file, line and column."""
-        return cls(read_table(path), source=str(Path(path)))
+        """Read a calibration CSV; any bad row raises InputError naming file, line and column.
+        A file unchanged since it was last read in this process (same size and modification time)
+        is not parsed again: the table is read-only, and a rate search or the fidelity study's
+        mirror simulates many runs on the same one."""
+        path = Path(path)
+        try:
+            stat = path.stat()
+        except OSError:
+            return cls(read_table(path), source=str(path))  # read_table names the problem
+        return _load_table(str(path), stat.st_size, stat.st_mtime_ns)
 
     def merged(self, other: CalibrationTable) -> CalibrationTable:
         """This table's rows followed by `other`'s (one table answers for both sources)."""
@@ -133,6 +149,16 @@ class CalibrationTable:
         (`inside_grid`) comes next. Otherwise each variant's nearest row is
         scaled by `scale` and the fastest result is returned. `peaks` = (peak FLOP/s for `dtype`,
         memory bytes/s) of the device decides whether a row is compute- or memory-bound."""
+        key = (kernel, dtype, device, tuple(shape.items()), peaks, grid)
+        if key in self._answers:
+            return self._answers[key]
+        if len(self._answers) >= ANSWERS_KEPT:
+            self._answers.clear()
+        answer = self._answers[key] = self._lookup(kernel, dtype, device, shape, peaks, grid)
+        return answer
+
+    def _lookup(self, kernel: str, dtype: str, device: str, shape: Mapping[str, int],
+                peaks: tuple[float, float] | None, grid: bool) -> float | None:
         measured = self.exact(kernel, dtype, device, shape_key(shape))
         if measured is not None:
             return measured
@@ -264,6 +290,13 @@ def _build_lines(variants: Mapping[str, list[CalibrationRow]], field: str) -> di
             for others, line in points.items()
         }
     return result
+
+
+@functools.lru_cache(maxsize=16)
+def _load_table(path: str, size: int, mtime_ns: int) -> CalibrationTable:
+    """`CalibrationTable.load`'s parse, memoised on the file's identity (`size`, `mtime_ns`: part of
+    the key only); an InputError is raised each time, never cached."""
+    return CalibrationTable(read_table(path), source=path)
 
 
 def load_calibration(table: str | Path | None = None, vidur_profile: str | Path | None = None) -> CalibrationTable | None:

@@ -142,15 +142,16 @@ class StepTableCost:
 
     def _lookup(self, kernel: str, shape: dict[str, int]) -> float:
         measured = self.ranges[kernel]
+        if all(lo <= shape[name] <= hi for name, (lo, hi) in measured.items()):
+            seconds = self.table.lookup(kernel, self.dtype, self.device, shape, grid=True)
+            if seconds is not None:
+                return seconds
         outside = [f"{name}={shape[name]} (profiled {lo}-{hi})" for name, (lo, hi) in measured.items()
                    if not lo <= shape[name] <= hi]
-        seconds = None if outside else self.table.lookup(kernel, self.dtype, self.device, shape, grid=True)
-        if seconds is None:
-            what = ", ".join(outside) or ", ".join(f"{name}={shape[name]}" for name in FIELDS)
-            raise InputError(self.table.source, f"the step profile does not cover a step of {what}",
-                             "a profile whose grid covers every step of the run (infralab.real.profile with a "
-                             "larger grid, or a smaller engine.max_batched_tokens / num_blocks)")
-        return seconds
+        what = ", ".join(outside) or ", ".join(f"{name}={shape[name]}" for name in FIELDS)
+        raise InputError(self.table.source, f"the step profile does not cover a step of {what}",
+                         "a profile whose grid covers every step of the run (infralab.real.profile with a "
+                         "larger grid, or a smaller engine.max_batched_tokens / num_blocks)")
 
 
 def run_step_table_cost(table: CalibrationTable, cfg: SimConfig, requests: Sequence[ServedRequest],

@@ -166,7 +166,8 @@ def simulate_mirror(doc: dict[str, Any], requests: Sequence[ReplayRequest], rate
     assert table is not None
     served = [Request(r.id, r.arrival_s / rate_scale, r.prompt_tokens, r.output_tokens) for r in requests]
     model = Path(doc["model"]).stem if doc["model"].endswith(".toml") else doc["model"]  # `model_for_sim`'s name
-    record = simulate(cfg, served, run_step_table_cost(table, cfg, served, model))
+    # No timeline: only the requests' records are read (the run's tally is the same without one).
+    record = simulate(cfg, served, run_step_table_cost(table, cfg, served, model), timeline=False)
     return sorted(record.requests, key=lambda r: r.id)
 
 

@@ -209,3 +209,26 @@ def test_scaling_uses_the_work_formulas_the_kernels_write_into_rows(tmp_path):
     t = table(tmp_path, row(shape="M=1;N=4096;K=4096", nbytes=small.bytes, flops=small.flops, median_s=1.5e-5))
     got = t.lookup("matmul", "bf16", DEVICE, {"M": 1, "N": 8192, "K": 4096}, peaks=PEAKS)  # memory-bound
     assert got == pytest.approx(1.5e-5 * big.bytes / small.bytes)
+
+
+# ---- memoised reading and lookups ----------------------------------------------------------------
+
+
+def test_an_unchanged_file_is_parsed_once_and_a_changed_one_again(tmp_path):
+    first = table(tmp_path, row(median_s=3.3e-5))
+    assert CalibrationTable.load(tmp_path / "cal.csv") is first  # same size and modification time
+    changed = table(tmp_path, row(median_s=4.4e-5))  # same size, new modification time
+    assert changed is not first
+    assert changed.lookup("matmul", "bf16", DEVICE, {"M": 1024, "N": 1024, "K": 1024}, peaks=PEAKS) == 4.4e-5
+
+
+def test_remembered_lookups_give_the_first_answer_and_forget_past_the_bound(tmp_path, monkeypatch):
+    from infralab.sim import calibration
+    t = table(tmp_path, row(shape="M=1024;N=1024;K=1024", median_s=1e-5), row(shape="M=4096;N=1024;K=1024", median_s=3e-5))
+    shapes = [{"M": m, "N": 1024, "K": 1024} for m in (1024, 2048, 3000, 4096)]
+    fresh = [CalibrationTable(t.rows).lookup("matmul", "bf16", DEVICE, s, grid=True) for s in shapes]
+    monkeypatch.setattr(calibration, "ANSWERS_KEPT", 2)
+    for _ in range(2):
+        assert [t.lookup("matmul", "bf16", DEVICE, s, grid=True) for s in shapes] == fresh
+        assert len(t._answers) <= 2
+    assert fresh[1] == pytest.approx(1e-5 + 2e-5 / 3) and fresh[0] == 1e-5  # linear between the measured M
