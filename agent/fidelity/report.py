@@ -27,20 +27,28 @@ def _comparison_json(comparison: dict[str, dict[str, Any]] | None) -> dict[str, 
                                             for metric, stats in comparison.items()}
 
 
+# The mirror again at another step speed, kept beside the case's simulation: (the case's factor
+# field, the suffix of its `sim_...`, `comparison_...`, `counts_...` and `sign_balance_...` keys,
+# what the speed is; `runner._follow_the_machine`, `_follow_the_other_cases`, `_follow_the_calibration`).
+SPEEDS_BESIDE = (
+    ("speed_factor", "machine_speed", "the machine's speed by the reference steps around each replay"),
+    ("others_factor", "others_speed", "the speed the other cases' replays ran their own steps, interleaved with this case's"),
+    ("calibration_factor", "calibration_speed",
+     "the speed the calibration replays between the rounds ran (the same calibration requests again)"),
+)
+
+
 def case_json(case: CaseResult) -> dict[str, Any]:
-    """A case's record: its simulation and comparisons, and the same with the step times at the
-    machine's speed by the reference steps (`speed_factor`, `..._machine_speed`)."""
-    machine = case.comparison(case.sim_machine_speed) if case.sim_machine_speed is not None else None
-    others = case.comparison(case.sim_others_speed) if case.sim_others_speed is not None else None
-    calibration = case.comparison(case.sim_calibration_speed) if case.sim_calibration_speed is not None else None
-    return {"name": case.name, "setting": case.setting, "shape": case.shape, "load": case.load, "fixed": case.fixed,
-            "rate_rps": case.rate_rps, "rate_scale": case.rate_scale, "requests": case.requests,
-            "sim": case.sim_stats, "speed_factor": case.speed_factor, "sim_machine_speed": case.sim_machine_speed,
-            "others_factor": case.others_factor, "sim_others_speed": case.sim_others_speed,
-            "calibration_factor": case.calibration_factor, "sim_calibration_speed": case.sim_calibration_speed,
-            "runs": case.runs, "comparison": _comparison_json(case.comparison()),
-            "comparison_machine_speed": _comparison_json(machine), "comparison_others_speed": _comparison_json(others),
-            "comparison_calibration_speed": _comparison_json(calibration)}
+    """A case's record: its simulation and comparisons, and the same at each speed kept beside
+    (`SPEEDS_BESIDE`)."""
+    out = {"name": case.name, "setting": case.setting, "shape": case.shape, "load": case.load, "fixed": case.fixed,
+           "rate_rps": case.rate_rps, "rate_scale": case.rate_scale, "requests": case.requests,
+           "sim": case.sim_stats, "runs": case.runs, "comparison": _comparison_json(case.comparison())}
+    for factor, suffix, _ in SPEEDS_BESIDE:
+        sim = getattr(case, f"sim_{suffix}")
+        out |= {factor: getattr(case, factor), f"sim_{suffix}": sim,
+                f"comparison_{suffix}": _comparison_json(case.comparison(sim) if sim is not None else None)}
+    return out
 
 
 def sign_balance(cases: list[dict[str, Any]], key: str = "comparison") -> dict[str, int]:
@@ -99,14 +107,12 @@ def failures(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def fidelity_json(result: StudyResult) -> dict[str, Any]:
     cases = [case_json(case) for case in result.cases]
+    beside = {}
+    for _, suffix, _ in SPEEDS_BESIDE:
+        beside |= {f"counts_{suffix}": _counts(cases, f"comparison_{suffix}"),
+                   f"sign_balance_{suffix}": sign_balance(cases, f"comparison_{suffix}")}
     return {"schema": SCHEMA, **result.facts, "targets": {"relative_error": TARGETS, "below_load": TARGET_MAX_LOAD},
-            "cases": cases, "counts": _counts(cases, "comparison"),
-            "counts_machine_speed": _counts(cases, "comparison_machine_speed"),
-            "counts_others_speed": _counts(cases, "comparison_others_speed"),
-            "counts_calibration_speed": _counts(cases, "comparison_calibration_speed"),
-            "sign_balance": sign_balance(cases), "sign_balance_machine_speed": sign_balance(cases, "comparison_machine_speed"),
-            "sign_balance_others_speed": sign_balance(cases, "comparison_others_speed"),
-            "sign_balance_calibration_speed": sign_balance(cases, "comparison_calibration_speed"),
+            "cases": cases, "counts": _counts(cases, "comparison"), "sign_balance": sign_balance(cases), **beside,
             "failures": failures(cases)}
 
 
@@ -231,12 +237,7 @@ def speed_lines(doc: dict[str, Any]) -> list[str]:
     calibration replays between the rounds ran (`_follow_the_calibration`)."""
     now = doc["sign_balance"]
     lines = [f"Sign balance (mirror above / below the real mean, every comparison): {now['above']} / {now['below']}.", ""]
-    for factor, suffix, what in (
-            ("speed_factor", "machine_speed", "the machine's speed by the reference steps around each replay"),
-            ("others_factor", "others_speed",
-             "the speed the other cases' replays ran their own steps, interleaved with this case's"),
-            ("calibration_factor", "calibration_speed",
-             "the speed the calibration replays between the rounds ran (the same calibration requests again)")):
+    for factor, suffix, what in SPEEDS_BESIDE:
         factors = [f"{case['name']} x{case[factor]:.3f}" for case in doc["cases"] if case.get(factor)]
         if factors:
             alt, alt_sign = doc[f"counts_{suffix}"], doc[f"sign_balance_{suffix}"]

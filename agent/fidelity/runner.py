@@ -370,14 +370,21 @@ def _follow_the_other_cases(cases: list[CaseResult], doc: dict[str, Any], reques
     the replays the case is compared with. Kept beside (`sim_others_speed`); a case with no other
     case (one shape, one load) gets none."""
     for case in cases:
-        ratios = [run["steps_vs_profile"]["step"] for other in cases if other is not case
-                  for run in other.runs if run["error"] is None and run.get("steps_vs_profile")
-                  and run["steps_vs_profile"].get("step") is not None]
-        ratios = [r for r in ratios if r == r]  # NaN: a replay with no observed step
-        if not ratios:
+        factor = _step_speed([run for other in cases if other is not case for run in other.runs])
+        if factor is None:
             continue
-        case.others_factor = 1.0 + sum(ratios) / len(ratios)
-        case.sim_others_speed = _mirror_at_speed(doc, case.others_factor, requests, case, folder)
+        case.others_factor = factor
+        case.sim_others_speed = _mirror_at_speed(doc, factor, requests, case, folder)
+
+
+def _step_speed(replays: list[dict[str, Any]]) -> float | None:
+    """1 + the mean of `steps_vs_profile["step"]` over the replays' records that finished, were not
+    contended and observed a step (None if none did): the speed they ran the steps at against the
+    step times the mirror charges, as `cost.step_table_speed`."""
+    ratios = [r["steps_vs_profile"]["step"] for r in replays if r.get("error") is None and r.get("steps_vs_profile")
+              and r["steps_vs_profile"].get("step") is not None]
+    ratios = [r for r in ratios if r == r]  # NaN: a replay with no observed step
+    return 1.0 + sum(ratios) / len(ratios) if ratios else None
 
 
 def _recalibrate(engine: RealEngine, burst: list[ReplayRequest], rate_scale: float, seed: int, table: Path,
@@ -403,12 +410,9 @@ def _follow_the_calibration(cases: list[CaseResult], rounds: list[dict[str, Any]
     against the step times the mirror charges, which were chosen on the first calibration replay of
     the same requests at the same load, so what moves is the machine). Calibration data only: none
     of them is an evaluated replay. Kept beside (`sim_calibration_speed`)."""
-    ratios = [r["steps_vs_profile"]["step"] for r in rounds if not r.get("error")
-              and r["steps_vs_profile"].get("step") is not None]
-    ratios = [r for r in ratios if r == r]  # NaN: a replay with no observed step
-    if not ratios:
+    factor = _step_speed(rounds)
+    if factor is None:
         return
-    factor = 1.0 + sum(ratios) / len(ratios)
     for case in cases:
         case.calibration_factor = factor
         case.sim_calibration_speed = _mirror_at_speed(doc, factor, requests, case, folder)
