@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from infralab.agent.fidelity.sim_side import host_per_step_s, table_predictor
-from infralab.agent.fidelity.step_times import batch_factors, class_factor, kind_factors, scaled_cv
+from infralab.agent.fidelity.step_times import (batch_factors, class_factor, kind_factors, named_class_factors,
+                                                scaled_cv)
 from infralab.calibration_table import CalibrationRow, read_table, render_table
 from infralab.errors import InputError
 from infralab.input_files import read_text
@@ -89,7 +90,7 @@ def calibrate(config: Path, run_dir: Path, out: Path) -> dict[str, Any]:
     classes = batch_factors(predicted, steps)
     record = {"table": str(table), "run": str(run_dir), "steps": len(steps), "host_per_step_s": host,
               "factors": {"prefill": factors[0], "decode": factors[1]},
-              "class_factors": {f"{'prefill' if p else 'decode'}/{c}": f for (p, c), f in classes.items()},
+              "class_factors": named_class_factors(classes),
               "profile": step_errors(predicted, steps), "scaled_cross_validated": scaled_cv(predicted, steps),
               "scaled_by_batch_cross_validated": scaled_cv(predicted, steps, by_batch=True)}
     comments = [line.lstrip()[1:].removeprefix(" ") for line in read_text(table, "table", "a step table").splitlines()

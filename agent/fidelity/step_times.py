@@ -84,6 +84,11 @@ def batch_factors(predicted: np.ndarray, steps: Sequence[Any], pseudo: float = P
     return out
 
 
+def named_class_factors(factors: ClassFactors) -> dict[str, float]:
+    """`factors` keyed "prefill/<class>" and "decode/<class>", as records and printouts name them."""
+    return {f"{'prefill' if prefill else 'decode'}/{c}": f for (prefill, c), f in factors.items()}
+
+
 def class_factor(prefill: bool, seqs: int, factors: ClassFactors, kinds: tuple[float, float]) -> float:
     """The factor of a step's kind and batch-size class; its kind's where the class had no step."""
     return factors.get((prefill, batch_class(seqs)), kinds[0] if prefill else kinds[1])
@@ -155,7 +160,7 @@ def choose_step_times(engine: RealEngine, measured: Profile, profile_csv: Path, 
              f"(prompt/decode-only, sequences): {_class_text(classes)}; the totals of {fitted_on}, each class drawn "
              f"towards its kind's factor by {PSEUDO_STEPS} steps"])
         errors["scaled_by_batch"] = scaled_cv(as_profiled, kept, by_batch=True)
-        record["scaled_by_batch"] = {"factors": {f"{'prefill' if p else 'decode'}/{c}": f for (p, c), f in classes.items()},
+        record["scaled_by_batch"] = {"factors": named_class_factors(classes),
                                      "table": path.name, "cross_validated": errors["scaled_by_batch"]}
         tables["scaled_by_batch"] = (path, 0.0)
         predictors["scaled_by_batch"] = table_predictor(path, dtype, device, 0.0)
