@@ -19,7 +19,9 @@ The split the profiles' coverage allows (stated in docs/sim.md):
   for prefill, whose chunk is too), EVALUATE on the others (interpolation between measured sizes);
 - all-reduce: curves FIT on 2 and 4 GPUs of a DGX node, EVALUATED on 8;
 - host (vLLM v0 on A100): per-step + per-sequence FIT on Llama-2-7B (TP 1), EVALUATED on the other
-  five models of the file.
+  five models of the file; the same fit again without the output-processing phase (the host time
+  left on a step's path once output processing overlaps the next forward: vLLM >= 0.6.0 and V1;
+  agent/public_points/engines.py).
 
     .venv/bin/python benchmarks/vidur_calibration_check.py [--out results/vidur_calibration]
 
@@ -45,7 +47,8 @@ from infralab.sim.calibration import CalibrationTable
 from infralab.sim.config import DEFAULT_MEMORY_EFFICIENCY, CostConfig, EfficiencyConfig, RooflineExtrasConfig
 from infralab.sim.cost import CostModel
 from infralab.sim.specs import ModelSpec, load_accelerator, load_link, load_model
-from infralab.vidur_profile import read_vidur_profile
+from infralab.vidur_profile import HOST_PHASES_BEFORE_OUTPUTS, read_vidur_profile
+from infralab.vidur_profile import host_rows as host_phase_rows
 
 # The plain roofline; the norm and the residual add unfused, as the profiles time them.
 PLAIN = RooflineExtrasConfig(kernel_launch_s=0.0, small_ops=False, decode_attention_floor_s=0.0, sampler=False,
@@ -372,6 +375,11 @@ def main(argv: list[str] | None = None) -> int:
     fit_host = [r for r in host_rows if r.variant == "meta-llama/Llama-2-7b-hf"]
     per_step, per_seq = fit_line((r.shape_dict["B"], r.median_s) for r in fit_host)
     print(f"host (vLLM v0, A100; fit on Llama-2-7B TP1): per_step_s {per_step:.3g}, per_request_s {per_seq:.3g}")
+    before_outputs = [r for r in host_phase_rows(root / "cpu_overhead/a100/cpu_overheads.csv", HOST_PHASES_BEFORE_OUTPUTS)
+                      if r.variant == "meta-llama/Llama-2-7b-hf"]
+    sync_step, sync_seq = fit_line((r.shape_dict["B"], r.median_s) for r in before_outputs)
+    print(f"host without output processing (the same rows, {' + '.join(HOST_PHASES_BEFORE_OUTPUTS)}): "
+          f"per_step_s {sync_step:.3g}, per_request_s {sync_seq:.3g}")
     for r in host_rows:
         if r not in fit_host:
             predicted = per_step + per_seq * r.shape_dict["B"]

@@ -27,7 +27,8 @@ of the folder (`VIDUR_DEVICES`); `variant` is `vidur` for compute rows, the node
 (`a100_dgx`, ...) for network rows, the Hugging Face model name for host rows; `bytes` and
 `flops` are the operator's work (`infralab.work_formulas`) at 2 bytes per element. Repeated
 measurements of a shape stay as rows (the table keeps the fastest). Rows of sizes Vidur measured
-as 0 (an empty KV cache in a decode row) are skipped: shapes are positive.
+as 0 (an empty KV cache in a decode row) are skipped: shapes are positive. `host_rows` reads
+the host rows of one file summed over some of the phases only (e.g. without output processing).
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ _EXPECTED = "a folder of Vidur's profile tree (compute/, network/, cpu_overhead/
 _GEMMS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 # The host phases of one vLLM (v0) step that run on the CPU before/after the model's kernels.
 HOST_PHASES = ("schedule", "sampler_e2e", "prepare_inputs_e2e", "process_model_outputs")
+# The phases left on a step's critical path once output processing overlaps the next forward
+# (vLLM PR #7049, default from v0.6.0) or runs in the front-end process (the V1 engine).
+HOST_PHASES_BEFORE_OUTPUTS = HOST_PHASES[:3]
 
 
 def read_vidur_profile(folder: str | Path) -> list[CalibrationRow]:
@@ -196,10 +200,24 @@ def _network_rows(path: Path) -> Iterator[CalibrationRow]:
         yield _row(op, node, shape, device, _median_s(r, op, where))
 
 
-def _cpu_rows(path: Path) -> Iterator[CalibrationRow]:
+def host_rows(path: str | Path, phases: tuple[str, ...] = HOST_PHASES) -> list[CalibrationRow]:
+    """The `engine_host` rows of one `cpu_overheads.csv` with each step's time summed over `phases`
+    (Vidur's column stems, a subset of HOST_PHASES) instead of all four: e.g. the host time left
+    when the engine overlaps output processing (HOST_PHASES_BEFORE_OUTPUTS). Seconds per step."""
+    unknown = set(phases) - set(HOST_PHASES)
+    if unknown or not phases:
+        problem = f"unknown phases {sorted(unknown)}" if unknown else "no phase given"
+        raise InputError("phases", problem, f"a non-empty subset of {HOST_PHASES}")
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(str(path), "is not a file", "a Vidur cpu_overheads.csv")
+    return list(_cpu_rows(path, phases))
+
+
+def _cpu_rows(path: Path, phases: tuple[str, ...] = HOST_PHASES) -> Iterator[CalibrationRow]:
     device = _device(path, "cpu_overhead")
     for where, r in _records(path):
-        seconds = sum(_number(r, f"{phase}_median", where) for phase in HOST_PHASES) * _MS
+        seconds = sum(_number(r, f"{phase}_median", where) for phase in phases) * _MS
         shape = (("B", _int(r, "batch_size", where)), ("W", _int(r, "tensor_parallel_degree", where)))
         model = r.get("model_name", "").strip() or "unknown"
         yield _row("engine_host", model, shape, device, seconds)

@@ -7,8 +7,17 @@ cache, and its all-reduce for small messages. One profile per engine family a so
   scheduled sequence from Vidur's cpu_overheads profile of vLLM v0 on A100 (Llama-2-7B TP1: 0.79 ms
   + 0.043 ms per sequence; docs/sim.md, "Calibration from Vidur's profiles"): calibration data,
   never scored. Custom all-reduce (vLLM PR #2192, in every release since v0.2.7).
-- vllm-v1: vLLM's V1 engine (0.8+): the same host work; kept "sync" (no public figure of how much
-  of it overlaps in the releases the points name). Custom all-reduce.
+- vllm-v0.6: vLLM's first engine from v0.6.0 on: output processing (`_process_model_outputs`:
+  detokenisation, stop checks, the request outputs) runs while the next step's forward runs (vLLM
+  PR #7049, "Asynchronous Output Processor", on by default, `--disable-async-output-proc`), so a
+  step's host time is the rest: schedule + sampler + prepare_inputs, fitted the same way on the
+  same Vidur rows without the process_model_outputs phase (Llama-2-7B TP1: 0.725 ms + 0.027 ms per
+  sequence; `benchmarks/vidur_calibration_check.py` prints both fits). "sync" otherwise: the
+  output work of a step is taken as hidden by the next forward, which is longer at these batches.
+  Custom all-reduce.
+- vllm-v1: vLLM's V1 engine (0.8+): output processing runs in the front-end process (vLLM PR
+  #9826, `AsyncLLM`), off the engine core's loop: the host time of vllm-v0.6; the rest kept "sync"
+  (scheduling and input preparation; no public per-step figure of V1's own). Custom all-reduce.
 - sglang: SGLang's overlap scheduler prepares step n+1 while step n runs ("async"), the same host
   work as the vLLM fit. Custom all-reduce (SGLang adapted vLLM's kernel).
 - trtllm: TensorRT-LLM's C++ executor: host time taken as 0 (no public per-step figure); its
@@ -31,13 +40,16 @@ from typing import Any, Literal
 from infralab.sim.cost.memory import GIB
 from infralab.sim.specs import AcceleratorSpec, ModelSpec
 
-EngineProfileName = Literal["vllm-v0", "vllm-v1", "sglang", "trtllm", "trtllm-0.5", "unstated", "none"]
+EngineProfileName = Literal["vllm-v0", "vllm-v0.6", "vllm-v1", "sglang", "trtllm", "trtllm-0.5", "unstated", "none"]
 
 VLLM_V0_HOST = {"overlap": "sync", "per_step_s": 0.00079, "per_request_s": 0.0000426}
+# The same fit without the output-processing phase (vllm-v0.6 and vllm-v1 above).
+VLLM_ASYNC_OUTPUT_HOST = {"overlap": "sync", "per_step_s": 0.000725, "per_request_s": 0.0000270}
 
 PROFILES: dict[str, dict[str, Any]] = {
     "vllm-v0": {"cost.host": VLLM_V0_HOST},
-    "vllm-v1": {"cost.host": VLLM_V0_HOST},
+    "vllm-v0.6": {"cost.host": VLLM_ASYNC_OUTPUT_HOST},
+    "vllm-v1": {"cost.host": VLLM_ASYNC_OUTPUT_HOST},
     "sglang": {"cost.host": {**VLLM_V0_HOST, "overlap": "async"}},
     "trtllm": {"engine.gpu_memory_utilization": 0.95},
     "trtllm-0.5": {"engine.gpu_memory_utilization": 0.95, "cost.allreduce": "nccl"},

@@ -200,3 +200,14 @@ def test_a_tensorrt_llm_serving_point_gets_trtllm_bench_limits_and_a_vllm_one_vl
     assert "max_num_seqs" not in config_of(point("vllm", engine_profile="vllm-v1", **fields))["engine"]
     stated = config_of(point("stated", engine_profile="trtllm", max_num_seqs=7, **fields))["engine"]
     assert stated["max_num_seqs"] == 7 and "max_batched_tokens" not in stated  # a source's own limits win
+
+
+def test_vllm_from_0_6_and_v1_leave_output_processing_off_the_steps_host_time():
+    """vLLM PR #7049 (v0.6.0) overlaps output processing with the next forward; V1 runs it in the
+    front-end process: their host time per step is vLLM v0's without that phase, still "sync"."""
+    hosts = {name: config_of(point(name, engine_profile=name))["cost"]["host"] for name in ("vllm-v0", "vllm-v0.6", "vllm-v1")}
+    assert hosts["vllm-v0.6"] == hosts["vllm-v1"] and hosts["vllm-v1"]["overlap"] == "sync"
+    for batch in (1, 8, 256):
+        def per_step(h: dict) -> float:
+            return h["per_step_s"] + batch * h["per_request_s"]
+        assert per_step(hosts["vllm-v0.6"]) < per_step(hosts["vllm-v0"])

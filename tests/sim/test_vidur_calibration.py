@@ -17,7 +17,7 @@ from infralab.sim.calibration import CalibrationTable, load_calibration, scale
 from infralab.sim.config import CostConfig, EngineConfig, HostOverheadConfig, vllm_batch_defaults
 from infralab.sim.cost import CostModel, StepWork
 from infralab.sim.specs import load_accelerator, load_link, load_model
-from infralab.vidur_profile import VIDUR_DEVICES, read_vidur_profile
+from infralab.vidur_profile import HOST_PHASES_BEFORE_OUTPUTS, VIDUR_DEVICES, host_rows, read_vidur_profile
 from support.toml_fixtures import synthetic_config
 
 A100 = load_accelerator("A100")
@@ -110,6 +110,39 @@ def test_attention_network_and_host_rows(tmp_path):
     assert all_reduce.shape_dict == {"W": 4, "N": 1048576} and all_reduce.variant == "a100_dgx"
     (host,) = [r for r in rows if r.kernel == "engine_host"]
     assert host.median_s == pytest.approx(1.0e-3) and host.shape_dict == {"B": 8, "W": 1}
+
+
+def test_host_rows_sum_only_the_phases_asked(tmp_path):
+    """The fixture's phases take 0.1, 0.2, 0.3 and 0.4 ms (schedule, sampler, prepare, outputs)."""
+    csv_path = vidur_tree(tmp_path) / "cpu_overhead/a100/cpu_overheads.csv"
+    (every,) = host_rows(csv_path)
+    (before,) = host_rows(csv_path, HOST_PHASES_BEFORE_OUTPUTS)
+    assert every.median_s == pytest.approx(1.0e-3) and before.median_s == pytest.approx(0.6e-3)
+    assert before.kernel == "engine_host" and before.shape_dict == {"B": 8, "W": 1}
+    with pytest.raises(InputError, match="phases: unknown phases .'detokenize'."):
+        host_rows(csv_path, ("schedule", "detokenize"))
+    with pytest.raises(InputError, match="no phase given"):
+        host_rows(csv_path, ())
+    with pytest.raises(InputError, match="is not a file"):
+        host_rows(tmp_path / "missing.csv")
+
+
+def test_the_async_output_host_profile_is_the_fit_without_output_processing():
+    """agent/public_points/engines.py's VLLM_ASYNC_OUTPUT_HOST: the least-squares line through the
+    shared profile's Llama-2-7B host rows without process_model_outputs, to its three digits."""
+    import numpy as np
+
+    from infralab.agent.public_points.engines import VLLM_ASYNC_OUTPUT_HOST, VLLM_V0_HOST
+    try:
+        path = resolve_path("@data/profiles/vidur/cpu_overhead/a100/cpu_overheads.csv", Path.cwd())
+    except InputError:
+        pytest.skip("no shared data folder")
+    if not path.is_file():
+        pytest.skip("no Vidur host profile in the shared data folder")
+    for phases, host in ((HOST_PHASES_BEFORE_OUTPUTS, VLLM_ASYNC_OUTPUT_HOST), (None, VLLM_V0_HOST)):
+        rows = [r for r in (host_rows(path, phases) if phases else host_rows(path)) if r.variant == "meta-llama/Llama-2-7b-hf"]
+        slope, intercept = np.polyfit([r.shape_dict["B"] for r in rows], [r.median_s for r in rows], 1)
+        assert float(f"{intercept:.3g}") == host["per_step_s"] and float(f"{slope:.3g}") == host["per_request_s"]
 
 
 def test_a_subfolder_reads_only_what_is_under_it(tmp_path):
