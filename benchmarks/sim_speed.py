@@ -61,8 +61,7 @@ def run_one(label: str, config: Path, work: Path, timeline: bool, profile: Path 
     phases_file = work / f"phases-{label}.json"
     python = [sys.executable, "-m", "cProfile", "-o", str(profile)] if profile is not None else [sys.executable]
     cmd = [*python, "-m", "infralab", "sim", "run", str(config), "--out", str(out)]
-    if not timeline:
-        cmd.append("--no-timeline")
+    cmd.append("--timeline" if timeline else "--no-timeline")  # explicit: the default depends on the size
     env = {**os.environ, "INFRALAB_SIM_PHASES_FILE": str(phases_file)}
     load = os.getloadavg()[0]
     launched_unix_s, t0 = time.time(), time.perf_counter()

@@ -136,6 +136,9 @@ COMMANDS: tuple[Command, ...] = (
                 # handler fills it in so that this table imports nothing of the simulator.
                 arg("--max-trace-events", type=non_negative_int, default=None, metavar="N",
                     help="cap on timeline events in trace.json (default: infralab.metrics.timeline.DEFAULT_MAX_EVENTS; the earliest are kept)"),
+                arg("--timeline", action="store_true",
+                    help="write trace.json whatever the run's size (default: only for runs of at most "
+                         "20,000 requests, infralab.sim.run.DEFAULT_TIMELINE_MAX_REQUESTS)"),
                 arg("--no-timeline", action="store_true",
                     help="write no trace.json and keep no per-step intervals or counter samples (less memory for big runs)"),
             )),

@@ -11,19 +11,23 @@ from infralab.errors import InputError
 
 def run(args: argparse.Namespace) -> int:
     """`infralab sim run CONFIG.toml --out DIR [--seed N] [--set KEY=VALUE ...] [--percentiles Q,...]
-    [--max-trace-events N] [--no-timeline]`."""
+    [--max-trace-events N] [--timeline | --no-timeline]` (neither: a timeline for runs of at most
+    DEFAULT_TIMELINE_MAX_REQUESTS requests)."""
     from pathlib import Path
 
     from infralab.overrides import overrides_blamed, set_flags
     from infralab.sim.run import run_config_file
     from infralab.metrics.timeline import DEFAULT_MAX_EVENTS
 
+    if args.timeline and args.no_timeline:
+        raise InputError("--timeline, --no-timeline", "both given", "at most one of them")
+    timeline = True if args.timeline else False if args.no_timeline else None
     cap = DEFAULT_MAX_EVENTS if args.max_trace_events is None else args.max_trace_events
     percentiles = percentiles_override(args.percentiles)
     # An error in a value given on the command line is named at the flag that gave it.
     written = {**set_flags(args.set), **{a: f"--percentiles {args.percentiles!r}" for a in percentiles}}
     with overrides_blamed(str(Path(args.config)), written):
-        run_config_file(args.config, args.out, seed=args.seed, max_trace_events=cap, timeline=not args.no_timeline,
+        run_config_file(args.config, args.out, seed=args.seed, max_trace_events=cap, timeline=timeline,
                         overrides=[*args.set, *percentiles])
     return 0
 

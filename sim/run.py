@@ -55,6 +55,17 @@ from infralab.sim.step_table_cost import run_step_table_cost
 from infralab.workload import build_workload
 
 RESOLVED_CONFIG = "resolved_config.toml"
+# `sim run` keeps a timeline (trace.json) by default only for runs of at most this many requests;
+# --timeline and --no-timeline decide otherwise. Above it the timeline shows only the run's start
+# (the 150,000-event default holds about the first 8,000 requests of the Vidur-comparable workload,
+# 19 events per request), and keeping it cost 33 % (200k requests) to 75 % (20k) more time
+# (benchmarks/sim_speed.py; docs/sim.md, "Timeline"). Every shipped example is under it.
+DEFAULT_TIMELINE_MAX_REQUESTS = 20_000
+
+
+def timeline_by_default(requests: int) -> bool:
+    """Whether a run of `requests` requests keeps a timeline when not told (the rule above)."""
+    return requests <= DEFAULT_TIMELINE_MAX_REQUESTS
 
 
 _Spec = TypeVar("_Spec")
@@ -93,20 +104,24 @@ def simulate_config(
     base_dir: Path,
     source: str = "<config>",
     *,
-    timeline: bool = True,
+    timeline: bool | None = True,
     max_timeline_events: int | None = None,
     on_read: Callable[[], None] | None = None,
 ) -> RunRecord:
     """Build the run's specs, workload and cost model from `cfg` and simulate it.
 
     `base_dir` is where relative paths in the config resolve; `source` names the config in errors.
-    `timeline=False`: the record keeps no intervals or counter samples; `max_timeline_events`:
-    only those a timeline of that many events shows (`RunRecord.with_timeline`). The summary is
-    the same either way. `on_read` is called once the inputs are read, before simulating.
+    `timeline=False`: the record keeps no intervals or counter samples; None: as
+    `timeline_by_default` says for the workload's request count (`RunRecord.keeps_timeline` tells
+    which); `max_timeline_events`: only those a timeline of that many events shows
+    (`RunRecord.with_timeline`). The summary is the same either way. `on_read` is called once the
+    inputs are read, before simulating.
     """
     prepared = prepare_run(cfg, base_dir, source)
     if on_read is not None:
         on_read()
+    if timeline is None:
+        timeline = timeline_by_default(len(prepared.requests))
     with _config_fields_of(source):
         return simulate(
             prepared.cfg,
@@ -114,7 +129,7 @@ def simulate_config(
             prepared.cost,
             prepared.transfer_link,
             timeline=timeline,
-            max_timeline_events=max_timeline_events,
+            max_timeline_events=max_timeline_events if timeline else None,
             pools=prepared.pools,
         )
 
@@ -195,13 +210,15 @@ def run_config_file(
     seed: int | None = None,
     max_trace_events: int = DEFAULT_MAX_EVENTS,
     stdout: TextIO | None = None,
-    timeline: bool = True,
+    timeline: bool | None = True,
     overrides: Sequence[str] = (),
 ) -> RunSummary:
     """Run the config at `config_path`, print the summary table, write the results folder.
 
     Returns the summary (its `to_json()` is summary.json). `timeline=False` writes no trace.json
-    (and the run keeps no intervals or counter samples, see `simulate_config`). `overrides`:
+    (and the run keeps no intervals or counter samples, see `simulate_config`); None: a timeline
+    for runs of at most DEFAULT_TIMELINE_MAX_REQUESTS requests, a line on stderr when a larger run
+    keeps none (`sim run` without --timeline or --no-timeline). `overrides`:
     `dotted.key=value` assignments applied to the config before validation (`--set`). Bad input raises
     InputError before any folder is created; a failure mid-run leaves no folder behind.
 
@@ -225,14 +242,18 @@ def run_config_file(
             base_dir,
             source=str(config_path),
             timeline=timeline,
-            max_timeline_events=max_trace_events if timeline else None,
+            max_timeline_events=max_trace_events,
             on_read=lambda: phases.lap("read"),
         )
         phases.lap("simulate")
+        if timeline is None and not run.keeps_timeline:
+            print(f"no trace.json: {len(run.requests):,} requests, more than the {DEFAULT_TIMELINE_MAX_REQUESTS:,} a run "
+                  "keeps a timeline for by default (--timeline keeps one)", file=sys.stderr)
         summary = run_summary(run, cfg, config_path)
         phases.lap("summarise")
         summary = write_results(
-            tmp, config_path, run, summary, max_trace_events if timeline else None, resolved_config_text(cfg, base_dir)
+            tmp, config_path, run, summary, max_trace_events if run.keeps_timeline else None,
+            resolved_config_text(cfg, base_dir)
         )
     phases.lap("write")
     out = stdout or sys.stdout

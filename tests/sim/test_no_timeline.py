@@ -86,3 +86,42 @@ def test_a_busy_span_folds_like_its_interval(steps):
         by_span.add_busy("instance/x", start, start + length)
     assert by_span.spans.get("instance/x") == by_interval.spans.get("instance/x")
     assert by_span.last_end_s == by_interval.last_end_s
+
+
+def test_by_default_a_timeline_only_up_to_the_size_rule(tmp_path: Path, monkeypatch, capsys):
+    """Neither flag: trace.json for runs of at most DEFAULT_TIMELINE_MAX_REQUESTS requests, none
+    (and one line on stderr saying why) above; --timeline keeps one whatever the size."""
+    import infralab.sim.run as sim_run
+
+    config = tmp_path / "run.toml"
+    config.write_text(CONFIG.format(layout="colocated", sizes=SIZES["colocated"]))  # 60 requests
+    monkeypatch.setattr(sim_run, "DEFAULT_TIMELINE_MAX_REQUESTS", 60)
+    assert main(["sim", "run", str(config), "--out", str(tmp_path / "at")]) == 0
+    assert (tmp_path / "at" / "trace.json").exists()
+    assert "no trace.json" not in capsys.readouterr().err
+    monkeypatch.setattr(sim_run, "DEFAULT_TIMELINE_MAX_REQUESTS", 59)
+    assert main(["sim", "run", str(config), "--out", str(tmp_path / "above")]) == 0
+    assert not (tmp_path / "above" / "trace.json").exists()
+    assert "no trace.json: 60 requests, more than the 59" in capsys.readouterr().err
+    assert main(["sim", "run", str(config), "--out", str(tmp_path / "asked"), "--timeline"]) == 0
+    assert (tmp_path / "asked" / "trace.json").exists()
+    # The same results but the timeline, whichever way it was decided.
+    for name in ("requests.csv", "resolved_config.toml"):
+        assert (tmp_path / "above" / name).read_bytes() == (tmp_path / "asked" / name).read_bytes()
+
+
+def test_both_timeline_flags_are_one_error(tmp_path: Path, capsys):
+    config = tmp_path / "run.toml"
+    config.write_text(CONFIG.format(layout="colocated", sizes=SIZES["colocated"]))
+    code = main(["sim", "run", str(config), "--out", str(tmp_path / "x"), "--timeline", "--no-timeline"])
+    assert code != 0 and "--timeline, --no-timeline: both given" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_flags_help_names_the_rules_size():
+    from infralab.cli import COMMANDS
+    from infralab.sim.run import DEFAULT_TIMELINE_MAX_REQUESTS
+
+    (run,) = [c for c in COMMANDS if c.words == ("sim", "run")]
+    (flag,) = [a for a in run.args if a.names == ("--timeline",)]
+    assert f"{DEFAULT_TIMELINE_MAX_REQUESTS:,} requests" in flag.options["help"]
