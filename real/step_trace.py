@@ -11,6 +11,13 @@ recorded. A quantity the processor does not expose is recorded as missing (None,
 
 Times are `time.perf_counter()` values (CLOCK_MONOTONIC on Linux), the clock the engine stamps its
 own token times with; `StepTrace.steps_since(origin)` turns them into seconds from `origin`.
+
+Each step also times a fixed piece of pure Python (`speed_probe`, PROBE_ITERATIONS iterations,
+about 10 us) in the engine's own thread right before its forward: the machine's speed at that
+moment. Each vCPU of the VMs these runs were made on runs at one of two speeds, 1.9x apart for pure
+Python, in spells of 0.1-3 s (benchmarks/vcpu_speed.py; docs/fidelity.md, "The machine's two
+speeds"), and a step in a slow spell takes longer; the probe says which steps ran in one. Its time
+is part of the step's host time (between `start_s` and `forward_start_s`).
 """
 
 from __future__ import annotations
@@ -22,6 +29,16 @@ from time import perf_counter
 from typing import Any
 
 BATCH_FIELDS = ("q_tokens", "kv_tokens_read", "seqs", "prefill_seqs", "prefill_tokens", "new_tokens")
+PROBE_ITERATIONS = 200  # about 10 us of Python on a fast spell here: under 0.2 % of a step
+
+
+def speed_probe() -> float:
+    """Seconds a fixed piece of pure Python takes now (the machine's speed at this moment)."""
+    start = perf_counter()
+    total = 0
+    for i in range(PROBE_ITERATIONS):
+        total += i * i
+    return perf_counter() - start
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +87,7 @@ class StepRecord:
     forward_end_s: float
     end_s: float
     batch: BatchShape
+    probe_s: float | None = None  # `speed_probe` right before the forward; None: not timed (older records)
 
     @property
     def forward_s(self) -> float:
@@ -87,8 +105,10 @@ class StepRecord:
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> StepRecord:
         """The record `as_dict` wrote (a replay.json's step)."""
+        probe = row.get("probe_s")
         return cls(int(row["index"]), float(row["start_s"]), float(row["forward_start_s"]),
-                   float(row["forward_end_s"]), float(row["end_s"]), BatchShape(*(row[name] for name in BATCH_FIELDS)))
+                   float(row["forward_end_s"]), float(row["end_s"]), BatchShape(*(row[name] for name in BATCH_FIELDS)),
+                   None if probe is None else float(probe))
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data (JSON-ready); missing quantities are None and named in "missing"."""
@@ -96,6 +116,7 @@ class StepRecord:
                                "forward_end_s": self.forward_end_s, "end_s": self.end_s}
         row.update({name: getattr(self.batch, name) for name in BATCH_FIELDS})
         row["missing"] = list(self.batch.missing)
+        row["probe_s"] = self.probe_s
         return row
 
 
@@ -144,9 +165,9 @@ class StepTrace:
     def _prepared(self, start: float, batch: BatchShape) -> None:
         self._open = {"start": start, "batch": batch}
 
-    def _forward(self, start: float, end: float) -> None:
+    def _forward(self, start: float, end: float, probe_s: float) -> None:
         if self._open is not None:
-            self._open.update(forward_start=start, forward_end=end)
+            self._open.update(forward_start=start, forward_end=end, probe=probe_s)
 
     def _updated(self, end: float) -> None:
         step, self._open = self._open, None
@@ -154,7 +175,7 @@ class StepTrace:
             return
         with self._lock:
             self._steps.append(StepRecord(len(self._steps), step["start"], step["forward_start"],
-                                          step["forward_end"], end, step["batch"]))
+                                          step["forward_end"], end, step["batch"], step["probe"]))
 
 
 def install_step_hooks(processor: Any, trace: StepTrace, synchronize: Callable[[], None] | None = None) -> None:
@@ -172,11 +193,12 @@ def install_step_hooks(processor: Any, trace: StepTrace, synchronize: Callable[[
         return ready
 
     def _generation_step(model: Any) -> None:
+        probe = speed_probe()
         start = perf_counter()
         generate(model)
         if synchronize is not None:
             synchronize()
-        trace._forward(start, perf_counter())
+        trace._forward(start, perf_counter(), probe)
 
     def update_batch() -> None:
         update()

@@ -283,7 +283,31 @@ def schedule_lines(doc: dict[str, Any]) -> list[str]:
         speeds = [r["steps_vs_profile"] for r in case["runs"] if r.get("error") is None and "prefill_step" in r["steps_vs_profile"]]
         if speeds:
             lines.append(f"- {case['name']}: {_pct(_mean_of(speeds, 'prefill_step'))} / {_pct(_mean_of(speeds, 'decode_step'))}")
-    return lines
+    return lines + spell_lines(doc)
+
+
+def spell_lines(doc: dict[str, Any]) -> list[str]:
+    """The machine's slow spells (`speed_spells`; docs/fidelity.md, "The machine's two speeds"):
+    per setting and shape the calibration steps' slow share, per case its runs' (mean), and how
+    much longer a step in a slow spell took than a fast one against the same charge (prompt /
+    decode-only, means over the runs). Empty when no step carries a speed probe."""
+    rows = []
+    for setting in doc["settings"]:
+        for shape, facts in setting["shapes"].items():
+            spells = facts.get("calibration_speed_spells") or {}
+            if spells.get("slow_share") is not None:
+                rows.append(f"- {setting['name']}/{shape} calibration steps: {spells['slow_share']:.0%} slow")
+    for case in doc["cases"]:
+        runs = [r["speed_spells"] for r in case["runs"] if r.get("error") is None and (r.get("speed_spells") or {}).get("probed")]
+        if runs:
+            rows.append(f"- {case['name']}: {_mean_of(runs, 'slow_share'):.0%} slow; a slow step x"
+                        f"{_mean_of(runs, 'prefill_slow_vs_fast'):.2f} / x{_mean_of(runs, 'decode_slow_vs_fast'):.2f}")
+    if not rows:
+        return []
+    return ["", "Steps in the machine's slow spells (each step's speed probe above 1.4 x its run's fast one; "
+                "reported, not used; docs/fidelity.md, \"The machine's two speeds\"): the share of steps, and a "
+                "step in a slow spell against a fast one, both against the same charge (prompt / decode-only):",
+            *rows]
 
 
 def _mean_of(rows: list[dict[str, Any]], key: str) -> float:

@@ -56,6 +56,7 @@ from infralab.agent.fidelity.sim_side import (
     mirror_policy,
     model_for_sim,
     simulate_mirror,
+    speed_spells,
     steps_vs_profile,
 )
 from infralab.agent.fidelity.schedule_check import loop_gaps, schedule_vs_mirror
@@ -323,6 +324,9 @@ def _run_shape(study: FidelityStudy, setting: Setting, shape: Shape, engine: Rea
                   "requests": len(burst), "rate_rps": CALIBRATION_LOAD * capacity, "steps": len(calibration.steps),
                   "wall_s": calibration.wall_s},
               "step_times": choice, "calibration_files": kept, "calibration_rounds": rounds,
+              # The calibration steps (closed loop and replay) in the machine's slow spells (diagnostic).
+              "calibration_speed_spells": speed_spells(table, calibration_steps, engine.settings.dtype, host,
+                                                       engine.settings.device),
               "host_per_step_s": host, "mean_rate_at_scale_1_rps": natural, "requests": len(evaluated),
               "mirror_config": doc}
     return record, cases
@@ -397,7 +401,9 @@ def _recalibrate(engine: RealEngine, burst: list[ReplayRequest], rate_scale: flo
     dump_json(again.as_dict(), path)
     record: dict[str, Any] = {"file": str(path.relative_to(folder)), "steps": len(again.steps), "wall_s": again.wall_s,
                               "steps_vs_profile": steps_vs_profile(table, again.steps, engine.settings.dtype, host,
-                                                                   engine.settings.device)}
+                                                                   engine.settings.device),
+                              "speed_spells": speed_spells(table, again.steps, engine.settings.dtype, host,
+                                                           engine.settings.device)}
     if again.contention is not None and again.contention.flagged:
         record["error"] = f"contention: {'; '.join(again.contention.reasons)}"
     return record
@@ -457,6 +463,7 @@ def _step_checks(result: Replay, profile_csv: Path, engine: RealEngine, host: fl
     time between them that the mirror has no step for (`loop`; `schedule_check`)."""
     return {"steps_vs_profile": steps_vs_profile(profile_csv, result.steps, engine.settings.dtype, host,
                                                          engine.settings.device),
+            "speed_spells": speed_spells(profile_csv, result.steps, engine.settings.dtype, host, engine.settings.device),
             "schedule": schedule_vs_mirror(mirror_policy(engine.resolved()), result.requests, result.steps),
             "loop": loop_gaps(result.requests, result.steps)}
 

@@ -32,7 +32,7 @@ from infralab.workload.schema import SyntheticWorkload, TraceWorkload, WorkloadS
 
 __all__ = ["MirroredSequence", "SyntheticWorkload", "TraceWorkload", "WorkloadSpec", "build_requests",
            "host_per_step_s", "latency_samples", "latency_stats", "mirror_policy", "schedule_in_steps",
-           "simulate_mirror", "steps_vs_profile"]
+           "simulate_mirror", "speed_spells", "steps_vs_profile"]
 
 MIRROR_SCHEDULERS = {"fifo": "hf_fifo", "prefill_first": "hf_prefill_first"}
 """The simulator's name of each engine scheduler (docs/fidelity.md)."""
@@ -113,19 +113,62 @@ def steps_vs_profile(profile_csv: Path, steps: Sequence[StepRecord], dtype: str,
     observed = [step for step in steps if not step.batch.missing]
     nan = math.nan
 
-    def charged(step: StepRecord) -> tuple[float, float]:
-        return charge(step.batch.q_tokens, step.batch.kv_tokens, step.batch.seqs)
-
     def ratio(kept: list[StepRecord]) -> float | None:
-        cost = sum(forward + prepare + host_per_step for forward, prepare in map(charged, kept))
-        return sum(s.duration_s for s in kept) / cost - 1.0 if kept else None
+        return _against_charge(kept, charge, host_per_step)
 
     if not observed:
         return {"forward": nan, "step": nan, "prefill_step": None, "decode_step": None}
-    forward = sum(charged(s)[0] for s in observed)
+    forward = sum(_charged(charge, s)[0] for s in observed)
     return {"forward": sum(s.forward_s for s in observed) / forward - 1.0, "step": ratio(observed),
             "prefill_step": ratio([s for s in observed if s.batch.prefill_seqs]),
             "decode_step": ratio([s for s in observed if not s.batch.prefill_seqs])}
+
+
+SLOW_PROBE_RATIO = 1.4  # a step ran in a slow spell when its speed probe took this many times the run's fast one
+
+
+def speed_spells(profile_csv: Path, steps: Sequence[StepRecord], dtype: str, host_per_step: float,
+                 device: str = "cpu") -> dict[str, float | int | None]:
+    """Which of a run's steps ran in a slow spell of the machine, and how much slower they ran
+    (`StepRecord.probe_s`, real/step_trace.py): a step is slow when its probe took more than
+    SLOW_PROBE_RATIO x the run's 10th-percentile probe (its fast spells). {"probed": steps with a
+    probe, "slow_share": the share of them that were slow, "prefill_slow_vs_fast" /
+    "decode_slow_vs_fast": (real / charged time) over the slow steps with prompt tokens (decode-only)
+    divided by the same over the fast ones (1.3 = a step in a slow spell took 30 % longer); None
+    where a class has no step}. Diagnostic: measured, reported, not used by the mirror."""
+    probed = [step for step in steps if step.probe_s is not None and not step.batch.missing]
+    if not probed:
+        return {"probed": 0, "slow_share": None, "prefill_slow_vs_fast": None, "decode_slow_vs_fast": None}
+    probes = sorted(step.probe_s for step in probed if step.probe_s is not None)
+    threshold = SLOW_PROBE_RATIO * probes[len(probes) // 10]
+    slow = [step for step in probed if step.probe_s is not None and step.probe_s > threshold]
+    fast = [step for step in probed if step.probe_s is not None and step.probe_s <= threshold]
+    charge = table_predictor(profile_csv, dtype, device, 0.0)
+
+    def slow_vs_fast(prompt: bool) -> float | None:
+        pick = [s for s in slow if bool(s.batch.prefill_seqs) == prompt]
+        base = [s for s in fast if bool(s.batch.prefill_seqs) == prompt]
+        a, b = _against_charge(pick, charge, host_per_step), _against_charge(base, charge, host_per_step)
+        return None if a is None or b is None else (1.0 + a) / (1.0 + b)
+
+    return {"probed": len(probed), "slow_share": len(slow) / len(probed),
+            "prefill_slow_vs_fast": slow_vs_fast(True), "decode_slow_vs_fast": slow_vs_fast(False)}
+
+
+def _charged(charge: Callable[[int, int, int], tuple[float, float]], step: StepRecord) -> tuple[float, float]:
+    """(forward, prepare) seconds the table charges for `step`'s shape (its batch fully observed)."""
+    batch = step.batch
+    assert batch.q_tokens is not None and batch.kv_tokens is not None and batch.seqs is not None
+    return charge(batch.q_tokens, batch.kv_tokens, batch.seqs)
+
+
+def _against_charge(kept: Sequence[StepRecord], charge: Callable[[int, int, int], tuple[float, float]],
+                    host_per_step: float) -> float | None:
+    """Real step time over charged (forward + prepare + host per step) - 1 for `kept`; None if empty."""
+    if not kept:
+        return None
+    cost = sum(forward + prepare + host_per_step for forward, prepare in (_charged(charge, s) for s in kept))
+    return sum(s.duration_s for s in kept) / cost - 1.0
 
 
 def _shape(step: StepRecord) -> dict[str, int]:
