@@ -29,12 +29,15 @@ def _comparison_json(comparison: dict[str, dict[str, Any]] | None) -> dict[str, 
 
 # The mirror again at another step speed, kept beside the case's simulation: (the case's factor
 # field, the suffix of its `sim_...`, `comparison_...`, `counts_...` and `sign_balance_...` keys,
-# what the speed is; `runner._follow_the_machine`, `_follow_the_other_cases`, `_follow_the_calibration`).
+# what the speed is; `runner._follow_the_machine`, `_follow_the_other_cases`, `_follow_the_calibration`,
+# `_follow_the_spells`).
 SPEEDS_BESIDE = (
     ("speed_factor", "machine_speed", "the machine's speed by the reference steps around each replay"),
     ("others_factor", "others_speed", "the speed the other cases' replays ran their own steps, interleaved with this case's"),
     ("calibration_factor", "calibration_speed",
      "the speed the calibration replays between the rounds ran (the same calibration requests again)"),
+    ("spells_factor", "spells_speed",
+     "the machine's slow spells during the case's replays against the calibration's, by each step's speed probe"),
 )
 
 

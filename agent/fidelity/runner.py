@@ -104,6 +104,9 @@ class CaseResult:
     # the machine's speed by the calibration replays between the rounds (`_follow_the_calibration`)
     calibration_factor: float | None = None
     sim_calibration_speed: dict[str, dict[str, float]] | None = None  # the mirror at that speed (kept beside)
+    # the machine's slow spells during the case's replays against the calibration's (`_follow_the_spells`)
+    spells_factor: float | None = None
+    sim_spells_speed: dict[str, dict[str, float]] | None = None  # the mirror at that speed (kept beside)
 
     @property
     def name(self) -> str:
@@ -289,6 +292,8 @@ def _run_shape(study: FidelityStudy, setting: Setting, shape: Shape, engine: Rea
     table, host, choice, predictors = choose_step_times(
         engine, measured, profile_csv, calibration_steps, folder / "profiles", f"{setting.name}-{shape.name}",
         f"the capacity burst and a calibration replay of shape {shape.name!r}, setting {setting.name!r}")
+    # The calibration steps (closed loop and replay) in the machine's slow spells.
+    calibration_spells = speed_spells(table, calibration_steps, engine.settings.dtype, host, engine.settings.device)
     doc = mirror_config_doc(model, engine.resolved(), study.scheduler, table, host)
     natural = mean_rate(evaluated)
     cases = []
@@ -316,6 +321,7 @@ def _run_shape(study: FidelityStudy, setting: Setting, shape: Shape, engine: Rea
         _follow_the_machine(case, doc, evaluated, folder)
     _follow_the_other_cases(cases, doc, evaluated, folder)
     _follow_the_calibration(cases, rounds, doc, evaluated, folder)
+    _follow_the_spells(cases, calibration_spells, doc, evaluated, folder)
     record = {"capacity_rps": capacity, "capacity_run": {**steady.as_dict(), "makespan_s": saturated.wall_s,
                                                           "burst_rate_rps": len(loop_requests) / saturated.wall_s,
                                                           "steps": len(saturated.steps),
@@ -324,9 +330,7 @@ def _run_shape(study: FidelityStudy, setting: Setting, shape: Shape, engine: Rea
                   "requests": len(burst), "rate_rps": CALIBRATION_LOAD * capacity, "steps": len(calibration.steps),
                   "wall_s": calibration.wall_s},
               "step_times": choice, "calibration_files": kept, "calibration_rounds": rounds,
-              # The calibration steps (closed loop and replay) in the machine's slow spells (diagnostic).
-              "calibration_speed_spells": speed_spells(table, calibration_steps, engine.settings.dtype, host,
-                                                       engine.settings.device),
+              "calibration_speed_spells": calibration_spells,
               "host_per_step_s": host, "mean_rate_at_scale_1_rps": natural, "requests": len(evaluated),
               "mirror_config": doc}
     return record, cases
@@ -422,6 +426,57 @@ def _follow_the_calibration(cases: list[CaseResult], rounds: list[dict[str, Any]
     for case in cases:
         case.calibration_factor = factor
         case.sim_calibration_speed = _mirror_at_speed(doc, factor, requests, case, folder)
+
+
+def _follow_the_spells(cases: list[CaseResult], calibration: dict[str, Any], doc: dict[str, Any],
+                       requests: list[ReplayRequest], folder: Path) -> None:
+    """Each case's mirror again at the machine's slow spells during its replays against the
+    calibration steps' (`speed_spells`: each step's speed probe). `cost.step_table_speed` =
+    `spells_factor(...)` with the case's slow share (mean over its finished runs), the calibration
+    steps' slow share, and per kind of step how much longer a step in a slow spell took than a
+    fast one, from the OTHER cases' replays (the calibration steps' own where there is no other
+    case). The share is a measure of the machine, not of the case's step times. Kept beside
+    (`sim_spells_speed`); a case or calibration with no probed step gets none."""
+    cal_share = calibration.get("slow_share")
+    if cal_share is None:
+        return
+    for case in cases:
+        own = _spells_of(case.runs)
+        others = _spells_of([run for other in cases if other is not case for run in other.runs]) or [calibration]
+        share = _mean_known(own, "slow_share")
+        if share is None:
+            continue
+        factor = spells_factor(
+            share, cal_share, _mean_known(own, "prefill_time_share"),
+            _mean_known(others, "prefill_slow_vs_fast"), _mean_known(others, "decode_slow_vs_fast"))
+        case.spells_factor = factor
+        case.sim_spells_speed = _mirror_at_speed(doc, factor, requests, case, folder)
+
+
+def spells_factor(share: float, calibration_share: float, prefill_time_share: float | None,
+                  prefill_slow: float | None, decode_slow: float | None) -> float:
+    """The step-time factor of replays that spent `share` of their steps in slow spells against a
+    calibration that spent `calibration_share` there, a step in a slow spell taking `prefill_slow`
+    (`decode_slow`) times a fast one: per kind (1 + (x - 1) share) / (1 + (x - 1) calibration_share),
+    weighted by the replays' share of time in steps with prompt tokens. A kind with no factor (None)
+    or no weight counts as unchanged."""
+    def kind(slow: float | None) -> float:
+        if slow is None:
+            return 1.0
+        return (1.0 + (slow - 1.0) * share) / (1.0 + (slow - 1.0) * calibration_share)
+    weight = 0.5 if prefill_time_share is None else prefill_time_share
+    return weight * kind(prefill_slow) + (1.0 - weight) * kind(decode_slow)
+
+
+def _spells_of(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The `speed_spells` of the finished runs that probed some step."""
+    return [run["speed_spells"] for run in runs
+            if run.get("error") is None and (run.get("speed_spells") or {}).get("probed")]
+
+
+def _mean_known(rows: list[dict[str, Any]], key: str) -> float | None:
+    values = [row[key] for row in rows if row.get(key) is not None]
+    return sum(values) / len(values) if values else None
 
 
 def _real_run(study: FidelityStudy, engine: RealEngine, case: CaseResult, requests: list[ReplayRequest],

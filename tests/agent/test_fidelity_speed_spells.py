@@ -48,7 +48,8 @@ def test_the_slow_share_and_the_slow_steps_factor_per_kind_come_back():
 
 def test_steps_without_a_probe_say_nothing():
     spells = speed_spells(TABLE, _steps(4, 1.25, 1.4, probes=False), "fp32", 0.0)
-    assert spells == {"probed": 0, "slow_share": None, "prefill_slow_vs_fast": None, "decode_slow_vs_fast": None}
+    assert spells == {"probed": 0, "slow_share": None, "prefill_slow_vs_fast": None, "decode_slow_vs_fast": None,
+                      "prefill_time_share": None}
 
 
 def test_a_run_with_no_slow_spell_has_no_slow_factor():
@@ -91,3 +92,19 @@ def test_every_hooked_step_carries_a_speed_probe():
     assert len(steps) == 3 and all(s.probe_s is not None and s.probe_s > 0 for s in steps)
     assert all(s.forward_start_s - s.start_s >= s.probe_s for s in steps)  # inside the step's host time
     assert speed_probe() > 0
+
+
+def test_the_spells_factor_moves_a_kind_by_the_slow_share_it_gained():
+    from infralab.agent.fidelity.runner import spells_factor
+
+    # the same share as the calibration's: no correction, whatever a slow step costs
+    assert spells_factor(0.3, 0.3, 0.4, 1.2, 1.5) == pytest.approx(1.0)
+    # all decode-only time, slow steps 1.2x: from 10 % to 60 % slow is (1 + 0.2 x 0.6) / (1 + 0.2 x 0.1)
+    assert spells_factor(0.6, 0.1, 0.0, 1.9, 1.2) == pytest.approx(1.12 / 1.02)
+    # half the time in each kind: the mean of the two kinds' factors
+    both = spells_factor(0.5, 0.0, 0.5, 1.1, 1.3)
+    assert both == pytest.approx(0.5 * 1.05 + 0.5 * 1.15)
+    # fewer slow spells than the calibration: faster than charged
+    assert spells_factor(0.0, 0.5, 0.5, 1.2, 1.2) == pytest.approx(1 / 1.1)
+    # a kind with no measured factor counts as unchanged
+    assert spells_factor(0.9, 0.0, 1.0, None, 1.5) == pytest.approx(1.0)
