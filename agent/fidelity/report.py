@@ -29,15 +29,16 @@ def _comparison_json(comparison: dict[str, dict[str, Any]] | None) -> dict[str, 
 
 # The mirror again at another step speed, kept beside the case's simulation: (the case's factor
 # field, the suffix of its `sim_...`, `comparison_...`, `counts_...` and `sign_balance_...` keys,
-# what the speed is; `runner._follow_the_machine`, `_follow_the_other_cases`, `_follow_the_calibration`,
-# `_follow_the_spells`).
+# what the speed is; `runner._follow_the_machine`, `_follow_the_other_cases`, `_follow_the_calibration`;
+# `_follow_the_spells` keeps the mirror as calibrated, `plain_factor` 1.0, where it corrected the verdict's).
 SPEEDS_BESIDE = (
     ("speed_factor", "machine_speed", "the machine's speed by the reference steps around each replay"),
     ("others_factor", "others_speed", "the speed the other cases' replays ran their own steps, interleaved with this case's"),
     ("calibration_factor", "calibration_speed",
      "the speed the calibration replays between the rounds ran (the same calibration requests again)"),
-    ("spells_factor", "spells_speed",
-     "the machine's slow spells during the case's replays against the calibration's, by each step's speed probe"),
+    ("plain_factor", "plain_mirror",
+     "the step times as calibrated, without the correction for the machine's slow spells (the verdict's mirror "
+     "before 2026-12-07)"),
 )
 
 
@@ -46,7 +47,8 @@ def case_json(case: CaseResult) -> dict[str, Any]:
     (`SPEEDS_BESIDE`)."""
     out = {"name": case.name, "setting": case.setting, "shape": case.shape, "load": case.load, "fixed": case.fixed,
            "rate_rps": case.rate_rps, "rate_scale": case.rate_scale, "requests": case.requests,
-           "sim": case.sim_stats, "runs": case.runs, "comparison": _comparison_json(case.comparison())}
+           "sim": case.sim_stats, "spells_factor": case.spells_factor, "runs": case.runs,
+           "comparison": _comparison_json(case.comparison())}
     for factor, suffix, _ in SPEEDS_BESIDE:
         sim = getattr(case, f"sim_{suffix}")
         out |= {factor: getattr(case, factor), f"sim_{suffix}": sim,
@@ -81,7 +83,8 @@ def failure_cause(case: dict[str, Any], metric: str, error: float) -> str:
     schedule = f"the schedule was the mirror's in {same} of {len(runs)} runs"
     if not speeds:
         return f"no step of that kind was observed; {schedule}"
-    speed = sum(speeds) / len(speeds)
+    # Against the step times the verdict's mirror charged: the table's x the case's slow-spell factor.
+    speed = (1.0 + sum(speeds) / len(speeds)) / (case.get("spells_factor") or 1.0) - 1.0
     kind = {"prefill_step": "steps with prompt tokens", "decode_step": "decode-only steps", "step": "steps"}[METRIC_STEPS[metric]]
     text = f"the replays' {kind} ran {speed:+.1%} against the step times charged; {schedule}"
     if abs(speed) >= CAUSE_MIN and (speed > 0) == (error < 0):
@@ -159,7 +162,9 @@ def markdown(doc: dict[str, Any]) -> str:
     lines += ["", *step_time_lines(doc), *headline(doc)]
     lines += ["", "Per case (load = fraction of the measured capacity; a `given` case replays its workload's own "
               "arrivals, its load is their rate against the capacity) and metric, ms: real mean ± std over the "
-              "runs [min, max], simulated, error = sim / real - 1 and its verdict (met / MISSED: the target, "
+              "runs [min, max], simulated (the mirror with its step times x the case's slow-spell factor, "
+              "`spells_factor`, where its steps carried speed probes: \"The machine's two speeds\", docs/fidelity.md), "
+              "error = sim / real - 1 and its verdict (met / MISSED: the target, "
               f"means {TARGETS['mean']:.0%} and p90 {TARGETS['p90']:.0%}, applies because the real spread is below "
               f"it and the load below {TARGET_MAX_LOAD:.0%}; in range / OUT: otherwise, whether the simulated value "
               "lies within the real runs' range). Step speed (mean over the runs, + = slower than calibrated): the "

@@ -104,9 +104,11 @@ class CaseResult:
     # the machine's speed by the calibration replays between the rounds (`_follow_the_calibration`)
     calibration_factor: float | None = None
     sim_calibration_speed: dict[str, dict[str, float]] | None = None  # the mirror at that speed (kept beside)
-    # the machine's slow spells during the case's replays against the calibration's (`_follow_the_spells`)
+    # the machine's slow spells during the case's replays against the calibration's (`_follow_the_spells`):
+    # the verdict's mirror where the case has one; the mirror as calibrated is then kept beside.
     spells_factor: float | None = None
-    sim_spells_speed: dict[str, dict[str, float]] | None = None  # the mirror at that speed (kept beside)
+    plain_factor: float | None = None  # 1.0 where the slow-spell mirror replaced the plain one
+    sim_plain_mirror: dict[str, dict[str, float]] | None = None  # the mirror as calibrated (kept beside)
 
     @property
     def name(self) -> str:
@@ -430,13 +432,14 @@ def _follow_the_calibration(cases: list[CaseResult], rounds: list[dict[str, Any]
 
 def _follow_the_spells(cases: list[CaseResult], calibration: dict[str, Any], doc: dict[str, Any],
                        requests: list[ReplayRequest], folder: Path) -> None:
-    """Each case's mirror again at the machine's slow spells during its replays against the
-    calibration steps' (`speed_spells`: each step's speed probe). `cost.step_table_speed` =
+    """Each case's mirror at the machine's slow spells during its replays against the calibration
+    steps' (`speed_spells`: each step's speed probe), which becomes the case's simulation (the
+    verdict), the mirror as calibrated kept beside (`sim_plain_mirror`). `cost.step_table_speed` =
     `spells_factor(...)` with the case's slow share (mean over its finished runs), the calibration
     steps' slow share, and per kind of step how much longer a step in a slow spell took than a
     fast one, from the OTHER cases' replays (the calibration steps' own where there is no other
-    case). The share is a measure of the machine, not of the case's step times. Kept beside
-    (`sim_spells_speed`); a case or calibration with no probed step gets none."""
+    case). The share is a measure of the machine, not of the case's step times. A case or a
+    calibration with no probed step keeps the mirror as calibrated."""
     cal_share = calibration.get("slow_share")
     if cal_share is None:
         return
@@ -449,8 +452,12 @@ def _follow_the_spells(cases: list[CaseResult], calibration: dict[str, Any], doc
         factor = spells_factor(
             share, cal_share, _mean_known(own, "prefill_time_share"),
             _mean_known(others, "prefill_slow_vs_fast"), _mean_known(others, "decode_slow_vs_fast"))
-        case.spells_factor = factor
-        case.sim_spells_speed = _mirror_at_speed(doc, factor, requests, case, folder)
+        scaled = {**doc, "cost": {**doc["cost"], "step_table_speed": factor}}
+        served = simulate_mirror(scaled, requests, case.rate_scale, folder)
+        # The verdict's mirror (pre-registered rule met on 2026-12-07; docs/fidelity.md): the mirror
+        # as calibrated is kept beside.
+        case.spells_factor, case.plain_factor, case.sim_plain_mirror = factor, 1.0, case.sim_stats
+        case.sim_stats, case.sim_samples = latency_stats(served), latency_samples(served)
 
 
 def spells_factor(share: float, calibration_share: float, prefill_time_share: float | None,

@@ -108,3 +108,41 @@ def test_the_spells_factor_moves_a_kind_by_the_slow_share_it_gained():
     assert spells_factor(0.0, 0.5, 0.5, 1.2, 1.2) == pytest.approx(1 / 1.1)
     # a kind with no measured factor counts as unchanged
     assert spells_factor(0.9, 0.0, 1.0, None, 1.5) == pytest.approx(1.0)
+
+
+def test_the_slow_spell_mirror_becomes_the_cases_simulation_and_the_plain_one_is_kept(monkeypatch):
+    """`_follow_the_spells`: the case's share from its own runs, the slow-step factors from the other
+    cases' runs; the corrected mirror replaces the case's simulation (the verdict's), the mirror as
+    calibrated kept beside; a case without probed steps keeps its simulation."""
+    from infralab.agent.fidelity import runner
+
+    seen = []
+    monkeypatch.setattr(runner, "simulate_mirror", lambda doc, requests, scale, folder: seen.append(
+        doc["cost"]["step_table_speed"]) or [])
+    monkeypatch.setattr(runner, "latency_stats", lambda records: {"ttft": {"mean": 2.0}})
+    monkeypatch.setattr(runner, "latency_samples", lambda records: {"ttft": "corrected"})
+
+    def case(load, spells):
+        c = runner.CaseResult("s", "chat", load, 1.0, load, 4, {"ttft": {"mean": 1.0}}, {"ttft": "plain"})
+        c.runs = [{"error": None, "speed_spells": s} for s in spells]
+        return c
+
+    def spells(share, prompt=1.2, decode=1.4, time_share=0.25):
+        return {"probed": 10, "slow_share": share, "prefill_slow_vs_fast": prompt, "decode_slow_vs_fast": decode,
+                "prefill_time_share": time_share}
+
+    a = case(0.3, [spells(0.5), spells(0.7)])
+    b = case(0.8, [spells(0.2, prompt=1.1, decode=1.3)])
+    quiet = case(0.5, [{"probed": 0, "slow_share": None}])
+    runner._follow_the_spells([a, b, quiet], {"slow_share": 0.1}, {"cost": {"step_table_speed": 1.0}}, [], Path("."))
+    # a: its share 0.6 against 0.1, b's factors (1.1, 1.3), a's time weights (0.25 prompt)
+    expected = runner.spells_factor(0.6, 0.1, 0.25, 1.1, 1.3)
+    assert a.spells_factor == pytest.approx(expected) and seen[0] == pytest.approx(expected)
+    assert a.sim_stats == {"ttft": {"mean": 2.0}} and a.sim_samples == {"ttft": "corrected"}
+    assert a.sim_plain_mirror == {"ttft": {"mean": 1.0}} and a.plain_factor == 1.0
+    assert b.spells_factor == pytest.approx(runner.spells_factor(0.2, 0.1, 0.25, 1.2, 1.4))  # a's factors
+    assert quiet.spells_factor is None and quiet.sim_stats == {"ttft": {"mean": 1.0}} and quiet.sim_plain_mirror is None
+    # a calibration without probed steps: nothing changes
+    c = case(0.3, [spells(0.5)])
+    runner._follow_the_spells([c], {"slow_share": None}, {"cost": {}}, [], Path("."))
+    assert c.spells_factor is None and c.sim_samples == {"ttft": "plain"}
