@@ -37,7 +37,7 @@ SPEEDS_BESIDE = (
     ("calibration_factor", "calibration_speed",
      "the speed the calibration replays between the rounds ran (the same calibration requests again)"),
     ("plain_factor", "plain_mirror",
-     "the step times as calibrated, without the correction for the machine's slow spells (the verdict's mirror "
+     "their calibrated values, without the correction for the machine's slow spells (the verdict's mirror "
      "before 2026-12-07)"),
 )
 
