@@ -367,8 +367,14 @@ def _follow_the_machine(case: CaseResult, doc: dict[str, Any], requests: list[Re
 def _mirror_at_speed(doc: dict[str, Any], factor: float, requests: list[ReplayRequest], case: CaseResult,
                      folder: Path) -> dict[str, dict[str, float]]:
     """The latency statistics of `case` simulated by the mirror with every step-table time x `factor`."""
+    return latency_stats(_mirror_records(doc, factor, requests, case, folder))
+
+
+def _mirror_records(doc: dict[str, Any], factor: float, requests: list[ReplayRequest], case: CaseResult,
+                    folder: Path) -> list[Any]:
+    """The mirror's finished request records for `case` with every step-table time x `factor`."""
     scaled = {**doc, "cost": {**doc["cost"], "step_table_speed": factor}}
-    return latency_stats(simulate_mirror(scaled, requests, case.rate_scale, folder))
+    return simulate_mirror(scaled, requests, case.rate_scale, folder)
 
 
 def _follow_the_other_cases(cases: list[CaseResult], doc: dict[str, Any], requests: list[ReplayRequest],
@@ -452,8 +458,7 @@ def _follow_the_spells(cases: list[CaseResult], calibration: dict[str, Any], doc
         factor = spells_factor(
             share, cal_share, _mean_known(own, "prefill_time_share"),
             _mean_known(others, "prefill_slow_vs_fast"), _mean_known(others, "decode_slow_vs_fast"))
-        scaled = {**doc, "cost": {**doc["cost"], "step_table_speed": factor}}
-        served = simulate_mirror(scaled, requests, case.rate_scale, folder)
+        served = _mirror_records(doc, factor, requests, case, folder)
         # The verdict's mirror (pre-registered rule met on 2026-12-07; docs/fidelity.md): the mirror
         # as calibrated is kept beside.
         case.spells_factor, case.plain_factor, case.sim_plain_mirror = factor, 1.0, case.sim_stats
