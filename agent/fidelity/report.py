@@ -15,7 +15,7 @@ import numpy as np
 
 from infralab.agent import figure_style
 from infralab.agent.fidelity.compare import METRICS, STATS, TARGET_MAX_LOAD, TARGETS
-from infralab.agent.fidelity.runner import CALIBRATION_LOAD, CaseResult, StudyResult
+from infralab.agent.fidelity.runner import CALIBRATION_LOAD, CaseResult, StudyResult, mean_known
 from infralab.results import dump_json
 
 SCHEMA = "infralab.fidelity/1"
@@ -239,10 +239,11 @@ def _nanmean(values: list[float]) -> float:
 
 
 def speed_lines(doc: dict[str, Any]) -> list[str]:
-    """The errors' sign balance, and what the verdicts would be with the mirror's step times at the
-    machine's speed by the reference steps (kept beside, not trusted: `_follow_the_machine`), at
-    the speed the other cases' replays ran (`_follow_the_other_cases`) and at the speed the
-    calibration replays between the rounds ran (`_follow_the_calibration`)."""
+    """The errors' sign balance, and what the verdicts would be with the mirror's step times at each
+    speed kept beside (`SPEEDS_BESIDE`): the machine's speed by the reference steps (not trusted:
+    `_follow_the_machine`), the speed the other cases' replays ran (`_follow_the_other_cases`), the
+    speed the calibration replays between the rounds ran (`_follow_the_calibration`), and the step
+    times as calibrated, where the verdict's mirror was corrected for slow spells (`_follow_the_spells`)."""
     now = doc["sign_balance"]
     lines = [f"Sign balance (mirror above / below the real mean, every comparison): {now['above']} / {now['below']}.", ""]
     for factor, suffix, what in SPEEDS_BESIDE:
@@ -313,15 +314,16 @@ def spell_lines(doc: dict[str, Any]) -> list[str]:
     if not rows:
         return []
     return ["", "Steps in the machine's slow spells (each step's speed probe above 1.4 x its run's fast one; "
-                "reported, not used; docs/fidelity.md, \"The machine's two speeds\"): the share of steps, and a "
-                "step in a slow spell against a fast one, both against the same charge (prompt / decode-only):",
+                "the verdict's mirror is corrected for them, `spells_factor`; docs/fidelity.md, \"The machine's two "
+                "speeds\"): the share of steps, and a step in a slow spell against a fast one, both against the same "
+                "charge (prompt / decode-only):",
             *rows]
 
 
 def _mean_of(rows: list[dict[str, Any]], key: str) -> float:
-    """Mean of the rows' `key`, leaving out None (no step of that kind); nan when all are None."""
-    values = [row[key] for row in rows if row[key] is not None]
-    return sum(values) / len(values) if values else math.nan
+    """`mean_known` of the rows' `key` (None: no step of that kind), nan when none has it."""
+    mean = mean_known(rows, key)
+    return math.nan if mean is None else mean
 
 
 VERDICT_MARK = {"met": "met", "missed": "MISSED", "in range": "in range", "out of range": "OUT"}

@@ -452,12 +452,12 @@ def _follow_the_spells(cases: list[CaseResult], calibration: dict[str, Any], doc
     for case in cases:
         own = _spells_of(case.runs)
         others = _spells_of([run for other in cases if other is not case for run in other.runs]) or [calibration]
-        share = _mean_known(own, "slow_share")
+        share = mean_known(own, "slow_share")
         if share is None:
             continue
         factor = spells_factor(
-            share, cal_share, _mean_known(own, "prefill_time_share"),
-            _mean_known(others, "prefill_slow_vs_fast"), _mean_known(others, "decode_slow_vs_fast"))
+            share, cal_share, mean_known(own, "prefill_time_share"),
+            mean_known(others, "prefill_slow_vs_fast"), mean_known(others, "decode_slow_vs_fast"))
         served = _mirror_records(doc, factor, requests, case, folder)
         # The verdict's mirror (pre-registered rule met on 2026-12-07; docs/fidelity.md): the mirror
         # as calibrated is kept beside.
@@ -486,7 +486,8 @@ def _spells_of(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if run.get("error") is None and (run.get("speed_spells") or {}).get("probed")]
 
 
-def _mean_known(rows: list[dict[str, Any]], key: str) -> float | None:
+def mean_known(rows: list[dict[str, Any]], key: str) -> float | None:
+    """Mean of the rows' `key`, leaving out the rows without it (None); None when none has it."""
     values = [row[key] for row in rows if row.get(key) is not None]
     return sum(values) / len(values) if values else None
 

@@ -136,15 +136,15 @@ def speed_spells(profile_csv: Path, steps: Sequence[StepRecord], dtype: str, hos
     "decode_slow_vs_fast": (real / charged time) over the slow steps with prompt tokens (decode-only)
     divided by the same over the fast ones (1.3 = a step in a slow spell took 30 % longer); None
     where a class has no step, "prefill_time_share": the share of the probed steps' time in steps
-    with prompt tokens}. Reported; `runner._follow_the_spells` keeps a mirror at it beside."""
-    probed = [step for step in steps if step.probe_s is not None and not step.batch.missing]
+    with prompt tokens}. `runner._follow_the_spells` corrects the verdict's mirror by it."""
+    probed = [(step, step.probe_s) for step in steps if step.probe_s is not None and not step.batch.missing]
     if not probed:
         return {"probed": 0, "slow_share": None, "prefill_slow_vs_fast": None, "decode_slow_vs_fast": None,
                 "prefill_time_share": None}
-    probes = sorted(step.probe_s for step in probed if step.probe_s is not None)
+    probes = sorted(probe for _, probe in probed)
     threshold = SLOW_PROBE_RATIO * probes[len(probes) // 10]
-    slow = [step for step in probed if step.probe_s is not None and step.probe_s > threshold]
-    fast = [step for step in probed if step.probe_s is not None and step.probe_s <= threshold]
+    slow = [step for step, probe in probed if probe > threshold]
+    fast = [step for step, probe in probed if probe <= threshold]
     charge = table_predictor(profile_csv, dtype, device, 0.0)
 
     def slow_vs_fast(prompt: bool) -> float | None:
@@ -153,10 +153,11 @@ def speed_spells(profile_csv: Path, steps: Sequence[StepRecord], dtype: str, hos
         a, b = _against_charge(pick, charge, host_per_step), _against_charge(base, charge, host_per_step)
         return None if a is None or b is None else (1.0 + a) / (1.0 + b)
 
-    total = sum(step.duration_s for step in probed)
+    total = sum(step.duration_s for step, _ in probed)
+    prompt_time = sum(step.duration_s for step, _ in probed if step.batch.prefill_seqs)
     return {"probed": len(probed), "slow_share": len(slow) / len(probed),
             "prefill_slow_vs_fast": slow_vs_fast(True), "decode_slow_vs_fast": slow_vs_fast(False),
-            "prefill_time_share": sum(s.duration_s for s in probed if s.batch.prefill_seqs) / total if total > 0 else None}
+            "prefill_time_share": prompt_time / total if total > 0 else None}
 
 
 def _charged(charge: Callable[[int, int, int], tuple[float, float]], step: StepRecord) -> tuple[float, float]:
