@@ -73,7 +73,7 @@ def simulate(
     engines = {role: _with_batch_defaults(cfg.engine, c) for role, c in costs.items()}
     capacities = {role: _kv_capacity_blocks(c, engines[role]) for role, c in costs.items()}
     _check_requests(requests, engines[roles[0]], min(capacities.values()))
-    env = simpy.Environment()
+    env = simpy.Environment(initial_time=0.0)  # float from the start: a time recorded at 0 is 0.0, compiled or not
     record = RunRecord.with_timeline(timeline, max_timeline_events)
     records = [
         RequestRecord(id=r.id, arrival_s=r.arrival_s, prompt_tokens=r.prompt_tokens, output_tokens=r.output_tokens)

@@ -150,7 +150,7 @@ class Link:
         if self._record is not None:
             nbytes = int(flow.nbytes) if flow.nbytes.is_integer() else flow.nbytes
             args = (("bytes", nbytes), ("label", flow.label), *flow.args)
-            self._record.intervals.append(Interval(self.track, "transfer", flow.start_s, now, args))
+            self._record.add_interval(Interval(self.track, "transfer", flow.start_s, now, args))
         flow.done.succeed(now)
 
     # ---- the shared clock ----------------------------------------------------------------------
@@ -173,7 +173,7 @@ class Link:
         self._generation += 1
         n = len(self._heap)
         if self._record is not None:
-            self._record.counters.append(CounterSample(self.track, "active_flows", self.env.now, n))
+            self._record.add_counter(CounterSample(self.track, "active_flows", self.env.now, n))
         if n:
             delay = max(self._heap[0][0] - self._v, 0.0) * n / self._bandwidth
             generation = self._generation

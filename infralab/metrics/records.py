@@ -405,6 +405,16 @@ class RunRecord:
         earliest = EarliestEvents(max_events) if keep and max_events is not None else None
         return cls(intervals=IntervalLog(tally, keep, earliest), counters=CounterLog(tally, keep, earliest))
 
+    def add_interval(self, iv: Interval) -> None:
+        """Record `iv`: its log folds it into the tally (and keeps it if it keeps a timeline).
+        Compiled code (infralab.sim.native) must call this rather than `intervals.append`: mypyc
+        types the field as a list and would call list.append, skipping the log's own."""
+        self.intervals.append(iv)
+
+    def add_counter(self, sample: CounterSample) -> None:
+        """Record a counter sample, as `add_interval` records an interval."""
+        self.counters.append(sample)
+
     def close(self) -> None:
         """The run is over: a record that kept only its earliest events lists them now, and
         `events_total` says how many there were."""

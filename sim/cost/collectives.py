@@ -188,7 +188,7 @@ class Collectives:
         rate = link.bandwidth * g.cfg.efficiency.collective
         latency = math.ceil(math.log2(g.layer_split)) * link.latency
         hidden = compute_s / g.full_layers
-        exposed: float = 0
+        exposed = 0.0
         for nbytes, count in self._broadcast_runs:  # equal terms: one C-level sum per run, same order
             exposed = sum(itertools.repeat(max(0.0, tokens * nbytes / rate + latency - hidden), count), exposed)
         return tokens * g.kv_layer_bytes[0] / rate + latency + exposed

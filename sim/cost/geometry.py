@@ -145,7 +145,7 @@ class Geometry:
         # per token, layer, rank (the mean over layers when their dtypes differ)
         kv_bytes_layer: float
         if cfg.kv_layer_dtypes is None:
-            kv_bytes_layer = m.kv_layer_bytes(cfg.kv_dtype, tp)
+            kv_bytes_layer = float(m.kv_layer_bytes(cfg.kv_dtype, tp))
         else:
             kv_bytes_layer = sum(kv_layer_bytes) / max(1, full_layers)
         lin_heads = m.linear_num_heads // linear_tp

@@ -54,7 +54,7 @@ class LinearAttention:
             total += self._linear_layers * self._replay_decode_layer_s(work.decode_seqs)
         elif work.decode_seqs:
             b = work.decode_seqs
-            flops = b * heads * KDA_DECODE_FLOPS_PER_STATE_ELEMENT * d * d
+            flops = float(b * heads * KDA_DECODE_FLOPS_PER_STATE_ELEMENT * d * d)
             nbytes = b * (per_seq_state + g.lin_io_elems * width)
             measured = self._calibrated.kda_decode(b) if self._calibrated else None
             if measured is not None:

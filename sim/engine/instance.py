@@ -99,8 +99,8 @@ class Instance:
         self._interrupting = False
         self._run_ends: list[float] = []  # step ends of the run in progress (s)
         self._run_decode_seqs = 0
-        self._last_counters: list[float] = [-1.0] * len(COUNTERS)
-        self._last_values: tuple[float, ...] = ()  # what `scheduler.counters()` gave last
+        self._last_counters: list[int] = [-1] * len(COUNTERS)  # counts: ints, as the trace shows them
+        self._last_values: tuple[int, ...] = ()  # what `scheduler.counters()` gave last
         # Told when a request completes here (the closed-loop gate, infralab.sim.concurrency_gate).
         self.on_finished: Callable[[Seq], None] | None = None
         # Seconds a step with prefill chunks spends before its forward pass (a multimodal request's
@@ -283,7 +283,7 @@ class Instance:
             cast(IntervalLog, self.record.intervals).tally.add_busy(self.track, start, ends[-1])  # _tally_only: a log
             return
         work = plan.work
-        self.record.intervals.append(
+        self.record.add_interval(
             Interval(
                 self.track,
                 "batch",
@@ -313,16 +313,16 @@ class Instance:
                 last[i] = value
                 self._add_sample(i, now, value)
 
-    def _sample_counter(self, i: int, now: float, value: float) -> None:
+    def _sample_counter(self, i: int, now: float, value: int) -> None:
         if value != self._last_counters[i]:
             self._last_counters[i] = value
             self._last_values = ()  # no longer what the scheduler's counters gave
             self._add_sample(i, now, value)
 
-    def _add_sample(self, i: int, now: float, value: float) -> None:
+    def _add_sample(self, i: int, now: float, value: int) -> None:
         series = self._series
         if series is None:
-            self.record.counters.append(CounterSample(self.track, COUNTERS[i], now, value))
+            self.record.add_counter(CounterSample(self.track, COUNTERS[i], now, value))
             return
         found = series[i]
         if found is None:
