@@ -23,6 +23,9 @@ for a core), simulated requests per wall-second (requests / total wall), the chi
 With `--profile` every run's child runs under cProfile and DIR/profile-<label>.txt lists the top
 functions by own time, each as seconds and microseconds per simulated request (the per-request cost
 breakdown of docs/sim.md); profiled runs are slower, so their times are marked and not targets.
+cProfile sees a compiled module's function only where Python calls it: for the breakdown inside the
+engine, run with INFRALAB_PURE_PYTHON=1 (the modules as Python; sim/native.py). Every row says how
+the simulator ran ("simulator": "compiled", or "python (...)" with the reason).
 
 writes results/sim_speed/sim_speed.json, sim_speed.csv (one row per run) and sim_speed.png (wall
 time and peak RSS against request count, log-log). The workload CSVs are generated into a temporary
@@ -109,6 +112,14 @@ def write_profile(stats_file: Path, requests: int, path: Path) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def simulator_mode() -> str:
+    """How a child `infralab sim run` runs the simulator's hot modules (sim/native.py), under this
+    process's environment; code from before the compiled build says so."""
+    code = "import infralab.sim as s; print(getattr(s, 'NATIVE_MODE', 'python (no compiled build in this code)'))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
 def _vidur_config(work: Path, requests: int, instances: int = 1) -> Path:
     csv_path = write_workload(work / f"vidur-{requests}-x{instances}.csv", requests, RATE_PER_S * instances)
     config = work / f"vidur-{requests}-x{instances}.toml"
@@ -131,6 +142,7 @@ def _print(row: dict) -> None:
 CSV_COLUMNS = (
     "label", "requests", "timeline", "wall_s", "cpu_s", "read_s", "simulate_s", "summarise_s", "write_s",
     "requests_per_wall_s", "peak_rss_mb", "cold_start_s", "load_average_1min", "saturated", "profiled",
+    "simulator",
 )
 
 
@@ -182,12 +194,14 @@ def main() -> int:
 
     rows = []
     args.out.mkdir(parents=True, exist_ok=True)
+    mode = simulator_mode()
+    print(f"simulator: {mode}", flush=True)
     with tempfile.TemporaryDirectory(prefix="sim_speed-") as tmp:
         work = Path(tmp)
 
         def run(label: str, config: Path, timeline: bool) -> None:
             stats = work / f"{label}.prof" if args.profile else None
-            rows.append(run_one(label, config, work, timeline, stats))
+            rows.append(run_one(label, config, work, timeline, stats) | {"simulator": mode})
             _print(rows[-1])
             if stats is not None:
                 write_profile(stats, rows[-1]["requests"], args.out / f"profile-{label}.txt")
