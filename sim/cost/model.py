@@ -332,7 +332,7 @@ class CostModel:
         append = ends.append
         t, context = start_s, context_tokens
         for _ in range(steps):
-            attention = max(context * c_flops, context * c_bytes + per_seq, floor)
+            attention = first_max(context * c_flops, context * c_bytes + per_seq, floor)
             device = sum((dense, attention, linear, moe, lm, collective, small, sampler))
             if gaps:
                 device += gaps
@@ -411,7 +411,7 @@ class CostModel:
         """A decode step's attention as `FullAttention.time` computes it from its roofline
         coefficients (0.0 + x == x for x > 0), for `seqs` sequences with `context` tokens in all."""
         c_flops, c_bytes, c_seq = self._decode_coeffs
-        return max(context * c_flops, context * c_bytes + seqs * c_seq, self._decode_floor)
+        return first_max(context * c_flops, context * c_bytes + seqs * c_seq, self._decode_floor)
 
     def _op_times(self, work: StepWork) -> tuple[float, float, float, float, float, float, float, float]:
         """Seconds (one rank) of each operator of OPS, in that order: the one place that says
@@ -443,6 +443,17 @@ class CostModel:
             small,
             lm[1],
         )
+
+
+def first_max(a: float, b: float, c: float) -> float:
+    """`max(a, b, c)` as the builtin picks it (the first of equal values), without its generic call:
+    the decode run's hot loop, where compiled (sim/native.py) the builtin boxes every float."""
+    largest = a
+    if b > largest:
+        largest = b
+    if c > largest:
+        largest = c
+    return largest
 
 
 def decode_run_ends_stepwise(
