@@ -118,11 +118,3 @@ def choose(sim_root: Path = SIM_ROOT) -> str:
               "Python, slower. `make setup` rebuilds it.", file=sys.stderr)
     return f"python ({state})"
 
-
-def mode() -> str:
-    """How `MODULES` run in this process: "compiled" or "python"."""
-    module = sys.modules.get(f"{PACKAGE}.engine.scheduler")
-    if module is None:
-        importlib.import_module(f"{PACKAGE}.engine.scheduler")
-        module = sys.modules[f"{PACKAGE}.engine.scheduler"]
-    return "python" if (module.__file__ or "").endswith(".py") else "compiled"
