@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 
@@ -19,3 +20,17 @@ class Request:
     prompt_tokens: int
     output_tokens: int
     block_hashes: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        # Python numbers, whatever the caller built it from (numpy scalars): the compiled simulator
+        # (infralab.sim.native) takes no numpy int where it declares an int, and the outputs then
+        # read the same either way.
+        if type(self.id) is int and type(self.prompt_tokens) is int and type(self.output_tokens) is int \
+                and type(self.arrival_s) is float:
+            return  # the usual case (trace readers and builders give Python numbers)
+        for name in ("id", "prompt_tokens", "output_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, numbers.Integral) and type(value) is not int:
+                object.__setattr__(self, name, int(value))
+        if isinstance(self.arrival_s, numbers.Real) and type(self.arrival_s) is not float:
+            object.__setattr__(self, "arrival_s", float(self.arrival_s))

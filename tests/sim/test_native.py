@@ -89,3 +89,20 @@ def test_compiled_and_pure_runs_write_the_same_bytes(example, tmp_path):
         outputs[mode] = {name: (out / name).read_bytes() for name in ("summary.json", "requests.csv", "trace.json")}
     for name, data in outputs["compiled"].items():
         assert data == outputs["pure"][name], f"{example}: {name} differs between the compiled and the pure run"
+
+
+def test_requests_built_from_numpy_scalars_run_as_python_numbers():
+    """A compiled module takes no numpy int where it declares an int: `Request` turns numpy scalars
+    into Python numbers, so such a workload runs (compiled or not) exactly as one of Python numbers."""
+    import numpy as np
+    from support.sim_fakes import FakeCost, sim_config
+
+    from infralab.sim.cluster import simulate
+    from infralab.workload.request import Request
+
+    plain = [Request(i, i * 0.01, 100 + i, 4) for i in range(12)]
+    scalars = [Request(np.int64(i), np.float64(i * 0.01), np.int32(100 + i), np.uint8(4)) for i in range(12)]
+    assert all(type(r.id) is int and type(r.prompt_tokens) is int and type(r.arrival_s) is float for r in scalars)
+    assert scalars == plain
+    runs = [simulate(sim_config(), requests, FakeCost(capacity_tokens=10_000)) for requests in (plain, scalars)]
+    assert repr(runs[0].requests) == repr(runs[1].requests)
