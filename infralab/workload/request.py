@@ -30,7 +30,7 @@ class Request:
             return  # the usual case (trace readers and builders give Python numbers)
         for name in ("id", "prompt_tokens", "output_tokens"):
             value = getattr(self, name)
-            if isinstance(value, numbers.Integral) and type(value) is not int:
+            if type(value) is not int and isinstance(value, numbers.Integral):
                 object.__setattr__(self, name, int(value))
         if isinstance(self.arrival_s, numbers.Real) and type(self.arrival_s) is not float:
             object.__setattr__(self, "arrival_s", float(self.arrival_s))
