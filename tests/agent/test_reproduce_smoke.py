@@ -35,7 +35,7 @@ def test_quick_reproduce_writes_a_complete_report(tmp_path):
             assert test["test"]["findings"], test["hypothesis"]
         for figure in study["figures"]:
             assert (out / figure).stat().st_size > 0 and f"]({figure})" in md
-    assert all(s["figures"] for s in on_disk["studies"])
+    assert all(s["figures"] for s in on_disk["studies"]), [s["name"] for s in on_disk["studies"] if not s["figures"]]
     gil = next(s for s in on_disk["studies"] if s["name"] == "gil_kv_transfer")
     assert "figures/gil_degradation.png" in gil["figures"]
     assert (out / "studies" / "gil_kv_transfer" / "sim" / "sim_table.md").exists()
