@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 # and why), rebuilt whenever a source they may depend on changes. Without a C compiler the build
 # says so and the simulator runs as Python: same results, slower.
 NATIVE := $(VENV)/.native-stamp
-NATIVE_SOURCES := $(shell find sim infralab -name '*.py' -not -path '*/__pycache__/*') tools/build_native.py
+NATIVE_SOURCES := $(shell find sim infralab -name '*.py' -not -path '*/__pycache__/*') tools/build_native.py tools/package_tree.py
 
 .PHONY: setup run test typecheck bench-sim
 

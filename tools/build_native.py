@@ -3,8 +3,8 @@
     .venv/bin/python tools/build_native.py [--strict]
 
 `make setup` runs it. setup.py maps sim/ to the package infralab.sim, which mypyc cannot follow, so
-the package is rebuilt as a tree of symlinks under build/native/infralab/ (as tools/typecheck.sh
-does) and the extensions are built in place there: through the symlinks they land beside their
+the package is rebuilt as a tree of symlinks under build/native/ (tools/package_tree.py, as
+tools/typecheck.sh does) and the extensions are built in place there: through the symlinks they land beside their
 sources in sim/, with the shared library as sim/_native__mypyc*.so. The build record
 (sim/_native_build.json, the sources' digests) is written last, so a build that fails part-way is
 never used: `infralab.sim` then runs as Python. Without a C compiler, or if mypyc fails, it says
@@ -16,15 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
 
+from package_tree import package_tree  # tools/, this script's folder
+
 ROOT = Path(__file__).resolve().parent.parent
 SIM = ROOT / "sim"
 TREE = ROOT / "build" / "native"
-PARTS = ("sim", "kernels", "agent", "real", "experiments")
 
 
 def _load_native():  # type: ignore[no-untyped-def]
@@ -45,26 +45,12 @@ def remove_build(native) -> None:  # type: ignore[no-untyped-def]
         so.unlink()
 
 
-def symlink_tree() -> Path:
-    """build/native/infralab: infralab/'s entries and the mapped folders under their package names."""
-    pkg = TREE / "infralab"
-    if TREE.exists():
-        shutil.rmtree(TREE)
-    pkg.mkdir(parents=True)
-    for entry in (ROOT / "infralab").iterdir():
-        if entry.name != "__pycache__":
-            (pkg / entry.name).symlink_to(entry)
-    for part in PARTS:
-        (pkg / part).symlink_to(ROOT / part)
-    return TREE
-
-
 def build(native) -> None:  # type: ignore[no-untyped-def]
     from mypyc.build import mypycify
     from setuptools import setup
 
     digests = native.source_digests()  # what this build is made from, read before compiling
-    tree = symlink_tree()
+    tree = package_tree(TREE)
     os.chdir(tree)
     paths = [f"infralab/sim/{m.replace('.', '/')}.py" for m in native.MODULES]
     extensions = mypycify(["--config-file", str(ROOT / "pyproject.toml"), *paths],
