@@ -15,7 +15,7 @@ import numpy as np
 
 from infralab.agent import figure_style
 from infralab.agent.fidelity.compare import METRICS, STATS, TARGET_MAX_LOAD, TARGETS
-from infralab.agent.fidelity.runner import CALIBRATION_LOAD, CaseResult, StudyResult, mean_known
+from infralab.agent.fidelity.runner import CALIBRATION_LOAD, CaseResult, StudyResult, mean_known, probed_spells
 from infralab.results import dump_json
 
 SCHEMA = "infralab.fidelity/1"
@@ -307,7 +307,7 @@ def spell_lines(doc: dict[str, Any]) -> list[str]:
             if spells.get("slow_share") is not None:
                 rows.append(f"- {setting['name']}/{shape} calibration steps: {spells['slow_share']:.0%} slow")
     for case in doc["cases"]:
-        runs = [r["speed_spells"] for r in case["runs"] if r.get("error") is None and (r.get("speed_spells") or {}).get("probed")]
+        runs = probed_spells(case["runs"])
         if runs:
             rows.append(f"- {case['name']}: {_mean_of(runs, 'slow_share'):.0%} slow; a slow step x"
                         f"{_mean_of(runs, 'prefill_slow_vs_fast'):.2f} / x{_mean_of(runs, 'decode_slow_vs_fast'):.2f}")

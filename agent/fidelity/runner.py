@@ -450,8 +450,8 @@ def _follow_the_spells(cases: list[CaseResult], calibration: dict[str, Any], doc
     if cal_share is None:
         return
     for case in cases:
-        own = _spells_of(case.runs)
-        others = _spells_of([run for other in cases if other is not case for run in other.runs]) or [calibration]
+        own = probed_spells(case.runs)
+        others = probed_spells([run for other in cases if other is not case for run in other.runs]) or [calibration]
         share = mean_known(own, "slow_share")
         if share is None:
             continue
@@ -480,7 +480,7 @@ def spells_factor(share: float, calibration_share: float, prefill_time_share: fl
     return weight * kind(prefill_slow) + (1.0 - weight) * kind(decode_slow)
 
 
-def _spells_of(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def probed_spells(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The `speed_spells` of the finished runs that probed some step."""
     return [run["speed_spells"] for run in runs
             if run.get("error") is None and (run.get("speed_spells") or {}).get("probed")]
