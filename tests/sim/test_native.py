@@ -58,27 +58,28 @@ def _python(code: str, pure: bool) -> str:
     return done.stdout.strip()
 
 
-def _compiled_build() -> bool:
-    if native.build_state() == "compiled":
-        return True
+def _require_compiled_build() -> None:
+    """Skip the test without a current build (fail it where INFRALAB_REQUIRE_NATIVE=1)."""
+    state = native.build_state()
+    if state == "compiled":
+        return
     if os.environ.get("INFRALAB_REQUIRE_NATIVE") == "1":
-        pytest.fail(f"no current compiled build ({native.build_state()}); tools/build_native.py --strict says why")
-    pytest.skip(f"no current compiled build ({native.build_state()}): `make setup` makes one")
-    return False
+        pytest.fail(f"no current compiled build ({state}); tools/build_native.py --strict says why")
+    pytest.skip(f"no current compiled build ({state}): `make setup` makes one")
 
 
 def test_the_environment_switch_loads_the_sources():
     code = ("import infralab.sim as s, infralab.sim.engine.scheduler as m, infralab.sim.cost.model as c; "
             "print(s.NATIVE_MODE, m.__file__.endswith('.py'), c.__file__.endswith('.py'))")
     assert _python(code, pure=True) == f"python (forced by {native.PURE_ENV}) True True"
-    if _compiled_build():
-        assert _python(code, pure=False) == "compiled False False"
+    _require_compiled_build()
+    assert _python(code, pure=False) == "compiled False False"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("example", sorted(EXAMPLES))
 def test_compiled_and_pure_runs_write_the_same_bytes(example, tmp_path):
-    _compiled_build()
+    _require_compiled_build()
     outputs = {}
     for mode, pure in (("compiled", False), ("pure", True)):
         out = tmp_path / mode

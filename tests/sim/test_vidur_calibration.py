@@ -17,7 +17,7 @@ from infralab.sim.calibration import CalibrationTable, load_calibration, scale
 from infralab.sim.config import CostConfig, EngineConfig, HostOverheadConfig, vllm_batch_defaults
 from infralab.sim.cost import CostModel, StepWork
 from infralab.sim.specs import load_accelerator, load_link, load_model
-from infralab.vidur_profile import HOST_PHASES_BEFORE_OUTPUTS, VIDUR_DEVICES, host_rows, read_vidur_profile
+from infralab.vidur_profile import HOST_PHASES, HOST_PHASES_BEFORE_OUTPUTS, VIDUR_DEVICES, host_rows, read_vidur_profile
 from support.toml_fixtures import synthetic_config
 
 A100 = load_accelerator("A100")
@@ -38,6 +38,18 @@ def mlp_line(tokens: int, tp: int, median_ms: float = 0.5) -> str:
         value = median_ms * (i + 1)  # op i takes (i + 1) x median_ms
         cells += [str(value)] * 4 + ["0.0"]
     return ",".join(cells + ["32", "32", "4096", "11008", "32768", "True", str(tokens), str(tp)])
+
+
+def shared_vidur_profile(relative: str) -> Path:
+    """A file or folder of Vidur's profile tree in the shared data folder; the test is skipped
+    where there is none."""
+    try:
+        path = resolve_path(f"@data/profiles/vidur/{relative}", Path.cwd())
+    except InputError:
+        pytest.skip("no shared data folder")
+    if not path.exists():
+        pytest.skip(f"no {relative} in the shared data folder's Vidur profile")
+    return path
 
 
 def vidur_tree(root: Path) -> Path:
@@ -133,14 +145,9 @@ def test_the_async_output_host_profile_is_the_fit_without_output_processing():
     import numpy as np
 
     from infralab.agent.public_points.engines import VLLM_ASYNC_OUTPUT_HOST, VLLM_V0_HOST
-    try:
-        path = resolve_path("@data/profiles/vidur/cpu_overhead/a100/cpu_overheads.csv", Path.cwd())
-    except InputError:
-        pytest.skip("no shared data folder")
-    if not path.is_file():
-        pytest.skip("no Vidur host profile in the shared data folder")
-    for phases, host in ((HOST_PHASES_BEFORE_OUTPUTS, VLLM_ASYNC_OUTPUT_HOST), (None, VLLM_V0_HOST)):
-        rows = [r for r in (host_rows(path, phases) if phases else host_rows(path)) if r.variant == "meta-llama/Llama-2-7b-hf"]
+    path = shared_vidur_profile("cpu_overhead/a100/cpu_overheads.csv")
+    for phases, host in ((HOST_PHASES_BEFORE_OUTPUTS, VLLM_ASYNC_OUTPUT_HOST), (HOST_PHASES, VLLM_V0_HOST)):
+        rows = [r for r in host_rows(path, phases) if r.variant == "meta-llama/Llama-2-7b-hf"]
         slope, intercept = np.polyfit([r.shape_dict["B"] for r in rows], [r.median_s for r in rows], 1)
         assert float(f"{intercept:.3g}") == host["per_step_s"] and float(f"{slope:.3g}") == host["per_request_s"]
 
@@ -167,12 +174,7 @@ def test_bad_profile_input_is_one_error_naming_file_line_and_column(tmp_path):
 def test_the_shipped_profile_reads_as_published():
     """One figure checked against the file by eye: Llama-2-7B on A100, TP 1, 4,096 tokens, the QKV
     projection's median (first data row of mlp.csv: 1.911 ms)."""
-    try:
-        root = resolve_path("@data/profiles/vidur/compute/a100/meta-llama/Llama-2-7b-hf", Path.cwd())
-    except InputError:
-        pytest.skip("no shared data folder")
-    if not root.is_dir():
-        pytest.skip("no Vidur profile in the shared data folder")
+    root = shared_vidur_profile("compute/a100/meta-llama/Llama-2-7b-hf")
     table = CalibrationTable(read_vidur_profile(root))
     assert table.exact("matmul", "fp16", DEVICE, (("K", 4096), ("M", 4096), ("N", 12288))) == pytest.approx(1.886e-3, rel=0.02)
 
